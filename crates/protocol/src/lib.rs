@@ -1,0 +1,27 @@
+//! The edgerunner wire protocol, shared by the edge Worker and every runner.
+//!
+//! # Layout
+//! - [`stable_json`]: the canonical JSON rendering and `H`, byte-identical to the EvalGate SDK.
+//! - [`envelope`]: the signed job envelope, per-runner signing keys and key ids.
+//! - [`chunk`]: stream chunk hashes and hash-chain validation.
+//! - [`completion`]: completion checksums and the reconciliation decision.
+//! - [`keypair`]: ed25519 fingerprints and challenge signatures (self-registered runners).
+//! - [`capability`]: capability documents, job requirements and routing, with reasons.
+//! - [`state`]: job and runner state machines as transition functions.
+//! - [`recovery`]: the lease-loss decision the reaper and job alarms apply.
+//! - [`time`]: RFC 3339 timestamps from Unix milliseconds (no clock inside this crate).
+//!
+//! Nothing here reads a clock or a random source: callers pass `now` and random bytes in.
+
+pub mod capability;
+pub mod chunk;
+pub mod completion;
+pub mod envelope;
+pub mod keypair;
+pub mod recovery;
+pub mod stable_json;
+pub mod state;
+pub mod time;
+
+#[cfg(test)]
+mod testkit;
