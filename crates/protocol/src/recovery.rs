@@ -1,1 +1,399 @@
-//! TODO
+//! The lease-loss decision: what recovery does with one job at one instant.
+//!
+//! [`decide`] is a pure function of a job's lease snapshot and `now`. The job object's alarm,
+//! the cron sweep and the admin `POST /api/remote-runners/jobs/reap` all end in the same call
+//! and apply its answer with writes guarded by state and attempt, so whichever runs first wins
+//! and the others find nothing to do: applying a decision and deciding again gives
+//! [`RecoveryDecision::Nothing`].
+//!
+//! # What recovery can and cannot duplicate
+//!
+//! Recovery judges a worker by its heartbeats alone, and a lease that lapses is not proof that
+//! the worker stopped. So it **can** cause:
+//!
+//! - **The same work to run twice.** A runner that is slow, partitioned or paused (but alive)
+//!   may still be executing attempt *n* when attempt *n + 1* starts elsewhere. Both may spend
+//!   provider and sandbox money, and any side effect outside EvalGate (a tool calling an
+//!   external system, say) may happen twice. Work dispatched to remote runners is at least once,
+//!   at most [`MAX_DISPATCH_ATTEMPTS`] times.
+//! - **Work to outlive its job.** A runner that loses its lease after cancellation was requested
+//!   may keep running after the job is `cancelled`; its costs are recorded if it reports them.
+//!
+//! It **cannot** cause:
+//!
+//! - **A result to be accepted twice.** Only the active claim's attempt may complete; the
+//!   displaced worker's stream appends are refused and its completion is stored as `stale`
+//!   (with its reported costs) but never applied. The job's terminal state is decided once.
+//! - **Evidence or a charge to be attached twice.** Each evidence row may belong to one accepted
+//!   completion; the schema enforces it.
+//! - **More than [`MAX_DISPATCH_ATTEMPTS`] dispatches**, a requeue of a job someone asked to
+//!   cancel, or a requeue of a job whose lease has not expired: a worker that keeps
+//!   heartbeating keeps its job, however slow it is.
+//! - **A double requeue.** Two recoveries racing on the same job both decide `Requeue`, but the
+//!   guarded write (`WHERE state = … AND dispatch_attempt = …`) lets only the first apply.
+
+use crate::state::{JobInput, JobState, StateError};
+
+/// Dispatches a job gets in all, the first included. After the third lost lease the job ends.
+pub const MAX_DISPATCH_ATTEMPTS: u32 = 3;
+
+/// What recovery needs to know about a job.
+///
+/// There is no separate "cancel requested" flag: cancellation is the `cancel_requested` state,
+/// and one source of truth cannot disagree with itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobLease {
+    pub state: JobState,
+    /// Attempts dispatched so far (0 while a job has never been claimed). A claim dispatches
+    /// attempt `dispatch_attempt + 1` and records it here.
+    pub dispatch_attempt: u32,
+    /// When the active claim's lease lapses, in Unix milliseconds; `None` without a claim.
+    pub lease_expires_at_ms: Option<i64>,
+}
+
+/// What recovery should do with a job now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryDecision {
+    /// The lease is alive, or the job holds no lease.
+    Nothing,
+    /// Mark the claim and runner lost and return the job to the queue; the next compatible
+    /// runner gets attempt `next_attempt` with a new nonce.
+    Requeue { next_attempt: u32 },
+    /// The lease of the last allowed attempt lapsed: the job ends `cancelled`, the diagram's only
+    /// exit from `lost` besides the queue. `attempts` were dispatched.
+    Exhausted { attempts: u32 },
+    /// The lease lapsed while cancellation was pending: the job ends `cancelled`, never requeued.
+    Cancel,
+}
+
+/// Whether a lease expiring at `lease_expires_at_ms` has lapsed at `now_ms`. Heartbeats, stream
+/// appends and completions must use this same comparison, or a request arriving at the exact
+/// expiry could be accepted by one and recovered by the other.
+pub fn lease_expired(lease_expires_at_ms: i64, now_ms: i64) -> bool {
+    now_ms >= lease_expires_at_ms
+}
+
+/// The recovery decision for `job` at `now_ms`. Pure and total.
+///
+/// - An active job (claimed, running) whose lease has lapsed is requeued while fewer than
+///   [`MAX_DISPATCH_ATTEMPTS`] attempts were dispatched, otherwise exhausted.
+/// - A `cancel_requested` job whose lease has lapsed is cancelled.
+/// - A `lost` job (marked lost by a recovery that did not get to requeue it) is requeued or
+///   exhausted by the same rule.
+/// - An active job with no recorded lease can never be renewed by a heartbeat, so it is treated
+///   as expired rather than held forever.
+/// - Everything else (queued, terminal, live leases) is left alone.
+pub fn decide(job: &JobLease, now_ms: i64) -> RecoveryDecision {
+    let lapsed = job
+        .lease_expires_at_ms
+        .is_none_or(|expiry| lease_expired(expiry, now_ms));
+    match job.state {
+        JobState::Claimed | JobState::Running if lapsed => retry_or_exhaust(job.dispatch_attempt),
+        JobState::CancelRequested if lapsed => RecoveryDecision::Cancel,
+        JobState::Lost => retry_or_exhaust(job.dispatch_attempt),
+        _ => RecoveryDecision::Nothing,
+    }
+}
+
+fn retry_or_exhaust(dispatched: u32) -> RecoveryDecision {
+    if dispatched < MAX_DISPATCH_ATTEMPTS {
+        RecoveryDecision::Requeue {
+            next_attempt: dispatched + 1,
+        }
+    } else {
+        RecoveryDecision::Exhausted {
+            attempts: dispatched,
+        }
+    }
+}
+
+/// When recovery next needs to look at `job`: its lease expiry while it holds a claim (the job
+/// object's alarm time), `Some(i64::MIN)` ("now") for a lost job or a claim without a lease,
+/// and `None` when recovery has nothing to watch.
+pub fn next_check_at_ms(job: &JobLease) -> Option<i64> {
+    match job.state {
+        JobState::Lost => Some(i64::MIN),
+        s if s.is_active() => Some(job.lease_expires_at_ms.unwrap_or(i64::MIN)),
+        _ => None,
+    }
+}
+
+impl RecoveryDecision {
+    /// The job inputs that carry the decision out from `from`, in order. It starts with
+    /// [`JobInput::LeaseExpired`] exactly when the job still held a claim: that claim is then
+    /// marked lost, the runner takes [`crate::state::RunnerInput::LeaseLost`] and its capacity
+    /// is released.
+    pub fn inputs(&self, from: JobState) -> Vec<JobInput> {
+        let tail = match self {
+            RecoveryDecision::Nothing => return Vec::new(),
+            RecoveryDecision::Requeue { .. } => Some(JobInput::Requeue),
+            RecoveryDecision::Exhausted { .. } => Some(JobInput::Exhaust),
+            // cancel_requested + lease_expired is already terminal.
+            RecoveryDecision::Cancel => None,
+        };
+        let mut inputs = Vec::with_capacity(2);
+        if from.is_active() {
+            inputs.push(JobInput::LeaseExpired);
+        }
+        inputs.extend(tail);
+        inputs
+    }
+
+    /// The snapshot after the decision is applied. The attempt count is unchanged: a requeue
+    /// only makes attempt `next_attempt` possible, the claim that follows dispatches it.
+    pub fn apply(&self, job: &JobLease) -> Result<JobLease, StateError> {
+        let state = self
+            .inputs(job.state)
+            .into_iter()
+            .try_fold(job.state, JobState::transition)?;
+        let lease_expires_at_ms = match self {
+            RecoveryDecision::Nothing => job.lease_expires_at_ms,
+            _ => None,
+        };
+        Ok(JobLease {
+            state,
+            dispatch_attempt: job.dispatch_attempt,
+            lease_expires_at_ms,
+        })
+    }
+
+    /// A stable name for the durable event and the job's rationale.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RecoveryDecision::Nothing => "NOTHING",
+            RecoveryDecision::Requeue { .. } => "LEASE_LOST_REQUEUED",
+            RecoveryDecision::Exhausted { .. } => "DISPATCH_ATTEMPTS_EXHAUSTED",
+            RecoveryDecision::Cancel => "LEASE_LOST_AFTER_CANCEL_REQUEST",
+        }
+    }
+
+    /// The human rationale recorded with the decision.
+    pub fn reason(&self) -> String {
+        match self {
+            RecoveryDecision::Nothing => "lease alive or no lease held".to_owned(),
+            RecoveryDecision::Requeue { next_attempt } => format!(
+                "heartbeat lease expired; requeued for attempt {next_attempt} of {MAX_DISPATCH_ATTEMPTS}"
+            ),
+            RecoveryDecision::Exhausted { attempts } => format!(
+                "heartbeat lease expired after {attempts} dispatch attempts (at most {MAX_DISPATCH_ATTEMPTS}); cancelled"
+            ),
+            RecoveryDecision::Cancel => {
+                "heartbeat lease expired while cancellation was requested; cancelled".to_owned()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+    use crate::state::CompletionStatus;
+    use crate::testkit::{check, Rng};
+
+    const NOW: i64 = 1_780_000_000_000;
+
+    fn lease(state: JobState, attempt: u32, expiry: Option<i64>) -> JobLease {
+        JobLease {
+            state,
+            dispatch_attempt: attempt,
+            lease_expires_at_ms: expiry,
+        }
+    }
+
+    fn random_lease(rng: &mut Rng) -> JobLease {
+        let state = *rng.pick(&JobState::ALL);
+        let attempt = rng.below(6) as u32;
+        let expiry = if rng.chance(1, 8) {
+            None
+        } else {
+            Some(NOW + rng.below(2_000) as i64 - 1_000)
+        };
+        lease(state, attempt, expiry)
+    }
+
+    #[test]
+    fn live_lease_is_left_alone() {
+        for state in [
+            JobState::Claimed,
+            JobState::Running,
+            JobState::CancelRequested,
+        ] {
+            assert_eq!(
+                decide(&lease(state, 1, Some(NOW + 1)), NOW),
+                RecoveryDecision::Nothing
+            );
+        }
+    }
+
+    #[test]
+    fn lease_expires_at_its_exact_instant() {
+        let job = lease(JobState::Running, 1, Some(NOW));
+        assert_eq!(decide(&job, NOW - 1), RecoveryDecision::Nothing);
+        assert_eq!(
+            decide(&job, NOW),
+            RecoveryDecision::Requeue { next_attempt: 2 }
+        );
+        assert!(lease_expired(NOW, NOW));
+        assert!(!lease_expired(NOW, NOW - 1));
+    }
+
+    #[test]
+    fn expired_lease_requeues_until_the_third_attempt_then_exhausts() {
+        for state in [JobState::Claimed, JobState::Running, JobState::Lost] {
+            let at = |attempt| decide(&lease(state, attempt, Some(NOW - 1)), NOW);
+            assert_eq!(at(1), RecoveryDecision::Requeue { next_attempt: 2 });
+            assert_eq!(at(2), RecoveryDecision::Requeue { next_attempt: 3 });
+            assert_eq!(at(3), RecoveryDecision::Exhausted { attempts: 3 });
+        }
+    }
+
+    #[test]
+    fn lease_lost_after_cancel_request_is_cancelled_not_requeued() {
+        for attempt in 0..5 {
+            let job = lease(JobState::CancelRequested, attempt, Some(NOW - 1));
+            assert_eq!(decide(&job, NOW), RecoveryDecision::Cancel);
+            let after = RecoveryDecision::Cancel.apply(&job).unwrap();
+            assert_eq!(after.state, JobState::Cancelled);
+        }
+    }
+
+    #[test]
+    fn exhausted_job_ends_cancelled_with_its_reason() {
+        let job = lease(JobState::Running, 3, Some(NOW - 1));
+        let decision = decide(&job, NOW);
+        assert_eq!(
+            decision.inputs(job.state),
+            [JobInput::LeaseExpired, JobInput::Exhaust]
+        );
+        assert_eq!(decision.apply(&job).unwrap().state, JobState::Cancelled);
+        assert_eq!(decision.code(), "DISPATCH_ATTEMPTS_EXHAUSTED");
+        assert!(decision.reason().contains("3 dispatch attempts"));
+    }
+
+    #[test]
+    fn queued_and_terminal_jobs_are_never_recovered() {
+        for state in [
+            JobState::Queued,
+            JobState::Succeeded,
+            JobState::Failed,
+            JobState::Cancelled,
+        ] {
+            for expiry in [None, Some(NOW - 1), Some(NOW + 1)] {
+                assert_eq!(
+                    decide(&lease(state, 2, expiry), NOW),
+                    RecoveryDecision::Nothing
+                );
+            }
+            assert_eq!(next_check_at_ms(&lease(state, 2, Some(NOW))), None);
+        }
+    }
+
+    #[test]
+    fn claim_without_a_lease_counts_as_expired() {
+        let job = lease(JobState::Claimed, 1, None);
+        assert_eq!(
+            decide(&job, NOW),
+            RecoveryDecision::Requeue { next_attempt: 2 }
+        );
+        assert_eq!(next_check_at_ms(&job), Some(i64::MIN));
+    }
+
+    #[test]
+    fn alarm_time_is_the_lease_expiry() {
+        let job = lease(JobState::Running, 1, Some(NOW + 30_000));
+        assert_eq!(next_check_at_ms(&job), Some(NOW + 30_000));
+        assert_eq!(decide(&job, NOW + 29_999), RecoveryDecision::Nothing);
+        assert_ne!(decide(&job, NOW + 30_000), RecoveryDecision::Nothing);
+    }
+
+    #[test]
+    fn only_jobs_that_held_a_claim_mark_a_runner_lost() {
+        let running = lease(JobState::Running, 1, Some(NOW - 1));
+        assert_eq!(
+            decide(&running, NOW).inputs(running.state),
+            [JobInput::LeaseExpired, JobInput::Requeue]
+        );
+        let lost = lease(JobState::Lost, 1, None);
+        assert_eq!(decide(&lost, NOW).inputs(lost.state), [JobInput::Requeue]);
+    }
+
+    #[test]
+    fn deciding_again_after_applying_does_nothing() {
+        check(500, |rng| {
+            let job = random_lease(rng);
+            let decision = decide(&job, NOW);
+            let after = decision
+                .apply(&job)
+                .expect("decide only returns decisions legal from the job's state");
+            assert_eq!(decide(&after, NOW), RecoveryDecision::Nothing, "{job:?}");
+            if decision == RecoveryDecision::Nothing {
+                assert_eq!(after, job);
+            } else {
+                // A recovered job holds no lease, so no later sweep touches it again.
+                assert_eq!(decide(&after, i64::MAX), RecoveryDecision::Nothing);
+            }
+        });
+    }
+
+    #[test]
+    fn never_requeues_past_the_attempt_budget() {
+        check(500, |rng| {
+            let job = random_lease(rng);
+            match decide(&job, NOW) {
+                RecoveryDecision::Requeue { next_attempt } => {
+                    assert!(next_attempt <= MAX_DISPATCH_ATTEMPTS);
+                    assert_eq!(next_attempt, job.dispatch_attempt + 1);
+                    assert_ne!(job.state, JobState::CancelRequested);
+                }
+                RecoveryDecision::Exhausted { attempts } => {
+                    assert!(attempts >= MAX_DISPATCH_ATTEMPTS)
+                }
+                RecoveryDecision::Cancel => assert_eq!(job.state, JobState::CancelRequested),
+                RecoveryDecision::Nothing => {}
+            }
+        });
+    }
+
+    #[test]
+    fn a_job_that_never_heartbeats_is_dispatched_at_most_three_times() {
+        check(100, |rng| {
+            let mut job = lease(JobState::Queued, 0, None);
+            let mut now = NOW;
+            let mut dispatches = 0;
+            for _ in 0..20 {
+                if job.state == JobState::Queued {
+                    job.state = job.state.transition(JobInput::Claim).unwrap();
+                    job.dispatch_attempt += 1;
+                    job.lease_expires_at_ms = Some(now + 60_000);
+                    dispatches += 1;
+                }
+                // Recovery runs at arbitrary times, sometimes twice in a row.
+                now += rng.below(120_000) as i64;
+                for _ in 0..=rng.below(2) {
+                    job = decide(&job, now).apply(&job).unwrap();
+                }
+                if job.state.is_terminal() {
+                    break;
+                }
+            }
+            assert_eq!(job.state, JobState::Cancelled);
+            assert_eq!(dispatches, MAX_DISPATCH_ATTEMPTS);
+        });
+    }
+
+    #[test]
+    fn a_completed_job_is_left_alone_whatever_its_old_lease_says() {
+        let job = lease(JobState::Running, 1, Some(NOW - 1));
+        let done = job
+            .state
+            .transition(JobInput::Complete(CompletionStatus::Succeeded))
+            .unwrap();
+        assert_eq!(
+            decide(&lease(done, 1, Some(NOW - 1)), NOW),
+            RecoveryDecision::Nothing
+        );
+    }
+}

@@ -1,1 +1,948 @@
-//! TODO
+//! Job and runner lifecycles as pure transition functions.
+//!
+//! The job machine follows the seed's diagram:
+//!
+//! ```text
+//! queued → claimed → running → succeeded | failed
+//!    │         │          │
+//!    └─────────┴──────────┴→ cancel_requested → cancelled
+//!              │
+//!              └→ lost → queued (bounded retry) | cancelled
+//! ```
+//!
+//! with the edges the diagram leaves implicit made explicit in [`JobState::transition`]:
+//!
+//! - **Queued and lost jobs cancel at once**; claimed, running and cancel-requested ones only
+//!   *request* it, because a worker is holding them and learns of the request on heartbeat.
+//! - **A completion may arrive while the job is still `claimed`.** The first heartbeat marks the
+//!   start, but a job that finishes inside its first lease has no reason to heartbeat; refusing
+//!   its completion would throw away paid work and make recovery run it again.
+//! - **A completion during `cancel_requested` wins with the status it reports.** Cancellation is
+//!   a request the worker sees only on its next heartbeat, so a worker can finish before it can
+//!   possibly know. Its result is real, its evidence and costs are attached either way, and
+//!   overwriting `succeeded` with `cancelled` would make the record lie about what ran. The
+//!   terminal race is decided once, by whichever terminal event the job object applies first:
+//!   the completion (with its own status; `cancelled` when the worker stopped on request), or
+//!   the lease expiring, which ends the job `cancelled`.
+//! - **A lease lost while cancellation is pending ends `cancelled`**, never `lost`: nobody
+//!   requeues a job that someone asked to stop.
+//! - **Only the control plane cancels.** A worker that reports `cancelled` for a job nobody asked
+//!   to cancel is refused; its lease then lapses and recovery hands the work to another runner.
+//! - Repeating a cancellation is idempotent (`cancel_requested` and `cancelled` stay put), so a
+//!   retried `POST …/cancel` is not an error. Everything else that would leave a terminal state
+//!   is refused: duplicate and conflicting completions are the reconciliation module's business,
+//!   not a state change.
+//!
+//! Runner lifecycle: `pending_approval → active ⇄ draining`, `active → lost → active`, and
+//! `revoked` from anywhere, permanently. See [`RunnerState::transition`].
+
+use std::fmt;
+
+/// Where a job is. Stored as [`JobState::as_str`]; the schema's CHECK constraint lists the same
+/// names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobState {
+    Queued,
+    Claimed,
+    Running,
+    CancelRequested,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Lost,
+}
+
+/// The terminal status a worker reports in its completion (`status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CompletionStatus {
+    Succeeded,
+    Failed,
+    /// The worker stopped at a safe boundary because cancellation was requested.
+    Cancelled,
+}
+
+/// Something that happens to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobInput {
+    /// A runner's claim was granted.
+    Claim,
+    /// The active claim's worker heartbeated; the first one marks execution start.
+    Heartbeat,
+    /// The active claim's worker completed with this status.
+    Complete(CompletionStatus),
+    /// Someone with `runs:write` asked to cancel.
+    Cancel,
+    /// The active claim's lease passed its expiry without a heartbeat.
+    LeaseExpired,
+    /// Recovery put a lost job back in the queue (attempt budget left).
+    Requeue,
+    /// Recovery gave up on a lost job (attempt budget spent).
+    Exhaust,
+}
+
+/// A runner's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RunnerState {
+    /// Registered (or self-registered) and waiting for an administrator: nothing runs before
+    /// approval.
+    PendingApproval,
+    Active,
+    /// Finishes what it holds, takes nothing new.
+    Draining,
+    /// A lease of one of its claims expired: presumed dead until it proves otherwise.
+    Lost,
+    /// Permanent. A replacement registers as a new identity.
+    Revoked,
+}
+
+/// Something that happens to a runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunnerInput {
+    /// An administrator approved a pending registration.
+    Approve,
+    /// An administrator returned a draining or lost runner to service.
+    Activate,
+    /// An administrator stopped new work going to the runner.
+    Drain,
+    /// An administrator revoked the identity.
+    Revoke,
+    /// Recovery found an expired lease on one of the runner's claims.
+    LeaseLost,
+    /// The runner completed a fresh session exchange (bootstrap token or key-pair challenge).
+    SessionProven,
+}
+
+/// Why a state name or a transition was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateError {
+    UnknownJobState(String),
+    UnknownRunnerState(String),
+    /// An admin `status` that names no runner command.
+    UnknownRunnerCommand(String),
+    IllegalJobTransition {
+        from: JobState,
+        input: JobInput,
+    },
+    IllegalRunnerTransition {
+        from: RunnerState,
+        input: RunnerInput,
+    },
+}
+
+impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Queued,
+        JobState::Claimed,
+        JobState::Running,
+        JobState::CancelRequested,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Lost,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Claimed => "claimed",
+            JobState::Running => "running",
+            JobState::CancelRequested => "cancel_requested",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Lost => "lost",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<JobState, StateError> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| StateError::UnknownJobState(s.to_owned()))
+    }
+
+    /// No input moves the job on any more (a repeated cancel is the only accepted no-op).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    /// A runner holds an active claim on the job: it counts against that runner's capacity, its
+    /// lease is watched, and only that claim's attempt may heartbeat, stream or complete.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            JobState::Claimed | JobState::Running | JobState::CancelRequested
+        )
+    }
+
+    /// The job machine. `Ok(self)` is a legal no-op (nothing to write); see the module docs for
+    /// the edges the diagram leaves implicit.
+    pub fn transition(self, input: JobInput) -> Result<JobState, StateError> {
+        use JobInput as I;
+        use JobState as S;
+        let next = match (self, input) {
+            (S::Queued, I::Claim) => S::Claimed,
+            (S::Queued, I::Cancel) => S::Cancelled,
+
+            (S::Claimed | S::Running, I::Heartbeat) => S::Running,
+            (S::Claimed | S::Running, I::Complete(CompletionStatus::Succeeded)) => S::Succeeded,
+            (S::Claimed | S::Running, I::Complete(CompletionStatus::Failed)) => S::Failed,
+            (S::Claimed | S::Running, I::Cancel) => S::CancelRequested,
+            (S::Claimed | S::Running, I::LeaseExpired) => S::Lost,
+
+            // The worker keeps heartbeating until it reaches a safe boundary; each heartbeat
+            // tells it `cancelRequested: true`.
+            (S::CancelRequested, I::Heartbeat | I::Cancel) => S::CancelRequested,
+            (S::CancelRequested, I::Complete(status)) => status.job_state(),
+            (S::CancelRequested, I::LeaseExpired) => S::Cancelled,
+
+            (S::Lost, I::Requeue) => S::Queued,
+            (S::Lost, I::Exhaust | I::Cancel) => S::Cancelled,
+
+            (S::Cancelled, I::Cancel) => S::Cancelled,
+
+            _ => return Err(StateError::IllegalJobTransition { from: self, input }),
+        };
+        Ok(next)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl CompletionStatus {
+    pub const ALL: [CompletionStatus; 3] = [
+        CompletionStatus::Succeeded,
+        CompletionStatus::Failed,
+        CompletionStatus::Cancelled,
+    ];
+
+    /// The wire name, as the completion's `status` carries it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompletionStatus::Succeeded => "succeeded",
+            CompletionStatus::Failed => "failed",
+            CompletionStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// `None` for anything but the three wire names; the completion parser owns the error.
+    pub fn parse(s: &str) -> Option<CompletionStatus> {
+        CompletionStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+    }
+
+    /// The terminal job state this status finalizes to.
+    pub fn job_state(self) -> JobState {
+        match self {
+            CompletionStatus::Succeeded => JobState::Succeeded,
+            CompletionStatus::Failed => JobState::Failed,
+            CompletionStatus::Cancelled => JobState::Cancelled,
+        }
+    }
+}
+
+impl fmt::Display for CompletionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl JobInput {
+    /// Every input, each completion status separately: the columns of the transition table.
+    pub const ALL: [JobInput; 9] = [
+        JobInput::Claim,
+        JobInput::Heartbeat,
+        JobInput::Complete(CompletionStatus::Succeeded),
+        JobInput::Complete(CompletionStatus::Failed),
+        JobInput::Complete(CompletionStatus::Cancelled),
+        JobInput::Cancel,
+        JobInput::LeaseExpired,
+        JobInput::Requeue,
+        JobInput::Exhaust,
+    ];
+
+    /// A stable name for events and error messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobInput::Claim => "claim",
+            JobInput::Heartbeat => "heartbeat",
+            JobInput::Complete(CompletionStatus::Succeeded) => "complete_succeeded",
+            JobInput::Complete(CompletionStatus::Failed) => "complete_failed",
+            JobInput::Complete(CompletionStatus::Cancelled) => "complete_cancelled",
+            JobInput::Cancel => "cancel",
+            JobInput::LeaseExpired => "lease_expired",
+            JobInput::Requeue => "requeue",
+            JobInput::Exhaust => "exhaust",
+        }
+    }
+}
+
+impl fmt::Display for JobInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl RunnerState {
+    pub const ALL: [RunnerState; 5] = [
+        RunnerState::PendingApproval,
+        RunnerState::Active,
+        RunnerState::Draining,
+        RunnerState::Lost,
+        RunnerState::Revoked,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerState::PendingApproval => "pending_approval",
+            RunnerState::Active => "active",
+            RunnerState::Draining => "draining",
+            RunnerState::Lost => "lost",
+            RunnerState::Revoked => "revoked",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<RunnerState, StateError> {
+        RunnerState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| StateError::UnknownRunnerState(s.to_owned()))
+    }
+
+    /// Only an active runner is offered new work. Capacity is the runner object's own check.
+    pub fn can_claim(self) -> bool {
+        self == RunnerState::Active
+    }
+
+    /// Whether the runner may obtain a session at all. Draining and lost runners still need
+    /// credentials to heartbeat and complete what they hold; pending and revoked ones get none.
+    pub fn can_authenticate(self) -> bool {
+        self.transition(RunnerInput::SessionProven).is_ok()
+    }
+
+    /// The runner machine. `Ok(self)` is a legal no-op.
+    ///
+    /// - A pending runner can only be approved or revoked: no session, no work, before a person
+    ///   has looked at it.
+    /// - A lost runner returns to `active` when it proves it is alive with a fresh session
+    ///   exchange. Heartbeats on surviving claims do not count: they prove a claim is alive, and
+    ///   the runner was marked lost because one of its claims was not. (The edge can make the
+    ///   SDK re-exchange at once by retiring the runner's credential generation when it is
+    ///   marked lost: its next call gets a 401, and the SDK exchanges a new session.)
+    /// - Draining is an operator's decision and survives lease loss and new sessions; only
+    ///   `Activate` ends it. Otherwise a drained runner that hiccupped would come back into
+    ///   service by itself.
+    /// - Revoked is permanent: every input but a repeated `Revoke` is refused.
+    pub fn transition(self, input: RunnerInput) -> Result<RunnerState, StateError> {
+        use RunnerInput as I;
+        use RunnerState as S;
+        let next = match (self, input) {
+            (S::PendingApproval, I::Approve) => S::Active,
+            (S::Active | S::Draining | S::Lost, I::Activate) => S::Active,
+            (S::Active | S::Draining | S::Lost, I::Drain) => S::Draining,
+            (_, I::Revoke) => S::Revoked,
+            (S::Active | S::Lost, I::LeaseLost) => S::Lost,
+            (S::Draining, I::LeaseLost) => S::Draining,
+            (S::Active | S::Lost, I::SessionProven) => S::Active,
+            (S::Draining, I::SessionProven) => S::Draining,
+            _ => return Err(StateError::IllegalRunnerTransition { from: self, input }),
+        };
+        Ok(next)
+    }
+}
+
+impl fmt::Display for RunnerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl RunnerInput {
+    pub const ALL: [RunnerInput; 6] = [
+        RunnerInput::Approve,
+        RunnerInput::Activate,
+        RunnerInput::Drain,
+        RunnerInput::Revoke,
+        RunnerInput::LeaseLost,
+        RunnerInput::SessionProven,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerInput::Approve => "approve",
+            RunnerInput::Activate => "activate",
+            RunnerInput::Drain => "drain",
+            RunnerInput::Revoke => "revoke",
+            RunnerInput::LeaseLost => "lease_lost",
+            RunnerInput::SessionProven => "session_proven",
+        }
+    }
+
+    /// The `status` of `PATCH /api/remote-runners/{id}`: the command verb (`approve`,
+    /// `activate`, `drain`, `revoke`) or the state it leads to (`approved`, `active`,
+    /// `draining`, `revoked`). Lease loss and sessions are never an administrator's to assert.
+    pub fn from_admin_status(status: &str) -> Result<RunnerInput, StateError> {
+        match status {
+            "approve" | "approved" => Ok(RunnerInput::Approve),
+            "activate" | "active" => Ok(RunnerInput::Activate),
+            "drain" | "draining" => Ok(RunnerInput::Drain),
+            "revoke" | "revoked" => Ok(RunnerInput::Revoke),
+            _ => Err(StateError::UnknownRunnerCommand(status.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for RunnerInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl StateError {
+    /// The stable machine code of `{"error": {"code", …}}`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StateError::UnknownJobState(_) => "UNKNOWN_JOB_STATE",
+            StateError::UnknownRunnerState(_) => "UNKNOWN_RUNNER_STATE",
+            StateError::UnknownRunnerCommand(_) => "INVALID_RUNNER_STATUS",
+            StateError::IllegalJobTransition { .. } => "ILLEGAL_JOB_TRANSITION",
+            StateError::IllegalRunnerTransition { .. } => "ILLEGAL_RUNNER_TRANSITION",
+        }
+    }
+
+    /// State names reach this crate from requests (stored ones are pinned by CHECK
+    /// constraints), so an unknown name is the caller's mistake; an illegal move conflicts
+    /// with the current state.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            StateError::UnknownJobState(_)
+            | StateError::UnknownRunnerState(_)
+            | StateError::UnknownRunnerCommand(_) => 422,
+            StateError::IllegalJobTransition { .. }
+            | StateError::IllegalRunnerTransition { .. } => 409,
+        }
+    }
+}
+
+impl fmt::Display for StateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StateError::UnknownJobState(s) => write!(f, "{s:?} is not a job state"),
+            StateError::UnknownRunnerState(s) => write!(f, "{s:?} is not a runner state"),
+            StateError::UnknownRunnerCommand(s) => write!(
+                f,
+                "{s:?} is not a runner status; expected approve, activate, drain or revoke"
+            ),
+            StateError::IllegalJobTransition { from, input } => {
+                write!(f, "a {from} job cannot take {input}")
+            }
+            StateError::IllegalRunnerTransition { from, input } => {
+                write!(f, "a {from} runner cannot take {input}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+    use crate::testkit::check;
+
+    use CompletionStatus as CS;
+    use JobInput as I;
+    use JobState as S;
+
+    /// The whole job table, one row per state, one column per [`JobInput::ALL`] entry
+    /// (claim, heartbeat, complete ok/failed/cancelled, cancel, lease_expired, requeue,
+    /// exhaust). `None` is a refused move. Changing a cell here is changing the protocol.
+    const JOB_TABLE: [(JobState, [Option<JobState>; 9]); 8] = [
+        (
+            S::Queued,
+            [
+                Some(S::Claimed),
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                None,
+                None,
+                None,
+            ],
+        ),
+        (
+            S::Claimed,
+            [
+                None,
+                Some(S::Running),
+                Some(S::Succeeded),
+                Some(S::Failed),
+                None,
+                Some(S::CancelRequested),
+                Some(S::Lost),
+                None,
+                None,
+            ],
+        ),
+        (
+            S::Running,
+            [
+                None,
+                Some(S::Running),
+                Some(S::Succeeded),
+                Some(S::Failed),
+                None,
+                Some(S::CancelRequested),
+                Some(S::Lost),
+                None,
+                None,
+            ],
+        ),
+        (
+            S::CancelRequested,
+            [
+                None,
+                Some(S::CancelRequested),
+                Some(S::Succeeded),
+                Some(S::Failed),
+                Some(S::Cancelled),
+                Some(S::CancelRequested),
+                Some(S::Cancelled),
+                None,
+                None,
+            ],
+        ),
+        (S::Succeeded, [None; 9]),
+        (S::Failed, [None; 9]),
+        (
+            S::Cancelled,
+            [
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                None,
+                None,
+                None,
+            ],
+        ),
+        (
+            S::Lost,
+            [
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(S::Cancelled),
+                None,
+                Some(S::Queued),
+                Some(S::Cancelled),
+            ],
+        ),
+    ];
+
+    /// Rows: [`RunnerState::ALL`]; columns: [`RunnerInput::ALL`] (approve, activate, drain,
+    /// revoke, lease_lost, session_proven).
+    const RUNNER_TABLE: [(RunnerState, [Option<RunnerState>; 6]); 5] = {
+        use RunnerState as R;
+        [
+            (
+                R::PendingApproval,
+                [Some(R::Active), None, None, Some(R::Revoked), None, None],
+            ),
+            (
+                R::Active,
+                [
+                    None,
+                    Some(R::Active),
+                    Some(R::Draining),
+                    Some(R::Revoked),
+                    Some(R::Lost),
+                    Some(R::Active),
+                ],
+            ),
+            (
+                R::Draining,
+                [
+                    None,
+                    Some(R::Active),
+                    Some(R::Draining),
+                    Some(R::Revoked),
+                    Some(R::Draining),
+                    Some(R::Draining),
+                ],
+            ),
+            (
+                R::Lost,
+                [
+                    None,
+                    Some(R::Active),
+                    Some(R::Draining),
+                    Some(R::Revoked),
+                    Some(R::Lost),
+                    Some(R::Active),
+                ],
+            ),
+            (R::Revoked, [None, None, None, Some(R::Revoked), None, None]),
+        ]
+    };
+
+    #[test]
+    fn job_table_is_pinned_for_every_state_and_input() {
+        let mut cells = 0;
+        for (row, (state, expected)) in JOB_TABLE.iter().enumerate() {
+            assert_eq!(*state, JobState::ALL[row], "rows follow JobState::ALL");
+            for (input, want) in JobInput::ALL.iter().zip(expected) {
+                let got = state.transition(*input);
+                match want {
+                    Some(next) => assert_eq!(got, Ok(*next), "{state} + {input}"),
+                    None => assert_eq!(
+                        got,
+                        Err(StateError::IllegalJobTransition {
+                            from: *state,
+                            input: *input
+                        }),
+                        "{state} + {input}"
+                    ),
+                }
+                cells += 1;
+            }
+        }
+        assert_eq!(cells, JobState::ALL.len() * JobInput::ALL.len());
+    }
+
+    #[test]
+    fn runner_table_is_pinned_for_every_state_and_input() {
+        let mut cells = 0;
+        for (row, (state, expected)) in RUNNER_TABLE.iter().enumerate() {
+            assert_eq!(
+                *state,
+                RunnerState::ALL[row],
+                "rows follow RunnerState::ALL"
+            );
+            for (input, want) in RunnerInput::ALL.iter().zip(expected) {
+                let got = state.transition(*input);
+                match want {
+                    Some(next) => assert_eq!(got, Ok(*next), "{state} + {input}"),
+                    None => assert_eq!(
+                        got,
+                        Err(StateError::IllegalRunnerTransition {
+                            from: *state,
+                            input: *input
+                        }),
+                        "{state} + {input}"
+                    ),
+                }
+                cells += 1;
+            }
+        }
+        assert_eq!(cells, RunnerState::ALL.len() * RunnerInput::ALL.len());
+    }
+
+    #[test]
+    fn all_lists_are_complete_and_distinct() {
+        // A new variant must be added to ALL (and so to the tables): the match below stops
+        // compiling when a variant appears, and the counts catch a missing ALL entry.
+        fn job_index(s: JobState) -> usize {
+            match s {
+                S::Queued => 0,
+                S::Claimed => 1,
+                S::Running => 2,
+                S::CancelRequested => 3,
+                S::Succeeded => 4,
+                S::Failed => 5,
+                S::Cancelled => 6,
+                S::Lost => 7,
+            }
+        }
+        for (i, s) in JobState::ALL.iter().enumerate() {
+            assert_eq!(job_index(*s), i);
+        }
+        fn runner_index(s: RunnerState) -> usize {
+            match s {
+                RunnerState::PendingApproval => 0,
+                RunnerState::Active => 1,
+                RunnerState::Draining => 2,
+                RunnerState::Lost => 3,
+                RunnerState::Revoked => 4,
+            }
+        }
+        for (i, s) in RunnerState::ALL.iter().enumerate() {
+            assert_eq!(runner_index(*s), i);
+        }
+        let names: std::collections::BTreeSet<_> =
+            JobInput::ALL.iter().map(|i| i.as_str()).collect();
+        assert_eq!(names.len(), JobInput::ALL.len());
+        let names: std::collections::BTreeSet<_> =
+            RunnerInput::ALL.iter().map(|i| i.as_str()).collect();
+        assert_eq!(names.len(), RunnerInput::ALL.len());
+    }
+
+    #[test]
+    fn state_names_round_trip_and_unknown_names_are_refused() {
+        for s in JobState::ALL {
+            assert_eq!(JobState::parse(s.as_str()), Ok(s));
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        for s in RunnerState::ALL {
+            assert_eq!(RunnerState::parse(s.as_str()), Ok(s));
+        }
+        for s in CompletionStatus::ALL {
+            assert_eq!(CompletionStatus::parse(s.as_str()), Some(s));
+        }
+        let err = JobState::parse("Queued").unwrap_err();
+        assert_eq!(err.code(), "UNKNOWN_JOB_STATE");
+        assert_eq!(err.http_status(), 422);
+        assert!(RunnerState::parse("approved").is_err());
+        assert_eq!(CompletionStatus::parse("success"), None);
+    }
+
+    #[test]
+    fn terminal_states_accept_nothing_but_a_repeated_cancel() {
+        for state in JobState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for input in JobInput::ALL {
+                match state.transition(input) {
+                    Ok(next) => {
+                        assert_eq!(
+                            (state, input, next),
+                            (S::Cancelled, I::Cancel, S::Cancelled)
+                        )
+                    }
+                    Err(err) => {
+                        assert_eq!(err.code(), "ILLEGAL_JOB_TRANSITION");
+                        assert_eq!(err.http_status(), 409);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn active_means_holding_a_claim() {
+        let active: Vec<_> = JobState::ALL
+            .into_iter()
+            .filter(|s| s.is_active())
+            .collect();
+        assert_eq!(active, [S::Claimed, S::Running, S::CancelRequested]);
+        // Only active jobs have a worker that can heartbeat, and only they can lose a lease.
+        for s in JobState::ALL {
+            assert_eq!(s.transition(I::Heartbeat).is_ok(), s.is_active(), "{s}");
+            assert_eq!(s.transition(I::LeaseExpired).is_ok(), s.is_active(), "{s}");
+            assert!(!(s.is_active() && s.is_terminal()));
+        }
+    }
+
+    #[test]
+    fn queued_and_lost_jobs_cancel_at_once_held_jobs_only_request_it() {
+        assert_eq!(S::Queued.transition(I::Cancel), Ok(S::Cancelled));
+        assert_eq!(S::Lost.transition(I::Cancel), Ok(S::Cancelled));
+        assert_eq!(S::Claimed.transition(I::Cancel), Ok(S::CancelRequested));
+        assert_eq!(S::Running.transition(I::Cancel), Ok(S::CancelRequested));
+    }
+
+    #[test]
+    fn completion_racing_a_cancel_request_keeps_its_reported_status() {
+        assert_eq!(
+            S::CancelRequested.transition(I::Complete(CS::Succeeded)),
+            Ok(S::Succeeded)
+        );
+        assert_eq!(
+            S::CancelRequested.transition(I::Complete(CS::Failed)),
+            Ok(S::Failed)
+        );
+        assert_eq!(
+            S::CancelRequested.transition(I::Complete(CS::Cancelled)),
+            Ok(S::Cancelled)
+        );
+    }
+
+    #[test]
+    fn lease_lost_after_cancel_request_cancels_instead_of_requeueing() {
+        assert_eq!(
+            S::CancelRequested.transition(I::LeaseExpired),
+            Ok(S::Cancelled)
+        );
+    }
+
+    #[test]
+    fn worker_cannot_cancel_a_job_nobody_asked_to_cancel() {
+        assert!(S::Running.transition(I::Complete(CS::Cancelled)).is_err());
+        assert!(S::Claimed.transition(I::Complete(CS::Cancelled)).is_err());
+    }
+
+    #[test]
+    fn completion_before_the_first_heartbeat_is_accepted() {
+        assert_eq!(
+            S::Claimed.transition(I::Complete(CS::Succeeded)),
+            Ok(S::Succeeded)
+        );
+    }
+
+    #[test]
+    fn a_lost_job_completes_nothing_it_is_requeued_or_cancelled() {
+        assert!(S::Lost.transition(I::Complete(CS::Succeeded)).is_err());
+        assert!(S::Lost.transition(I::Heartbeat).is_err());
+        assert_eq!(S::Lost.transition(I::Requeue), Ok(S::Queued));
+        assert_eq!(S::Lost.transition(I::Exhaust), Ok(S::Cancelled));
+    }
+
+    #[test]
+    fn every_state_is_reachable_from_queued_and_every_path_can_end() {
+        let mut seen = std::collections::BTreeSet::from([S::Queued]);
+        let mut frontier = vec![S::Queued];
+        while let Some(s) = frontier.pop() {
+            for input in JobInput::ALL {
+                if let Ok(next) = s.transition(input) {
+                    if seen.insert(next) {
+                        frontier.push(next);
+                    }
+                }
+            }
+        }
+        assert_eq!(seen.len(), JobState::ALL.len());
+        // From every non-terminal state some sequence of inputs reaches a terminal state.
+        for start in JobState::ALL.into_iter().filter(|s| !s.is_terminal()) {
+            let mut seen = std::collections::BTreeSet::from([start]);
+            let mut frontier = vec![start];
+            while let Some(s) = frontier.pop() {
+                for next in JobInput::ALL
+                    .into_iter()
+                    .filter_map(|i| s.transition(i).ok())
+                {
+                    if seen.insert(next) {
+                        frontier.push(next);
+                    }
+                }
+            }
+            assert!(seen.iter().any(|s| s.is_terminal()), "{start} cannot end");
+        }
+    }
+
+    #[test]
+    fn random_walks_never_leave_a_terminal_state() {
+        check(300, |rng| {
+            let mut state = S::Queued;
+            let mut terminal_at: Option<JobState> = None;
+            for _ in 0..40 {
+                let input = *rng.pick(&JobInput::ALL);
+                if let Ok(next) = state.transition(input) {
+                    if let Some(t) = terminal_at {
+                        assert_eq!(next, t, "left terminal {t} by {input}");
+                    }
+                    state = next;
+                    if state.is_terminal() {
+                        terminal_at.get_or_insert(state);
+                    }
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn only_active_runners_claim() {
+        let claimers: Vec<_> = RunnerState::ALL
+            .into_iter()
+            .filter(|s| s.can_claim())
+            .collect();
+        assert_eq!(claimers, [RunnerState::Active]);
+    }
+
+    #[test]
+    fn pending_and_revoked_runners_get_no_session() {
+        use RunnerState as R;
+        let authenticating: Vec<_> = R::ALL
+            .into_iter()
+            .filter(|s| s.can_authenticate())
+            .collect();
+        assert_eq!(authenticating, [R::Active, R::Draining, R::Lost]);
+    }
+
+    #[test]
+    fn revocation_is_permanent() {
+        use RunnerState as R;
+        check(200, |rng| {
+            let mut state = *rng.pick(&R::ALL);
+            let mut revoked = false;
+            for _ in 0..30 {
+                if let Ok(next) = state.transition(*rng.pick(&RunnerInput::ALL)) {
+                    state = next;
+                }
+                revoked |= state == R::Revoked;
+                if revoked {
+                    assert_eq!(state, R::Revoked);
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn lost_runner_returns_on_a_fresh_session_but_drain_survives_it() {
+        use RunnerInput as RI;
+        use RunnerState as R;
+        assert_eq!(R::Lost.transition(RI::SessionProven), Ok(R::Active));
+        let drained = R::Active.transition(RI::Drain).unwrap();
+        let after = drained
+            .transition(RI::LeaseLost)
+            .and_then(|s| s.transition(RI::SessionProven));
+        assert_eq!(after, Ok(R::Draining));
+    }
+
+    #[test]
+    fn admin_status_names_map_to_commands() {
+        use RunnerInput as RI;
+        for (name, input) in [
+            ("approve", RI::Approve),
+            ("approved", RI::Approve),
+            ("activate", RI::Activate),
+            ("active", RI::Activate),
+            ("drain", RI::Drain),
+            ("draining", RI::Drain),
+            ("revoke", RI::Revoke),
+            ("revoked", RI::Revoke),
+        ] {
+            assert_eq!(RunnerInput::from_admin_status(name), Ok(input));
+        }
+        for name in [
+            "lost",
+            "lease_lost",
+            "session_proven",
+            "pending_approval",
+            "",
+            "Drain",
+        ] {
+            let err = RunnerInput::from_admin_status(name).unwrap_err();
+            assert_eq!(err.code(), "INVALID_RUNNER_STATUS");
+            assert_eq!(err.http_status(), 422);
+        }
+    }
+
+    #[test]
+    fn illegal_transition_messages_name_state_and_input() {
+        let err = S::Succeeded.transition(I::Cancel).unwrap_err();
+        assert_eq!(err.to_string(), "a succeeded job cannot take cancel");
+        let err = RunnerState::Revoked
+            .transition(RunnerInput::SessionProven)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "a revoked runner cannot take session_proven"
+        );
+        assert_eq!(err.code(), "ILLEGAL_RUNNER_TRANSITION");
+    }
+}

@@ -39,8 +39,26 @@ impl Rng {
     /// the code points that JSON encoders most often get wrong.
     pub(crate) fn string(&mut self, max_len: u64) -> String {
         const SPECIAL: &[char] = &[
-            '"', '\\', '/', '\n', '\r', '\t', '\u{8}', '\u{c}', '\u{0}', '\u{1f}', '\u{7f}',
-            '\u{80}', '\u{2028}', '\u{2029}', '\u{feff}', 'é', 'ß', '中', '😀', '\u{10ffff}',
+            '"',
+            '\\',
+            '/',
+            '\n',
+            '\r',
+            '\t',
+            '\u{8}',
+            '\u{c}',
+            '\u{0}',
+            '\u{1f}',
+            '\u{7f}',
+            '\u{80}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{feff}',
+            'é',
+            'ß',
+            '中',
+            '😀',
+            '\u{10ffff}',
         ];
         let len = self.below(max_len + 1);
         (0..len)

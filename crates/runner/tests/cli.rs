@@ -1,0 +1,64 @@
+//! The `edgerunner` binary as a process: exit statuses and messages.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn edgerunner(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgerunner starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(stdin.as_bytes())
+        .expect("stdin accepts the document");
+    child.wait_with_output().expect("edgerunner exits")
+}
+
+#[test]
+fn hash_prints_h_and_a_newline() {
+    let output = edgerunner(&["hash"], "{\"a\": 1.0}");
+    assert!(output.status.success());
+    // hash_remote_runner_payload({"a": 1.0}) from evalgate-sdk 3.15.0.
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "c29a44abc114a1d75486434c013102c9e736f526b4fd19658d9492b7b224de6d\n"
+    );
+}
+
+#[test]
+fn stable_json_prints_the_canonical_text() {
+    let output = edgerunner(&["stable-json"], "{\"b\": [1e+16], \"a\": \"\\u2028\"}\n");
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "{\"a\":\"\u{2028}\",\"b\":[1e+16]}\n"
+    );
+}
+
+#[test]
+fn invalid_json_exits_1_with_a_message() {
+    let output = edgerunner(&["hash"], "{\"a\": }");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty());
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.starts_with("edgerunner hash: invalid JSON: "),
+        "{message}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let output = edgerunner(&["frobnicate"], "");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("usage: edgerunner"));
+    let help = edgerunner(&["help"], "");
+    assert!(help.status.success());
+    assert!(String::from_utf8_lossy(&help.stdout).contains("stable-json"));
+}

@@ -1,0 +1,138 @@
+# Shared setup for the project's scripts. Sourced, never run.
+#
+# Everything the scripts install lands inside the checkout (ignored by git): cargo tools in
+# .tools/, npm packages in node_modules/, the Python venv in .venv/, caches in .cache/. Each
+# install is skipped when the pinned version is already there, so a second run is fast.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+export PATH="$ROOT/.tools/bin:$ROOT/node_modules/.bin:$PATH"
+# worker-build and wrangler keep caches and logs under XDG dirs: keep them in the project.
+export XDG_CACHE_HOME="$ROOT/.cache"
+export XDG_CONFIG_HOME="$ROOT/.cache/config"
+# No telemetry, no request metadata lookups: the only network we need is the registries.
+export WRANGLER_SEND_METRICS=false
+export CLOUDFLARE_CF_FETCH_ENABLED=false
+export WRANGLER_LOG_PATH="$ROOT/.cache/wrangler-logs"
+
+WORKER_BUILD_VERSION=0.8.7
+PYTHON_SDK_REQUIREMENTS="$ROOT/tests/interop/requirements.txt"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# The wasm-bindgen CLI must be exactly the version of the library in Cargo.lock.
+wasm_bindgen_version() {
+  awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"
+}
+
+ensure_rust_target() {
+  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    log "adding rustup target wasm32-unknown-unknown"
+    rustup target add wasm32-unknown-unknown
+  fi
+}
+
+ensure_cargo_tools() {
+  local want have
+  if [ "$(worker-build --version 2>/dev/null || true)" != "$WORKER_BUILD_VERSION" ]; then
+    log "installing worker-build $WORKER_BUILD_VERSION into .tools (takes a few minutes once)"
+    cargo install --quiet --root "$ROOT/.tools" worker-build --version "$WORKER_BUILD_VERSION" --locked
+  fi
+  want="$(wasm_bindgen_version)"
+  [ -n "$want" ] || die "no wasm-bindgen in Cargo.lock"
+  have="$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)"
+  if [ "$have" != "$want" ]; then
+    log "installing wasm-bindgen-cli $want into .tools (Cargo.lock pins wasm-bindgen $want)"
+    # Not --locked: the CLI's own lockfile pins crates the registry index no longer has.
+    cargo install --quiet --root "$ROOT/.tools" wasm-bindgen-cli --version "$want" \
+      || die "could not install wasm-bindgen-cli $want; run: cargo install --root .tools wasm-bindgen-cli --version $want"
+  fi
+}
+
+ensure_node_modules() {
+  local stamp="$ROOT/node_modules/.edgerunner-lock"
+  if [ ! -f "$stamp" ] || ! cmp -s "$ROOT/package-lock.json" "$stamp"; then
+    log "npm ci (wrangler, workerd, binaryen)"
+    npm ci --no-audit --no-fund --loglevel=error
+    cp "$ROOT/package-lock.json" "$stamp"
+  fi
+}
+
+ensure_venv() {
+  local stamp="$ROOT/.venv/.edgerunner-requirements"
+  if [ ! -x "$ROOT/.venv/bin/python" ]; then
+    log "creating Python venv in .venv"
+    python3 -m venv "$ROOT/.venv"
+  fi
+  if [ ! -f "$stamp" ] || ! cmp -s "$PYTHON_SDK_REQUIREMENTS" "$stamp"; then
+    log "installing the pinned EvalGate SDK into .venv"
+    "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$PYTHON_SDK_REQUIREMENTS"
+    cp "$PYTHON_SDK_REQUIREMENTS" "$stamp"
+  fi
+}
+
+# Local secrets for `wrangler dev`: random values, generated once, never committed.
+ensure_dev_vars() {
+  if [ ! -f "$ROOT/.dev.vars" ]; then
+    log "generating .dev.vars with random local secrets"
+    umask 077
+    {
+      echo "REMOTE_RUNNER_SIGNING_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
+      echo "CRON_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
+    } > "$ROOT/.dev.vars"
+  fi
+}
+
+ensure_all() {
+  ensure_rust_target
+  ensure_cargo_tools
+  ensure_node_modules
+}
+
+# A TCP port nothing listens on right now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Starts `wrangler dev` in the background on fresh or given state and waits until /healthz
+# answers. Sets SERVER_PID, SERVER_LOG and BASE_URL. The worker must already be built.
+start_local_server() {
+  local state_dir="$1" port="$2" attempt env_args=()
+  if [ -n "${EDGERUNNER_DEV_VARS:-}" ]; then env_args=(--env-file "$EDGERUNNER_DEV_VARS"); fi
+  SERVER_LOG="$state_dir/wrangler-dev.log"
+  mkdir -p "$state_dir"
+  wrangler d1 migrations apply DB --local --persist-to "$state_dir" </dev/null >"$state_dir/migrations.log" 2>&1 \
+    || { cat "$state_dir/migrations.log" >&2; die "D1 migrations failed"; }
+  # Its own session and process group, so that stopping it also stops workerd.
+  setsid node "$ROOT/node_modules/wrangler/bin/wrangler.js" dev --ip 127.0.0.1 --port "$port" \
+    --persist-to "$state_dir" --test-scheduled --show-interactive-dev-session=false "${env_args[@]}" \
+    </dev/null >"$SERVER_LOG" 2>&1 &
+  SERVER_PID=$!
+  BASE_URL="http://127.0.0.1:$port"
+  # Bounded wait: 120 polls of up to 1 s each.
+  for attempt in $(seq 1 120); do
+    if curl -fsS --max-time 1 "$BASE_URL/healthz" >/dev/null 2>&1; then
+      return 0
+    fi
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      cat "$SERVER_LOG" >&2
+      die "wrangler dev exited before it served"
+    fi
+    sleep 1
+  done
+  cat "$SERVER_LOG" >&2
+  die "wrangler dev did not answer /healthz within 120 s"
+}
+
+stop_local_server() {
+  if [ -n "${SERVER_PID:-}" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$SERVER_PID" 2>/dev/null || true
+  fi
+  SERVER_PID=
+}

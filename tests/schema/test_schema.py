@@ -1,0 +1,1740 @@
+"""The D1 schema's invariants, proved against SQLite.
+
+Run from the repository root:
+
+    python3 -m unittest discover -s tests/schema -v
+
+Every `migrations/*.sql` is applied in order to an in-memory SQLite database with foreign keys
+on (D1 enforces them by default). Each invariant is shown twice: the legal write succeeds and
+the violating write raises `sqlite3.IntegrityError`. A "batch" here is what D1's `batch()` is,
+one transaction: BEGIN, the statements in order, COMMIT, or ROLLBACK on the first failure.
+
+Only the standard library is used.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIGRATIONS = sorted(glob.glob(os.path.join(ROOT, "migrations", "*.sql")))
+
+NOW = 1_780_000_000_000  # Unix ms; fixed so that every test is deterministic.
+LEASE_MS = 60_000
+HOLDING = ("claimed", "running", "cancel_requested")
+ENVIRONMENTS = ("dev", "staging", "prod")
+
+
+def stable_json(value):
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def H(value):
+    """The protocol hash: SHA-256 hex of the stable JSON rendering."""
+    return hashlib.sha256(stable_json(value).encode()).hexdigest()
+
+
+def sha(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def open_database():
+    conn = sqlite3.connect(":memory:", isolation_level=None)  # autocommit; batches BEGIN explicitly
+    conn.execute("PRAGMA foreign_keys = ON")
+    for path in MIGRATIONS:
+        with open(path, encoding="utf-8") as f:
+            conn.executescript(f.read())
+    return conn
+
+
+def batch(conn, statements):
+    """Run statements as one transaction, like D1's batch(): all or nothing."""
+    conn.execute("BEGIN")
+    try:
+        for sql, params in statements:
+            conn.execute(sql, params)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+class World:
+    """Builds valid rows with the statements the service will use; tests override fields."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.counter = 0
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def uid(self, prefix):
+        self.counter += 1
+        return f"{prefix}_{self.counter:04d}"
+
+    def insert(self, table, row):
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", list(row.values()))
+
+    def one(self, sql, *params):
+        return self.conn.execute(sql, params).fetchone()
+
+    def job_row(self, job_id):
+        return self.one(
+            "SELECT state, dispatch_attempt, active_claim_id, lease_expires_at, updated_at"
+            " FROM jobs WHERE id = ?",
+            job_id,
+        )
+
+    def active_claims(self, runner_id):
+        return self.one("SELECT active_claims FROM runners WHERE id = ?", runner_id)[0]
+
+    # -- tenancy ------------------------------------------------------------------------------
+
+    def org(self, **overrides):
+        row = {"id": self.uid("org"), "name": "Acme", "created_at": NOW}
+        row.update(overrides)
+        self.insert("organizations", row)
+        return row["id"]
+
+    def api_key(self, org, **overrides):
+        secret = self.uid("erk_live_secret")
+        row = {
+            "id": self.uid("key"),
+            "organization_id": org,
+            "name": "ci",
+            "key_prefix": secret[:8],
+            "key_hash": sha(secret),
+            "role": "admin",
+            "scopes": '["runs:read","runs:write","admin:org"]',
+            "created_at": NOW,
+        }
+        row.update(overrides)
+        self.insert("api_keys", row)
+        return row["id"]
+
+    # -- runners ------------------------------------------------------------------------------
+
+    CAPABILITIES = {
+        "protocolVersion": "1",
+        "executionKinds": ["agent", "scorer"],
+        "runtimes": ["python3.12"],
+        "maxConcurrentJobs": 2,
+    }
+
+    def runner(self, org, **overrides):
+        """A bootstrap (admin-registered) runner, active."""
+        runner_id = self.uid("run")
+        row = {
+            "id": runner_id,
+            "organization_id": org,
+            "identity_model": "bootstrap",
+            "name": "gpu-box",
+            "runner_key": runner_id + "-key",
+            "bootstrap_token_hash": sha("bootstrap-token-" + runner_id),
+            "state": "active",
+            "capabilities": stable_json(self.CAPABILITIES),
+            "capabilities_hash": H(self.CAPABILITIES),
+            "protocol_version": "1",
+            "max_concurrent_jobs": 2,
+            "key_id": "kid-" + runner_id,
+            "registered_at": NOW,
+            "approved_at": NOW,
+            "updated_at": NOW,
+        }
+        row.update(overrides)
+        self.insert("runners", row)
+        return row["id"]
+
+    def keypair_runner(self, org, **overrides):
+        """A self-registered key-pair runner, awaiting approval."""
+        runner_id = self.uid("run")
+        public_key = "ed25519-public-key-" + runner_id
+        row = {
+            "id": runner_id,
+            "organization_id": org,
+            "identity_model": "keypair",
+            "name": "judge-7",
+            "public_key": public_key,
+            "fingerprint": "SHA256:" + sha(public_key),
+            "product": "edgerunner",
+            "version": "0.1.0",
+            "machine": '{"cpus":8}',
+            "address": "203.0.113.7",
+            "state": "pending_approval",
+            "capabilities": stable_json(self.CAPABILITIES),
+            "capabilities_hash": H(self.CAPABILITIES),
+            "protocol_version": "1",
+            "problem_types": '["icpc.batch"]',
+            "external": 0,
+            "registered_at": NOW,
+            "updated_at": NOW,
+        }
+        row.update(overrides)
+        self.insert("runners", row)
+        return row["id"]
+
+    # -- releases -----------------------------------------------------------------------------
+
+    def release(self, org, kind="agent", environments=ENVIRONMENTS, content=None):
+        artifact_id = self.uid("art")
+        self.insert(
+            "release_artifacts",
+            {"id": artifact_id, "organization_id": org, "kind": kind, "name": artifact_id, "created_at": NOW},
+        )
+        content = content if content is not None else {"entrypoint": "main:run", "artifact": artifact_id}
+        self.insert(
+            "release_versions",
+            {
+                "artifact_id": artifact_id,
+                "organization_id": org,
+                "content": stable_json(content),
+                "content_hash": H(content),
+                "created_at": NOW,
+            },
+        )
+        version_id = self.one("SELECT last_insert_rowid()")[0]
+        for environment in environments:
+            self.promote(org, version_id, environment)
+        return {"artifact_id": artifact_id, "version_id": version_id, "content_hash": H(content), "kind": kind}
+
+    def promote(self, org, version_id, environment):
+        self.insert(
+            "release_promotions",
+            {"version_id": version_id, "organization_id": org, "environment": environment, "promoted_at": NOW},
+        )
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def job(self, org, release=None, **overrides):
+        release = release or self.release(org)
+        job_input = {"question": "2+2", "temperature": 1e-07}
+        requirements = {"executionKind": "agent", "runtime": "python3.12"}
+        row = {
+            "id": self.uid("job"),
+            "organization_id": org,
+            "idempotency_key": self.uid("idem"),
+            "intent_hash": H({"input": job_input, "requirements": requirements}),
+            "subject_kind": release["kind"],
+            "subject_artifact_id": release["artifact_id"],
+            "subject_version_id": release["version_id"],
+            "subject_content_hash": release["content_hash"],
+            "subject_environment": "prod",
+            "input": stable_json(job_input),
+            "input_hash": H(job_input),
+            "requirements": stable_json(requirements),
+            "execution_kind": "agent",
+            "runtime": "python3.12",
+            "external": 0,
+            "created_at": NOW,
+            "updated_at": NOW,
+        }
+        row.update(overrides)
+        self.insert("jobs", row)
+        return row["id"]
+
+    def grant_statements(self, job_id, runner_id, attempt=None, claim_id=None, nonce=None, org=None):
+        """The grant batch, in its contractual order: claim, job, runner, event."""
+        org = org or self.one("SELECT organization_id FROM jobs WHERE id = ?", job_id)[0]
+        if attempt is None:
+            attempt = self.one("SELECT dispatch_attempt FROM jobs WHERE id = ?", job_id)[0] + 1
+        claim_id = claim_id or self.uid("clm")
+        nonce = nonce or sha("nonce-" + claim_id)
+        lease = NOW + LEASE_MS
+        return claim_id, [
+            (
+                "INSERT INTO job_claims (id, job_id, organization_id, runner_id, dispatch_attempt, nonce,"
+                " key_id, state, issued_at, expires_at, lease_expires_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, ?)",
+                (claim_id, job_id, org, runner_id, attempt, nonce, "kid-" + runner_id, NOW, NOW + 300_000, lease),
+            ),
+            (
+                "UPDATE jobs SET state = 'claimed', dispatch_attempt = ?, active_claim_id = ?,"
+                " lease_expires_at = ?, updated_at = ?"
+                " WHERE id = ? AND state = 'queued' AND dispatch_attempt = ?",
+                (attempt, claim_id, lease, NOW, job_id, attempt - 1),
+            ),
+            (
+                "UPDATE runners SET active_claims = active_claims + 1, last_seen_at = ?"
+                " WHERE id = ? AND state = 'active'",
+                (NOW, runner_id),
+            ),
+            (
+                "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, at)"
+                " VALUES (?, ?, ?, ?, ?, 'job.claimed', ?, ?)",
+                (org, job_id, runner_id, claim_id, "runner:" + runner_id, attempt, NOW),
+            ),
+        ]
+
+    def grant(self, job_id, runner_id, **kwargs):
+        claim_id, statements = self.grant_statements(job_id, runner_id, **kwargs)
+        batch(self.conn, statements)
+        return claim_id
+
+    def start(self, job_id):
+        """The first heartbeat: claimed → running."""
+        self.conn.execute(
+            "UPDATE jobs SET state = 'running', lease_expires_at = ?, updated_at = ?"
+            " WHERE id = ? AND state = 'claimed'",
+            (NOW + 2 * LEASE_MS, NOW, job_id),
+        )
+
+    def reap(self, job_id, runner_id):
+        """Lease loss: claim lost, job requeued (or lost at the last attempt), capacity released."""
+        state, attempt, claim_id, _, _ = self.job_row(job_id)
+        org = self.one("SELECT organization_id FROM jobs WHERE id = ?", job_id)[0]
+        batch(
+            self.conn,
+            [
+                (
+                    "UPDATE job_claims SET state = 'lost', ended_at = ?, end_reason = 'lease_expired'"
+                    " WHERE id = ? AND state = 'active'",
+                    (NOW, claim_id),
+                ),
+                (
+                    "UPDATE jobs SET state = CASE WHEN dispatch_attempt < 3 THEN 'queued' ELSE 'lost' END,"
+                    " active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?"
+                    " WHERE id = ? AND dispatch_attempt = ? AND state IN ('claimed', 'running', 'cancel_requested')",
+                    (NOW, job_id, attempt),
+                ),
+                ("UPDATE runners SET active_claims = active_claims - 1 WHERE id = ?", (runner_id,)),
+                (
+                    "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, at)"
+                    " VALUES (?, ?, ?, ?, 'system:reaper', 'job.lost', ?, ?)",
+                    (org, job_id, runner_id, claim_id, attempt, NOW),
+                ),
+            ],
+        )
+        return claim_id
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def chunk(self, job_id, claim_id, attempt, sequence, previous_checksum, payload=None, kind="log", **overrides):
+        """A chunk exactly as the SDK's create_remote_runner_stream_chunk builds it."""
+        payload = payload if payload is not None else {"message": f"line {sequence}"}
+        emitted_at = f"2026-05-28T07:00:{sequence % 60:02d}.123456Z"
+        payload_hash = H(payload)
+        checksum = H(
+            {
+                "claimId": claim_id,
+                "dispatchAttempt": attempt,
+                "emittedAt": emitted_at,
+                "jobId": job_id,
+                "kind": kind,
+                "payloadHash": payload_hash,
+                "previousChecksum": previous_checksum,
+                "sequence": sequence,
+            }
+        )
+        org = self.one("SELECT organization_id FROM jobs WHERE id = ?", job_id)[0]
+        row = {
+            "job_id": job_id,
+            "organization_id": org,
+            "claim_id": claim_id,
+            "dispatch_attempt": attempt,
+            "sequence": sequence,
+            "kind": kind,
+            "previous_checksum": previous_checksum,
+            "payload": stable_json(payload),
+            "payload_hash": payload_hash,
+            "checksum": checksum,
+            "emitted_at": emitted_at,
+            "received_at": NOW,
+        }
+        row.update(overrides)
+        return row
+
+    def append(self, row):
+        self.insert("stream_chunks", row)
+        return row["checksum"]
+
+    def stream(self, job_id, claim_id, attempt, count):
+        previous = None
+        for sequence in range(count):
+            previous = self.append(self.chunk(job_id, claim_id, attempt, sequence, previous))
+        return previous
+
+    # -- evidence -----------------------------------------------------------------------------
+
+    def evaluation_run(self, org, **overrides):
+        row = {"id": self.uid("evr"), "organization_id": org, "created_at": NOW}
+        row.update(overrides)
+        self.insert("evaluation_runs", row)
+        return row["id"]
+
+    def test_result(self, org, run, **overrides):
+        row = {
+            "id": self.uid("tr"),
+            "organization_id": org,
+            "evaluation_run_id": run,
+            "name": "case-1",
+            "status": "passed",
+            "score": 1.0,
+            "created_at": NOW,
+        }
+        row.update(overrides)
+        self.insert("test_results", row)
+        return row["id"]
+
+    def cost_record(self, org, run, **overrides):
+        row = {
+            "id": self.uid("cost"),
+            "organization_id": org,
+            "evaluation_run_id": run,
+            "category": "model",
+            "amount_micros": 1250,
+            "created_at": NOW,
+        }
+        row.update(overrides)
+        self.insert("cost_records", row)
+        return row["id"]
+
+    def model_call(self, org, run, **overrides):
+        row = {
+            "id": self.uid("mc"),
+            "organization_id": org,
+            "evaluation_run_id": run,
+            "provider": "openai",
+            "model": "gpt-x",
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "created_at": NOW,
+        }
+        row.update(overrides)
+        self.insert("model_calls", row)
+        return row["id"]
+
+    def trace(self, org, run, **overrides):
+        row = {"id": self.uid("trc"), "organization_id": org, "evaluation_run_id": run, "created_at": NOW}
+        row.update(overrides)
+        self.insert("traces", row)
+        return row["id"]
+
+    # -- completions --------------------------------------------------------------------------
+
+    def completion_row(self, job, claim, runner, attempt, decision="accepted", status="succeeded",
+                       final_stream_checksum=None, evaluation_run_id=None, evidence=(), **overrides):
+        """A completion as the SDK's create_remote_runner_completion builds it; `overrides` set
+        columns of the stored row directly (e.g. a mismatching claim_id)."""
+        job_id, claim_id, runner_id = job, claim, runner
+        org, input_hash = self.one("SELECT organization_id, input_hash FROM jobs WHERE id = ?", job_id)
+        fields = {
+            "jobId": job_id,
+            "claimId": claim_id,
+            "runnerId": runner_id,
+            "organizationId": org,
+            "dispatchAttempt": attempt,
+            "status": status,
+            "inputHash": input_hash,
+            "resultHash": H({"answer": 4}),
+            "finalStreamChecksum": final_stream_checksum,
+            "evidence": {"evaluationRunId": evaluation_run_id, "items": [list(e) for e in evidence]},
+            "completedAt": "2026-05-28T07:01:00.000000Z",
+        }
+        row = {
+            "id": self.uid("cmp"),
+            "job_id": job_id,
+            "organization_id": org,
+            "claim_id": claim_id,
+            "runner_id": runner_id,
+            "dispatch_attempt": attempt,
+            "decision": decision,
+            "rationale": decision,
+            "completion_checksum": H(fields),
+            "status": status,
+            "input_hash": input_hash,
+            "result_hash": fields["resultHash"],
+            "final_stream_checksum": final_stream_checksum,
+            "evaluation_run_id": evaluation_run_id,
+            "evidence": stable_json(fields["evidence"]),
+            "completed_at": fields["completedAt"],
+            "received_at": NOW,
+        }
+        row.update(overrides)
+        return row
+
+    def completion_statements(self, row, evidence=()):
+        """The completion batch, in its contractual order (accepted decisions)."""
+        job_id, claim_id, runner_id, org = row["job_id"], row["claim_id"], row["runner_id"], row["organization_id"]
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        statements = [(f"INSERT INTO job_completions ({columns}) VALUES ({marks})", list(row.values()))]
+        if row["decision"] == "accepted":
+            statements += [
+                (
+                    "UPDATE jobs SET state = ?, active_claim_id = NULL, lease_expires_at = NULL,"
+                    " finished_at = ?, updated_at = ?"
+                    " WHERE id = ? AND active_claim_id = ? AND dispatch_attempt = ?"
+                    " AND state IN ('claimed', 'running', 'cancel_requested')",
+                    (row["status"], NOW, NOW, job_id, claim_id, row["dispatch_attempt"]),
+                ),
+                (
+                    "UPDATE job_claims SET state = 'released', ended_at = ?, end_reason = 'completed'"
+                    " WHERE id = ? AND state = 'active'",
+                    (NOW, claim_id),
+                ),
+                (
+                    "UPDATE runners SET active_claims = active_claims - 1, completed_jobs = completed_jobs + 1"
+                    " WHERE id = ?",
+                    (runner_id,),
+                ),
+            ]
+        statements.append(
+            (
+                "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, at)"
+                " VALUES (?, ?, ?, ?, ?, 'job.completion_received', ?, ?)",
+                (org, job_id, runner_id, claim_id, "runner:" + runner_id, row["dispatch_attempt"], NOW),
+            )
+        )
+        for kind, evidence_id in evidence:
+            statements.append(
+                (
+                    "INSERT INTO completion_evidence"
+                    " (evidence_kind, evidence_id, completion_id, job_id, organization_id, attached_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (kind, evidence_id, row["id"], job_id, org, NOW),
+                )
+            )
+        return statements
+
+    def complete(self, job_id, claim_id, runner_id, attempt, evidence=(), **kwargs):
+        row = self.completion_row(job_id, claim_id, runner_id, attempt, evidence=evidence, **kwargs)
+        batch(self.conn, self.completion_statements(row, evidence))
+        return row["id"]
+
+
+class SchemaTest(unittest.TestCase):
+    def setUp(self):
+        self.conn = open_database()
+        self.w = World(self.conn)
+
+    def tearDown(self):
+        self.conn.close()
+
+    def assertRefused(self, fn, *args, message=None, **kwargs):
+        """fn(*args, **kwargs) raises IntegrityError (whose text contains `message`, if given)."""
+        with self.assertRaises(sqlite3.IntegrityError) as caught:
+            fn(*args, **kwargs)
+        if message is not None:
+            self.assertIn(message, str(caught.exception))
+        return caught.exception
+
+    def execute(self, sql, *params):
+        return self.conn.execute(sql, params)
+
+    def claimed_job(self, org=None, runner=None, **job_overrides):
+        org = org or self.w.org()
+        runner = runner or self.w.runner(org)
+        job = self.w.job(org, **job_overrides)
+        claim = self.w.grant(job, runner)
+        return org, runner, job, claim
+
+
+# =============================================================================================
+# The migration itself
+# =============================================================================================
+
+
+class MigrationTests(SchemaTest):
+    def test_migrations_apply_in_order_with_foreign_keys_enforced(self):
+        self.assertTrue(MIGRATIONS, "no migrations/*.sql found")
+        self.assertEqual(os.path.basename(MIGRATIONS[0]), "0001_init.sql")
+        self.assertEqual(self.execute("PRAGMA foreign_keys").fetchone()[0], 1)
+        self.assertEqual(self.execute("PRAGMA foreign_key_check").fetchall(), [])
+        self.assertEqual(self.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+
+    def test_migrations_hold_no_pragma_or_top_level_transaction(self):
+        # D1 runs each migration in its own transaction and refuses most PRAGMAs; BEGIN/END
+        # are only allowed as the body delimiters of CREATE TRIGGER.
+        for path in MIGRATIONS:
+            with open(path, encoding="utf-8") as f:
+                text = re.sub(r"--[^\n]*", "", f.read())
+            with self.subTest(migration=os.path.basename(path)):
+                self.assertIsNone(re.search(r"(?im)^\s*PRAGMA\b", text))
+                self.assertIsNone(re.search(r"(?im)\bBEGIN\s+(TRANSACTION|IMMEDIATE|EXCLUSIVE|DEFERRED)\b", text))
+                self.assertIsNone(re.search(r"(?im)\bBEGIN\s*;", text))
+                self.assertIsNone(re.search(r"(?im)\b(COMMIT|ROLLBACK|END\s+TRANSACTION)\s*;", text))
+
+
+# =============================================================================================
+# CHECK constraints on every state and enum column
+# =============================================================================================
+
+
+def _update(table, column, key="id"):
+    def mutate(test, row_id, value):
+        test.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", value, row_id)
+
+    return mutate
+
+
+class EnumCheckTests(SchemaTest):
+    def cases(self):
+        """(table, column, good value, write) — write(value) performs the write under test."""
+        w = self.w
+        org = w.org()
+        runner = w.runner(org, max_concurrent_jobs=5)
+        state_runner = w.runner(org)
+        _, _, job, claim = self.claimed_job(org=org, runner=runner)
+        queued_job = w.job(org)
+        run = w.evaluation_run(org)
+        _, _, accepted_job, accepted_claim = self.claimed_job(org=org, runner=runner)
+        accepted = w.complete(accepted_job, accepted_claim, runner, 1, evaluation_run_id=run)
+
+        def insert_runner(**kw):
+            return lambda value: w.runner(org, **{**kw, "identity_model": value})
+
+        def chunk_kind(value):
+            w.append(w.chunk(job, claim, 1, 0, None, kind=value))
+
+        def completion(column):
+            def write(value):
+                row = w.completion_row(job, claim, runner, 1, **{"decision": "stale", column: value})
+                w.insert("job_completions", row)
+
+            return write
+
+        def evidence_kind(value):
+            self.execute(
+                "INSERT INTO completion_evidence (evidence_kind, evidence_id, completion_id, job_id,"
+                " organization_id, attached_at) VALUES (?, ?, ?, ?, ?, ?)",
+                value, run, accepted, accepted_job, org, NOW,
+            )
+
+        return [
+            ("api_keys", "role", "member", lambda v: w.api_key(org, role=v)),
+            ("runners", "state", "draining", lambda v: _update("runners", "state")(self, state_runner, v)),
+            ("runners", "identity_model", "bootstrap", insert_runner()),
+            ("runners", "external", 1, lambda v: _update("runners", "external")(self, runner, v)),
+            ("runner_credentials", "issued_via", "bootstrap", lambda v: w.insert("runner_credentials", {
+                "id": w.uid("cred"), "runner_id": runner, "organization_id": org, "credential_generation": 1,
+                "issued_via": v, "scopes": '["runner:claim"]', "issued_at": NOW, "expires_at": NOW + 600_000})),
+            ("release_artifacts", "kind", "scorer", lambda v: w.release(org, kind=v)),
+            ("release_promotions", "environment", "staging",
+             lambda v: w.promote(org, w.release(org, environments=())["version_id"], v)),
+            ("jobs", "state", "cancelled",
+             lambda v: self.execute("UPDATE jobs SET state = ?, finished_at = ? WHERE id = ?", v, NOW, queued_job)),
+            ("jobs", "subject_kind", "agent", lambda v: w.job(org, subject_kind=v)),
+            ("jobs", "subject_environment", "staging", lambda v: w.job(org, subject_environment=v)),
+            ("jobs", "execution_kind", "tool", lambda v: w.job(org, execution_kind=v)),
+            ("jobs", "external", 1, lambda v: w.job(org, external=v)),
+            ("job_claims", "state", "active", lambda v: _update("job_claims", "state")(self, claim, v)),
+            ("stream_chunks", "kind", "trajectory", chunk_kind),
+            ("job_completions", "decision", "stale", completion("decision")),
+            ("job_completions", "status", "failed", completion("status")),
+            ("completion_evidence", "evidence_kind", "evaluation_run", evidence_kind),
+            ("evaluation_runs", "status", "completed", lambda v: w.evaluation_run(org, status=v)),
+            ("test_results", "status", "skipped", lambda v: w.test_result(org, run, status=v)),
+            ("cost_records", "category", "sandbox", lambda v: w.cost_record(org, run, category=v)),
+            ("model_calls", "status", "failed", lambda v: w.model_call(org, run, status=v)),
+        ]
+
+    def test_every_state_and_enum_column_refuses_an_unknown_value(self):
+        for table, column, good, write in self.cases():
+            with self.subTest(table=table, column=column):
+                write(good)
+                bad = 7 if isinstance(good, int) else "bogus"
+                self.assertRefused(write, bad)
+
+    def test_every_enum_check_in_the_schema_is_covered_here(self):
+        # A new enum column without a case above fails this test rather than going unproved.
+        covered = {(t, c) for t, c, _, _ in self.cases()}
+        declared = set()
+        for table, sql in self.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"):
+            for column in re.findall(r"CHECK \((\w+) IN \(", sql or ""):
+                declared.add((table, column))
+        self.assertEqual(declared - covered, set())
+
+
+# =============================================================================================
+# Runners
+# =============================================================================================
+
+
+class RunnerTests(SchemaTest):
+    def test_runner_active_claims_cannot_exceed_max_concurrent_jobs(self):
+        org = self.w.org()
+        runner = self.w.runner(org, max_concurrent_jobs=2)
+        self.execute("UPDATE runners SET active_claims = 2 WHERE id = ?", runner)
+        self.assertRefused(self.execute, "UPDATE runners SET active_claims = 3 WHERE id = ?", runner,
+                           message="CHECK constraint failed")
+        # Lowering capacity below what is in flight is refused too: drain first.
+        self.assertRefused(self.execute, "UPDATE runners SET max_concurrent_jobs = 1 WHERE id = ?", runner,
+                           message="CHECK constraint failed")
+        self.assertEqual(self.w.active_claims(runner), 2)
+
+    def test_runner_active_claims_cannot_go_negative(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        self.assertRefused(self.execute, "UPDATE runners SET active_claims = active_claims - 1 WHERE id = ?", runner,
+                           message="CHECK constraint failed")
+
+    def test_revoked_runner_cannot_be_reactivated(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        self.execute("UPDATE runners SET state = 'revoked', revoked_at = ? WHERE id = ?", NOW, runner)
+        for state in ("active", "draining", "lost", "pending_approval"):
+            with self.subTest(to=state):
+                self.assertRefused(
+                    self.execute, "UPDATE runners SET state = ?, revoked_at = NULL WHERE id = ?", state, runner,
+                    message="runner_revocation_is_permanent",
+                )
+        # Bookkeeping on a revoked runner still works (the reaper releases its capacity).
+        self.execute("UPDATE runners SET last_seen_at = ?, state = 'revoked' WHERE id = ?", NOW + 1, runner)
+        self.assertEqual(self.one_state(runner), "revoked")
+
+    def one_state(self, runner):
+        return self.w.one("SELECT state FROM runners WHERE id = ?", runner)[0]
+
+    def test_revocation_records_its_time(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        self.assertRefused(self.execute, "UPDATE runners SET state = 'revoked' WHERE id = ?", runner,
+                           message="CHECK constraint failed")
+
+    def test_runner_key_is_unique_per_organization_but_reusable_across_organizations(self):
+        a, b = self.w.org(), self.w.org()
+        self.w.runner(a, runner_key="worker-1")
+        self.w.runner(b, runner_key="worker-1")
+        self.assertRefused(self.w.runner, a, runner_key="worker-1", message="UNIQUE constraint failed")
+
+    def test_fingerprint_is_unique_across_organizations(self):
+        a, b = self.w.org(), self.w.org()
+        self.w.keypair_runner(a, fingerprint="SHA256:abc")
+        self.assertRefused(self.w.keypair_runner, b, fingerprint="SHA256:abc", message="UNIQUE constraint failed")
+
+    def test_each_identity_model_holds_exactly_its_own_credentials(self):
+        org = self.w.org()
+        self.w.runner(org)
+        self.w.keypair_runner(org)
+        refused = [
+            ("bootstrap runner without token hash", self.w.runner, {"bootstrap_token_hash": None}),
+            ("bootstrap runner without runner key", self.w.runner, {"runner_key": None}),
+            ("bootstrap runner with a key pair", self.w.runner, {"public_key": "pk", "fingerprint": "fp"}),
+            ("bootstrap runner pending approval", self.w.runner, {"state": "pending_approval"}),
+            ("keypair runner without public key", self.w.keypair_runner, {"public_key": None}),
+            ("keypair runner without fingerprint", self.w.keypair_runner, {"fingerprint": None}),
+            ("keypair runner with a bootstrap token", self.w.keypair_runner,
+             {"bootstrap_token_hash": sha("token")}),
+        ]
+        for name, make, overrides in refused:
+            with self.subTest(name):
+                self.assertRefused(make, org, message="CHECK constraint failed", **overrides)
+
+    def test_keypair_runner_works_only_after_approval(self):
+        org = self.w.org()
+        runner = self.w.keypair_runner(org)
+        self.assertRefused(self.execute, "UPDATE runners SET state = 'active' WHERE id = ?", runner,
+                           message="CHECK constraint failed")
+        self.execute("UPDATE runners SET state = 'active', approved_at = ? WHERE id = ?", NOW, runner)
+        self.assertEqual(self.one_state(runner), "active")
+
+    def test_runner_key_pair_and_organization_are_immutable(self):
+        a, b = self.w.org(), self.w.org()
+        runner = self.w.keypair_runner(a)
+        for column, value in (("public_key", "other"), ("fingerprint", "SHA256:other"),
+                              ("organization_id", b), ("identity_model", "bootstrap")):
+            with self.subTest(column=column):
+                self.assertRefused(self.execute, f"UPDATE runners SET {column} = ? WHERE id = ?", value, runner,
+                                   message="runner_identity_is_immutable")
+
+    def test_credential_generation_only_moves_forward(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        self.execute("UPDATE runners SET credential_generation = credential_generation + 1 WHERE id = ?", runner)
+        self.assertRefused(self.execute, "UPDATE runners SET credential_generation = 1 WHERE id = ?", runner,
+                           message="runner_identity_is_immutable")
+
+    def test_runner_file_is_size_capped_plainly_named_and_one_per_name(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+
+        def upload(name, content):
+            self.w.insert("runner_files", {"runner_id": runner, "organization_id": org, "name": name,
+                                           "content": content, "content_hash": sha(content), "uploaded_at": NOW})
+
+        upload("runner.log", "ok\n")
+        upload("lscpu.txt", "é" * 131072)  # exactly 262144 bytes of UTF-8
+        self.assertRefused(upload, "runner.log", "again", message="UNIQUE constraint failed")
+        self.assertRefused(upload, "big.txt", "é" * 131072 + "x", message="CHECK constraint failed")
+        for name in ("../etc/passwd", "a/b", ".hidden", "", "x" * 129):
+            with self.subTest(name=name):
+                self.assertRefused(upload, name, "x", message="CHECK constraint failed")
+        other_org = self.w.org()
+        self.assertRefused(self.w.insert, "runner_files", {
+            "runner_id": runner, "organization_id": other_org, "name": "x.txt", "content": "x",
+            "content_hash": sha("x"), "uploaded_at": NOW}, message="FOREIGN KEY constraint failed")
+
+    def test_runner_credentials_live_at_most_ten_minutes(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+
+        def issue(lifetime_ms, token_hash=None):
+            self.w.insert("runner_credentials", {
+                "id": self.w.uid("cred"), "runner_id": runner, "organization_id": org,
+                "credential_generation": 1, "token_hash": token_hash, "issued_via": "bootstrap",
+                "scopes": '["runner:claim"]', "issued_at": NOW, "expires_at": NOW + lifetime_ms})
+
+        issue(600_000)
+        issue(600_000, token_hash=sha("token-a"))
+        self.assertRefused(issue, 600_001, message="CHECK constraint failed")
+        self.assertRefused(issue, 0, message="CHECK constraint failed")
+
+    def test_challenge_is_single_use_and_bound_to_the_runner_fingerprint(self):
+        org = self.w.org()
+        runner = self.w.keypair_runner(org)
+        other = self.w.keypair_runner(org)
+        fingerprint = self.w.one("SELECT fingerprint FROM runners WHERE id = ?", runner)[0]
+        other_fp = self.w.one("SELECT fingerprint FROM runners WHERE id = ?", other)[0]
+
+        def challenge(fp, secret):
+            self.w.insert("runner_challenges", {
+                "id": self.w.uid("chl"), "runner_id": runner, "organization_id": org, "fingerprint": fp,
+                "challenge_hash": sha(secret), "issued_at": NOW, "expires_at": NOW + 60_000})
+
+        challenge(fingerprint, "challenge-1")
+        self.assertRefused(challenge, other_fp, "challenge-2", message="FOREIGN KEY constraint failed")
+        consume = "UPDATE runner_challenges SET consumed_at = ? WHERE challenge_hash = ?"
+        self.execute(consume, NOW + 1, sha("challenge-1"))
+        self.assertRefused(self.execute, consume, NOW + 2, sha("challenge-1"), message="challenge_already_consumed")
+
+
+# =============================================================================================
+# Secrets are stored only as SHA-256
+# =============================================================================================
+
+
+class SecretTests(SchemaTest):
+    def test_secret_columns_accept_only_lowercase_sha256_hex(self):
+        org = self.w.org()
+        raw = "erk_live_0123456789abcdef0123456789abcdef0123456789abcdef01234"
+        cases = [
+            ("api key", lambda h: self.w.api_key(org, key_hash=h)),
+            ("bootstrap token", lambda h: self.w.runner(org, bootstrap_token_hash=h)),
+            ("runner credential", lambda h: self.w.insert("runner_credentials", {
+                "id": self.w.uid("cred"), "runner_id": self.w.runner(org), "organization_id": org,
+                "credential_generation": 1, "token_hash": h, "issued_via": "bootstrap",
+                "scopes": "[]", "issued_at": NOW, "expires_at": NOW + 1000})),
+        ]
+        for name, store in cases:
+            with self.subTest(name):
+                store(sha(name))
+                self.assertRefused(store, raw, message="CHECK constraint failed")
+                self.assertRefused(store, sha(name + "2").upper(), message="CHECK constraint failed")
+
+    def test_api_key_and_credential_hashes_are_unique(self):
+        org = self.w.org()
+        self.w.api_key(org, key_hash=sha("k"))
+        self.assertRefused(self.w.api_key, self.w.org(), key_hash=sha("k"), message="UNIQUE constraint failed")
+        runner = self.w.runner(org)
+
+        def credential():
+            self.w.insert("runner_credentials", {
+                "id": self.w.uid("cred"), "runner_id": runner, "organization_id": org, "credential_generation": 1,
+                "token_hash": sha("t"), "issued_via": "bootstrap", "scopes": "[]",
+                "issued_at": NOW, "expires_at": NOW + 1000})
+
+        credential()
+        self.assertRefused(credential, message="UNIQUE constraint failed: runner_credentials.token_hash")
+
+
+# =============================================================================================
+# Release registry and job subjects
+# =============================================================================================
+
+
+class ReleaseTests(SchemaTest):
+    def test_release_version_content_is_immutable(self):
+        org = self.w.org()
+        version = self.w.release(org)["version_id"]
+        for column, value in (("content", '{"entrypoint":"evil:run"}'), ("content_hash", sha("evil")),
+                              ("artifact_id", "art_other"), ("created_at", NOW + 1)):
+            with self.subTest(column=column):
+                self.assertRefused(self.execute, f"UPDATE release_versions SET {column} = ? WHERE id = ?",
+                                   value, version, message="release_version_is_immutable")
+
+    def test_release_version_ids_are_increasing_integers(self):
+        org = self.w.org()
+        first = self.w.release(org)["version_id"]
+        second = self.w.release(org)["version_id"]
+        self.assertIsInstance(first, int)
+        self.assertGreater(second, first)
+
+    def test_promotion_is_once_per_version_and_environment(self):
+        org = self.w.org()
+        version = self.w.release(org, environments=("dev",))["version_id"]
+        self.w.promote(org, version, "prod")
+        self.assertRefused(self.w.promote, org, version, "dev", message="UNIQUE constraint failed")
+
+    def test_job_binds_only_a_version_promoted_to_its_environment(self):
+        org = self.w.org()
+        release = self.w.release(org, environments=("dev",))
+        self.w.job(org, release=release, subject_environment="dev")
+        self.assertRefused(self.w.job, org, release=release, subject_environment="prod",
+                           message="FOREIGN KEY constraint failed")
+
+    def test_job_subject_is_the_version_artifact_kind_and_content_hash(self):
+        org = self.w.org()
+        release = self.w.release(org)
+        other = self.w.release(org, kind="scorer")
+        for name, overrides in (
+            ("content hash of another version", {"subject_content_hash": other["content_hash"]}),
+            ("artifact of another version", {"subject_artifact_id": other["artifact_id"], "subject_kind": "scorer"}),
+            ("kind other than the artifact's", {"subject_kind": "tool"}),
+        ):
+            with self.subTest(name):
+                self.assertRefused(self.w.job, org, release=release, message="FOREIGN KEY constraint failed",
+                                   **overrides)
+
+    def test_job_cannot_bind_another_organizations_version(self):
+        mine, theirs = self.w.org(), self.w.org()
+        release = self.w.release(theirs)
+        self.assertRefused(self.w.job, mine, release=release, message="FOREIGN KEY constraint failed")
+
+    def test_executable_target_key_is_unique_per_organization(self):
+        a, b = self.w.org(), self.w.org()
+
+        def target(org, key, **kw):
+            row = {"id": self.w.uid("tgt"), "organization_id": org, "target_key": key, "repository": "repo",
+                   "entrypoint": "main:run", "requirements": "{}", "created_at": NOW, "updated_at": NOW}
+            row.update(kw)
+            self.w.insert("executable_targets", row)
+
+        target(a, "grader")
+        target(b, "grader")
+        self.assertRefused(target, a, "grader", message="UNIQUE constraint failed")
+        release = self.w.release(a)
+        target(a, "bound", version_id=release["version_id"], content_hash=release["content_hash"])
+        self.assertRefused(target, a, "half-bound", version_id=release["version_id"], message="CHECK constraint failed")
+        self.assertRefused(target, b, "foreign", version_id=release["version_id"],
+                           content_hash=release["content_hash"], message="FOREIGN KEY constraint failed")
+
+
+# =============================================================================================
+# Jobs
+# =============================================================================================
+
+
+class JobTests(SchemaTest):
+    def test_idempotency_key_is_unique_per_organization_but_reusable_across_organizations(self):
+        a, b = self.w.org(), self.w.org()
+        self.w.job(a, idempotency_key="nightly-42")
+        self.w.job(b, idempotency_key="nightly-42")
+        self.assertRefused(self.w.job, a, idempotency_key="nightly-42", message="UNIQUE constraint failed")
+
+    def test_job_is_born_queued_at_attempt_zero(self):
+        org = self.w.org()
+        self.assertRefused(self.w.job, org, state="running", message="job_must_start_queued")
+        self.assertRefused(self.w.job, org, dispatch_attempt=1, message="job_must_start_queued")
+
+    def test_job_intent_is_immutable(self):
+        org = self.w.org()
+        job = self.w.job(org)
+        for column, value in (("input", '{"question":"3+3"}'), ("input_hash", sha("x")),
+                              ("requirements", "{}"), ("runtime", "nodejs20"), ("tags", '["gpu"]'),
+                              ("idempotency_key", "other"), ("intent_hash", sha("y"))):
+            with self.subTest(column=column):
+                self.assertRefused(self.execute, f"UPDATE jobs SET {column} = ? WHERE id = ?", value, job,
+                                   message="job_intent_is_immutable")
+
+    def test_finished_job_never_changes_state(self):
+        org = self.w.org()
+        job = self.w.job(org)
+        self.execute("UPDATE jobs SET state = 'cancelled', cancel_reason = 'x', finished_at = ? WHERE id = ?", NOW, job)
+        self.assertRefused(self.execute, "UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = ?", job,
+                           message="job_is_finished")
+
+    def test_job_is_never_requeued_after_its_third_attempt(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        for attempt in (1, 2, 3):
+            self.w.grant(job, runner)
+            self.w.reap(job, runner)
+        self.assertEqual(self.w.job_row(job)[:2], ("lost", 3))
+        self.assertRefused(self.execute, "UPDATE jobs SET state = 'queued' WHERE id = ?", job,
+                           message="CHECK constraint failed")
+        self.assertRefused(self.w.grant, job, runner)  # no fourth claim either
+
+    def test_dispatch_attempt_never_goes_back(self):
+        org, runner, job, _ = self.claimed_job()
+        self.w.reap(job, runner)
+        self.assertRefused(self.execute, "UPDATE jobs SET dispatch_attempt = 0 WHERE id = ?", job,
+                           message="job_dispatch_attempt_only_grows")
+
+    def test_job_holds_a_claim_and_lease_exactly_while_claimed_running_or_cancelling(self):
+        org, runner, job, claim = self.claimed_job()
+        queued = self.w.job(org)
+        self.assertRefused(self.execute, "UPDATE jobs SET lease_expires_at = ? WHERE id = ?", NOW, queued,
+                           message="CHECK constraint failed")
+        self.assertRefused(self.execute, "UPDATE jobs SET lease_expires_at = NULL WHERE id = ?", job,
+                           message="CHECK constraint failed")
+        self.assertRefused(
+            self.execute, "UPDATE jobs SET state = 'queued', lease_expires_at = NULL WHERE id = ?", job,
+            message="CHECK constraint failed")  # still pointing at its claim
+        self.assertRefused(self.execute, "UPDATE jobs SET state = 'cancel_requested' WHERE id = ?", job,
+                           message="CHECK constraint failed")  # without a reason
+        self.execute("UPDATE jobs SET state = 'cancel_requested', cancel_reason = 'user' WHERE id = ?", job)
+
+
+# =============================================================================================
+# Claims
+# =============================================================================================
+
+
+class ClaimTests(SchemaTest):
+    def test_claim_for_queued_job_is_granted(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        claim = self.w.grant(job, runner)
+        self.assertEqual(self.w.job_row(job)[:3], ("claimed", 1, claim))
+        self.assertEqual(self.w.active_claims(runner), 1)
+        self.w.start(job)
+        self.assertEqual(self.w.job_row(job)[0], "running")
+
+    def test_claim_refused_for_a_job_that_is_not_queued(self):
+        org = self.w.org()
+        runner = self.w.runner(org, max_concurrent_jobs=10)
+
+        def claimed():
+            return self.claimed_job(org=org, runner=runner)[2]
+
+        def running():
+            job = claimed()
+            self.w.start(job)
+            return job
+
+        def cancelling():
+            job = claimed()
+            self.execute("UPDATE jobs SET state = 'cancel_requested', cancel_reason = 'x' WHERE id = ?", job)
+            return job
+
+        def cancelled():
+            job = self.w.job(org)
+            self.execute("UPDATE jobs SET state = 'cancelled', finished_at = ? WHERE id = ?", NOW, job)
+            return job
+
+        def succeeded():
+            _, _, job, claim = self.claimed_job(org=org, runner=runner)
+            self.w.complete(job, claim, runner, 1)
+            return job
+
+        def lost():
+            job = claimed()
+            self.execute("UPDATE job_claims SET state = 'lost', ended_at = ? WHERE job_id = ?", NOW, job)
+            self.execute("UPDATE jobs SET state = 'lost', active_claim_id = NULL, lease_expires_at = NULL"
+                         " WHERE id = ?", job)
+            return job
+
+        for make in (claimed, running, cancelling, cancelled, succeeded, lost):
+            with self.subTest(state=make.__name__):
+                job = make()
+                before = self.w.job_row(job)
+                capacity = self.w.active_claims(runner)
+                attempt = before[1] + 1 if before[1] < 3 else 3
+                self.assertRefused(self.w.grant, job, runner, attempt=attempt,
+                                   message="claim_requires_queued_job")
+                self.assertEqual(self.w.job_row(job), before)
+                self.assertEqual(self.w.active_claims(runner), capacity)
+
+    def test_claim_refused_unless_it_is_the_next_attempt(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        for attempt in (0, 2, 3):
+            with self.subTest(attempt=attempt):
+                self.assertRefused(self.w.grant, job, runner, attempt=attempt, message="claim_requires_queued_job")
+        self.assertEqual(self.w.job_row(job)[:2], ("queued", 0))
+
+    def test_claim_refused_for_a_runner_that_is_not_active(self):
+        org = self.w.org()
+        job = self.w.job(org)
+        pending = self.w.keypair_runner(org)
+        draining = self.w.runner(org, state="draining")
+        lost = self.w.runner(org, state="lost")
+        revoked = self.w.runner(org, state="revoked", revoked_at=NOW)
+        for runner in (pending, draining, lost, revoked):
+            with self.subTest(runner=runner):
+                self.assertRefused(self.w.grant, job, runner, message="claim_requires_active_runner")
+        self.assertEqual(self.w.job_row(job)[:2], ("queued", 0))
+
+    def test_one_active_claim_per_job(self):
+        # A faulty requeue that forgets to end the claim: the job is queued again, so the next
+        # grant passes the queued-job trigger, and only the partial unique index stops a second
+        # active claim.
+        org, runner, job, first = self.claimed_job()
+        self.execute("UPDATE jobs SET state = 'queued', active_claim_id = NULL, lease_expires_at = NULL"
+                     " WHERE id = ?", job)
+        self.assertRefused(self.w.grant, job, runner, message="UNIQUE constraint failed: job_claims.job_id")
+        self.assertEqual(self.w.job_row(job)[:3], ("queued", 1, None))
+        self.assertEqual(self.w.active_claims(runner), 1)
+
+    def test_one_claim_per_job_and_attempt(self):
+        # Two claim rows for attempt 1 written before the job moves, the first already ended so
+        # that the one-active-claim index is not what stops the second: UNIQUE (job_id,
+        # dispatch_attempt) is.
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        first_id, first = self.w.grant_statements(job, runner, attempt=1)
+        _, second = self.w.grant_statements(job, runner, attempt=1)
+        end_first = ("UPDATE job_claims SET state = 'lost', ended_at = ? WHERE id = ?", (NOW, first_id))
+        self.assertRefused(batch, self.conn, [first[0], end_first, second[0]],
+                           message="UNIQUE constraint failed: job_claims.job_id, job_claims.dispatch_attempt")
+        self.assertEqual(self.w.one("SELECT count(*) FROM job_claims")[0], 0)
+        # And after a loss the old attempt's number cannot be granted again.
+        self.w.grant(job, runner)
+        self.w.reap(job, runner)
+        self.assertRefused(self.w.grant, job, runner, attempt=1)
+        self.w.grant(job, runner, attempt=2)
+
+    def test_claim_nonce_is_never_reused(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        a, b = self.w.job(org), self.w.job(org)
+        self.w.grant(a, runner, nonce="n" * 32)
+        self.assertRefused(self.w.grant, b, runner, nonce="n" * 32, message="UNIQUE constraint failed: job_claims.nonce")
+        self.assertEqual(self.w.job_row(b)[:2], ("queued", 0))
+
+    def test_claim_cannot_join_a_job_and_a_runner_of_different_organizations(self):
+        mine, theirs = self.w.org(), self.w.org()
+        job = self.w.job(mine)
+        foreign_runner = self.w.runner(theirs)
+        _, grant = self.w.grant_statements(job, foreign_runner, org=mine)
+        self.assertRefused(self.conn.execute, *grant[0], message="FOREIGN KEY constraint failed")  # the claim row alone
+        self.assertRefused(self.w.grant, job, foreign_runner, org=theirs, message="claim_requires_queued_job")
+        self.assertEqual(self.w.job_row(job)[:2], ("queued", 0))
+
+    def test_ended_claim_is_never_reactivated_or_reassigned(self):
+        org, runner, job, claim = self.claimed_job()
+        other_runner = self.w.runner(org)
+        self.execute("UPDATE job_claims SET runner_id = ? WHERE id = ? AND 0", other_runner, claim)  # no row: fine
+        self.assertRefused(self.execute, "UPDATE job_claims SET runner_id = ? WHERE id = ?", other_runner, claim,
+                           message="claim_is_over")
+        self.w.reap(job, runner)
+        self.assertRefused(self.execute, "UPDATE job_claims SET state = 'active', ended_at = NULL WHERE id = ?",
+                           claim, message="claim_is_over")
+
+    def test_job_points_only_at_its_own_active_claim_at_its_attempt(self):
+        org, runner, job, claim = self.claimed_job()
+        _, _, other_job, other_claim = self.claimed_job(org=org, runner=runner)
+        self.assertRefused(self.execute, "UPDATE jobs SET active_claim_id = ? WHERE id = ?", other_claim, job,
+                           message="job_claim_mismatch")
+        self.w.reap(job, runner)  # claim lost, job queued at attempt 1
+        self.assertRefused(
+            self.execute,
+            "UPDATE jobs SET state = 'claimed', active_claim_id = ?, lease_expires_at = ? WHERE id = ?",
+            claim, NOW, job, message="job_claim_mismatch")
+
+    def test_requeued_job_is_claimed_again_at_the_next_attempt(self):
+        org, runner, job, first = self.claimed_job()
+        self.w.reap(job, runner)
+        self.assertEqual(self.w.job_row(job)[:3], ("queued", 1, None))
+        second = self.w.grant(job, runner)
+        self.assertEqual(self.w.job_row(job)[:3], ("claimed", 2, second))
+        states = self.conn.execute("SELECT dispatch_attempt, state FROM job_claims WHERE job_id = ?"
+                                   " ORDER BY dispatch_attempt", (job,)).fetchall()
+        self.assertEqual(states, [(1, "lost"), (2, "active")])
+
+
+# =============================================================================================
+# Batches are all or nothing
+# =============================================================================================
+
+
+class BatchTests(SchemaTest):
+    def test_failed_claim_insert_undoes_a_successful_job_update_in_the_same_batch(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        self.w.grant(self.w.job(org), runner, nonce="taken" * 4)
+        before = self.w.job_row(job)
+        _, grant = self.w.grant_statements(job, runner, nonce="taken" * 4)
+        touch = ("UPDATE jobs SET updated_at = ? WHERE id = ? AND state = 'queued'", (NOW + 5, job))
+        self.conn.execute("BEGIN")
+        self.assertEqual(self.conn.execute(*touch).rowcount, 1)  # the job UPDATE succeeds…
+        self.assertRefused(self.conn.execute, *grant[0])  # …and the claim INSERT fails,
+        self.conn.execute("ROLLBACK")  # which D1 turns into a rollback of the batch
+        self.assertEqual(self.w.job_row(job), before)
+        # The same through the batch helper, in one call.
+        self.assertRefused(batch, self.conn, [touch] + grant)
+        self.assertEqual(self.w.job_row(job), before)
+
+    def test_grant_in_job_first_order_is_refused_and_leaves_the_job_unchanged(self):
+        # The contract puts the claim INSERT first; a batch that moves the job first is refused
+        # (the job would point at a claim that does not exist yet) and nothing of it remains.
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        before = self.w.job_row(job)
+        _, grant = self.w.grant_statements(job, runner)
+        claim_insert, job_update, runner_update, event = grant
+        self.assertRefused(batch, self.conn, [job_update, claim_insert, runner_update, event],
+                           message="job_claim_mismatch")
+        self.assertEqual(self.w.job_row(job), before)
+        self.assertEqual(self.w.one("SELECT count(*) FROM job_claims")[0], 0)
+
+    def test_grant_at_capacity_rolls_back_the_claim_and_the_job(self):
+        org = self.w.org()
+        runner = self.w.runner(org, max_concurrent_jobs=1)
+        self.w.grant(self.w.job(org), runner)
+        job = self.w.job(org)
+        before = self.w.job_row(job)
+        events_before = self.w.one("SELECT count(*) FROM job_events")[0]
+        # Claim INSERT and job UPDATE succeed; the runner's `active_claims + 1` breaks the CHECK.
+        self.assertRefused(self.w.grant, job, runner, message="CHECK constraint failed")
+        self.assertEqual(self.w.job_row(job), before)
+        self.assertEqual(self.w.one("SELECT count(*) FROM job_claims WHERE job_id = ?", job)[0], 0)
+        self.assertEqual(self.w.active_claims(runner), 1)
+        self.assertEqual(self.w.one("SELECT count(*) FROM job_events")[0], events_before)
+
+    def test_guarded_update_that_matches_nothing_does_not_fail_a_batch(self):
+        # Why the guards above are constraints: a WHERE guard alone lets the batch commit.
+        org, runner, job, _ = self.claimed_job()
+        batch(self.conn, [("UPDATE jobs SET updated_at = ? WHERE id = ? AND state = 'queued'", (NOW + 9, job))])
+        self.assertEqual(self.w.job_row(job)[4], NOW)
+
+
+# =============================================================================================
+# Stream custody
+# =============================================================================================
+
+
+class StreamTests(SchemaTest):
+    def setUp(self):
+        super().setUp()
+        self.org, self.runner, self.job, self.claim = self.claimed_job()
+
+    def chunk(self, sequence, previous, **kw):
+        return self.w.chunk(self.job, self.claim, 1, sequence, previous, **kw)
+
+    def test_a_gap_free_chain_is_stored(self):
+        head = self.w.stream(self.job, self.claim, 1, 3)
+        rows = self.conn.execute("SELECT sequence, checksum FROM stream_chunks WHERE job_id = ?"
+                                 " ORDER BY sequence", (self.job,)).fetchall()
+        self.assertEqual([r[0] for r in rows], [0, 1, 2])
+        self.assertEqual(rows[-1][1], head)
+
+    def test_first_chunk_has_no_previous_checksum_and_later_ones_do(self):
+        self.assertRefused(self.w.append, self.chunk(0, sha("x")), message="CHECK constraint failed")
+        c0 = self.w.append(self.chunk(0, None))
+        self.assertRefused(self.w.append, self.chunk(1, None))  # the chain trigger fires before the CHECK
+        self.w.append(self.chunk(1, c0))
+
+    def test_chunk_after_a_gap_is_refused(self):
+        c0 = self.w.append(self.chunk(0, None))
+        self.assertRefused(self.w.append, self.chunk(2, c0), message="stream_chunk_breaks_chain")
+        self.assertRefused(self.w.append, self.chunk(5, sha("anything")), message="stream_chunk_breaks_chain")
+
+    def test_chunk_with_wrong_previous_checksum_is_refused(self):
+        c0 = self.w.append(self.chunk(0, None))
+        c1 = self.w.append(self.chunk(1, c0))
+        self.assertRefused(self.w.append, self.chunk(2, c0), message="stream_chunk_breaks_chain")
+        self.w.append(self.chunk(2, c1))
+
+    def test_duplicate_sequence_is_refused(self):
+        c0 = self.w.append(self.chunk(0, None))
+        self.w.append(self.chunk(1, c0))
+        self.assertRefused(self.w.append, self.chunk(1, c0, payload={"message": "forked"}),
+                           message="UNIQUE constraint failed")
+        self.assertRefused(self.w.append, self.chunk(0, None, payload={"message": "restart"}),
+                           message="UNIQUE constraint failed")
+
+    def test_duplicate_checksum_is_refused(self):
+        c0 = self.w.append(self.chunk(0, None))
+        c1 = self.w.append(self.chunk(1, c0))
+        self.assertRefused(self.w.append, self.chunk(2, c1, checksum=c0),
+                           message="UNIQUE constraint failed: stream_chunks.job_id, stream_chunks.checksum")
+
+    def test_chunk_must_name_the_claim_of_its_job_and_attempt(self):
+        _, _, other_job, other_claim = self.claimed_job(org=self.org, runner=self.runner)
+        self.assertRefused(self.w.append, self.w.chunk(self.job, other_claim, 1, 0, None),
+                           message="FOREIGN KEY constraint failed")
+        self.assertRefused(self.w.append, self.w.chunk(self.job, self.claim, 2, 0, None),
+                           message="FOREIGN KEY constraint failed")
+
+    def test_chunk_refused_once_the_claim_has_ended(self):
+        c0 = self.w.append(self.chunk(0, None))
+        self.w.reap(self.job, self.runner)
+        self.assertRefused(self.w.append, self.chunk(1, c0), message="stream_claim_not_active")
+
+    def test_next_attempt_starts_its_own_chain_at_zero(self):
+        self.w.stream(self.job, self.claim, 1, 2)
+        self.w.reap(self.job, self.runner)
+        second = self.w.grant(self.job, self.runner)
+        self.assertRefused(self.w.append, self.w.chunk(self.job, second, 2, 1, sha("x")),
+                           message="stream_chunk_breaks_chain")
+        c0 = self.w.append(self.w.chunk(self.job, second, 2, 0, None))
+        self.w.append(self.w.chunk(self.job, second, 2, 1, c0))
+
+    def test_stored_chunks_are_immutable(self):
+        self.w.append(self.chunk(0, None))
+        self.assertRefused(self.execute, "UPDATE stream_chunks SET payload = '{}' WHERE job_id = ?", self.job,
+                           message="stream_chunks_are_immutable")
+
+
+# =============================================================================================
+# Completions
+# =============================================================================================
+
+
+class CompletionTests(SchemaTest):
+    def setUp(self):
+        super().setUp()
+        self.org, self.runner, self.job, self.claim = self.claimed_job()
+
+    def store(self, **kwargs):
+        row = self.w.completion_row(self.job, self.claim, self.runner, 1, **kwargs)
+        self.w.insert("job_completions", row)
+        return row
+
+    def test_accepted_completion_finalizes_job_releases_claim_and_capacity(self):
+        head = self.w.stream(self.job, self.claim, 1, 2)
+        self.w.complete(self.job, self.claim, self.runner, 1, final_stream_checksum=head)
+        self.assertEqual(self.w.job_row(self.job)[:4], ("succeeded", 1, None, None))
+        self.assertEqual(self.w.one("SELECT state FROM job_claims WHERE id = ?", self.claim)[0], "released")
+        self.assertEqual(self.w.one("SELECT active_claims, completed_jobs FROM runners WHERE id = ?",
+                                    self.runner), (0, 1))
+
+    def test_one_accepted_completion_per_job_while_other_decisions_repeat(self):
+        self.w.complete(self.job, self.claim, self.runner, 1)
+        for decision in ("duplicate", "duplicate", "conflict", "conflict"):
+            self.store(decision=decision)
+        self.assertRefused(self.store, decision="accepted")
+        # Even bypassing the trigger's preconditions, the partial unique index holds.
+        index = self.w.one("SELECT sql FROM sqlite_master WHERE name = 'job_completions_one_accepted_per_job'")[0]
+        self.assertIn("UNIQUE", index)
+        self.assertIn("WHERE decision = 'accepted'", index)
+        counts = dict(self.conn.execute("SELECT decision, count(*) FROM job_completions WHERE job_id = ?"
+                                        " GROUP BY decision", (self.job,)).fetchall())
+        self.assertEqual(counts, {"accepted": 1, "duplicate": 2, "conflict": 2})
+
+    def test_second_accepted_completion_breaks_the_unique_index(self):
+        # Two accepted rows inserted back to back while the job still holds the claim: the
+        # trigger passes both, the partial unique index refuses the second.
+        first = self.w.completion_row(self.job, self.claim, self.runner, 1)
+        second = self.w.completion_row(self.job, self.claim, self.runner, 1, status="failed")
+        stmts = self.w.completion_statements(first)[:1] + self.w.completion_statements(second)[:1]
+        self.assertRefused(batch, self.conn, stmts,
+                           message="UNIQUE constraint failed: job_completions.job_id")
+
+    def test_stale_attempt_completion_is_recorded_not_applied(self):
+        self.w.reap(self.job, self.runner)
+        second = self.w.grant(self.job, self.runner)
+        self.assertRefused(self.w.complete, self.job, self.claim, self.runner, 1,
+                           message="completion_not_from_active_claim")
+        self.store(decision="stale")
+        self.store(decision="stale")
+        self.assertEqual(self.w.job_row(self.job)[:3], ("claimed", 2, second))
+        self.w.complete(self.job, second, self.runner, 2)
+        self.assertEqual(self.w.job_row(self.job)[0], "succeeded")
+
+    def test_accepted_completion_must_close_the_stream_head(self):
+        c0 = self.w.append(self.w.chunk(self.job, self.claim, 1, 0, None))
+        c1 = self.w.append(self.w.chunk(self.job, self.claim, 1, 1, c0))
+        for name, final in (("not the head", c0), ("nothing streamed", None), ("unknown", sha("?"))):
+            with self.subTest(name):
+                self.assertRefused(self.w.complete, self.job, self.claim, self.runner, 1,
+                                   final_stream_checksum=final, message="completion_does_not_close_stream")
+                self.assertEqual(self.w.job_row(self.job)[0], "claimed")
+        self.w.complete(self.job, self.claim, self.runner, 1, final_stream_checksum=c1)
+
+    def test_accepted_completion_without_stream_has_no_final_checksum(self):
+        self.w.complete(self.job, self.claim, self.runner, 1, final_stream_checksum=None)
+        self.assertEqual(self.w.job_row(self.job)[0], "succeeded")
+
+    def test_accepted_completion_must_carry_the_job_input_hash(self):
+        self.assertRefused(self.w.complete, self.job, self.claim, self.runner, 1, input_hash=sha("other"),
+                           message="completion_input_hash_mismatch")
+
+    def test_completion_names_a_claim_of_that_job_attempt_and_runner(self):
+        other_runner = self.w.runner(self.org)
+        _, _, other_job, other_claim = self.claimed_job(org=self.org, runner=self.runner)
+        for name, kwargs in (
+            ("another job's claim", {"claim_id": other_claim}),
+            ("another attempt", {"dispatch_attempt": 2}),
+            ("another runner", {"runner_id": other_runner}),
+        ):
+            with self.subTest(name):
+                self.assertRefused(self.store, decision="stale", message="FOREIGN KEY constraint failed", **kwargs)
+
+    def test_completions_are_append_only(self):
+        row = self.store(decision="conflict")
+        self.assertRefused(self.execute, "UPDATE job_completions SET decision = 'accepted' WHERE id = ?", row["id"],
+                           message="job_completions_are_append_only")
+        self.assertRefused(self.execute, "DELETE FROM job_completions WHERE id = ?", row["id"],
+                           message="job_completions_are_append_only")
+
+
+# =============================================================================================
+# Evidence custody
+# =============================================================================================
+
+
+class EvidenceTests(SchemaTest):
+    def setUp(self):
+        super().setUp()
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.run = self.w.evaluation_run(self.org)
+
+    def test_evidence_row_is_attached_to_at_most_one_accepted_completion_across_jobs(self):
+        tr = self.w.test_result(self.org, self.run)
+        cost = self.w.cost_record(self.org, self.run)
+        _, _, job_a, claim_a = self.claimed_job(org=self.org, runner=self.runner)
+        _, _, job_b, claim_b = self.claimed_job(org=self.org, runner=self.runner)
+        self.w.complete(job_a, claim_a, self.runner, 1, evaluation_run_id=self.run,
+                        evidence=[("test_result", tr), ("cost_record", cost)])
+        before_b = self.w.job_row(job_b)
+        capacity = self.w.active_claims(self.runner)
+        own = self.w.test_result(self.org, self.run)
+        # Job B names its own test result and A's cost record: the whole batch rolls back,
+        # including B's finalization, claim release and capacity decrement.
+        self.assertRefused(self.w.complete, job_b, claim_b, self.runner, 1, evaluation_run_id=self.run,
+                           evidence=[("test_result", own), ("cost_record", cost)],
+                           message="UNIQUE constraint failed: completion_evidence.evidence_kind")
+        self.assertEqual(self.w.job_row(job_b), before_b)
+        self.assertEqual(self.w.one("SELECT state FROM job_claims WHERE id = ?", claim_b)[0], "active")
+        self.assertEqual(self.w.active_claims(self.runner), capacity)
+        self.assertEqual(self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job_b)[0], 0)
+        self.assertEqual(self.w.one("SELECT count(*) FROM completion_evidence WHERE evidence_id = ?", own)[0], 0)
+        # With its own evidence only, B completes.
+        self.w.complete(job_b, claim_b, self.runner, 1, evaluation_run_id=self.run,
+                        evidence=[("test_result", own)])
+        owners = self.conn.execute("SELECT evidence_id, job_id FROM completion_evidence ORDER BY job_id").fetchall()
+        self.assertEqual(sorted(owners), sorted([(tr, job_a), (cost, job_a), (own, job_b)]))
+
+    def test_every_evidence_kind_is_in_custody_once(self):
+        items = [
+            ("evaluation_run", self.run),
+            ("test_result", self.w.test_result(self.org, self.run)),
+            ("cost_record", self.w.cost_record(self.org, self.run)),
+            ("model_call", self.w.model_call(self.org, self.run)),
+            ("trace", self.w.trace(self.org, self.run)),
+        ]
+        _, _, job_a, claim_a = self.claimed_job(org=self.org, runner=self.runner)
+        self.w.complete(job_a, claim_a, self.runner, 1, evaluation_run_id=self.run, evidence=items)
+        for item in items:
+            with self.subTest(kind=item[0]):
+                _, _, job, claim = self.claimed_job(org=self.org, runner=self.runner)
+                self.assertRefused(self.w.complete, job, claim, self.runner, 1, evaluation_run_id=self.run,
+                                   evidence=[item], message="UNIQUE constraint failed")
+                self.assertEqual(self.w.job_row(job)[0], "claimed")
+
+    def test_evidence_must_exist_in_the_completion_run_and_organization(self):
+        other_run = self.w.evaluation_run(self.org)
+        other_org = self.w.org()
+        foreign_run = self.w.evaluation_run(other_org)
+        cases = [
+            ("missing row", ("test_result", "tr_missing")),
+            ("row of another run", ("test_result", self.w.test_result(self.org, other_run))),
+            ("another run itself", ("evaluation_run", other_run)),
+            ("row of another organization", ("model_call", self.w.model_call(other_org, foreign_run))),
+            ("id of the wrong kind", ("trace", self.w.test_result(self.org, self.run))),
+        ]
+        for name, item in cases:
+            with self.subTest(name):
+                _, _, job, claim = self.claimed_job(org=self.org, runner=self.runner)
+                self.assertRefused(self.w.complete, job, claim, self.runner, 1, evaluation_run_id=self.run,
+                                   evidence=[item], message="evidence_not_in_completion_run")
+                self.assertEqual(self.w.job_row(job)[0], "claimed")
+                self.execute("UPDATE jobs SET state = 'cancel_requested', cancel_reason = 'test' WHERE id = ?", job)
+
+    def test_only_an_accepted_completion_takes_custody(self):
+        tr = self.w.test_result(self.org, self.run)
+        _, _, job, claim = self.claimed_job(org=self.org, runner=self.runner)
+        row = self.w.completion_row(job, claim, self.runner, 1, decision="conflict", evaluation_run_id=self.run)
+        self.assertRefused(batch, self.conn, self.w.completion_statements(row, [("test_result", tr)]),
+                           message="evidence_needs_accepted_completion")
+        self.assertEqual(self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job)[0], 0)
+
+    def test_evidence_custody_is_permanent(self):
+        tr = self.w.test_result(self.org, self.run)
+        _, _, job, claim = self.claimed_job(org=self.org, runner=self.runner)
+        self.w.complete(job, claim, self.runner, 1, evaluation_run_id=self.run, evidence=[("test_result", tr)])
+        self.assertRefused(self.execute, "DELETE FROM completion_evidence WHERE evidence_id = ?", tr,
+                           message="evidence_custody_is_permanent")
+        self.assertRefused(self.execute, "UPDATE completion_evidence SET job_id = 'x' WHERE evidence_id = ?", tr,
+                           message="evidence_custody_is_permanent")
+
+
+# =============================================================================================
+# Organization boundaries and time windows
+# =============================================================================================
+
+
+class BoundaryTests(SchemaTest):
+    def test_rows_never_reference_another_organizations_rows(self):
+        # Composite foreign keys (child_id, organization_id): a row of one organization cannot
+        # point at a row of another, even with a valid id.
+        w = self.w
+        mine, theirs = w.org(), w.org()
+        their_release = w.release(theirs, environments=())
+        their_run = w.evaluation_run(theirs)
+        their_runner = w.runner(theirs)
+        _, my_runner, my_job, my_claim = self.claimed_job(org=mine)
+        my_run = w.evaluation_run(mine)
+        _, _, done_job, done_claim = self.claimed_job(org=mine, runner=my_runner)
+        done = w.complete(done_job, done_claim, my_runner, 1, evaluation_run_id=my_run)
+        my_result = w.test_result(mine, my_run)
+        cases = [
+            ("version of their artifact", lambda: w.insert("release_versions", {
+                "artifact_id": their_release["artifact_id"], "organization_id": mine, "content": "{}",
+                "content_hash": H({}), "created_at": NOW})),
+            ("promotion of their version", lambda: w.promote(mine, their_release["version_id"], "dev")),
+            ("credential for their runner", lambda: w.insert("runner_credentials", {
+                "id": w.uid("cred"), "runner_id": their_runner, "organization_id": mine,
+                "credential_generation": 1, "issued_via": "bootstrap", "scopes": "[]",
+                "issued_at": NOW, "expires_at": NOW + 1000})),
+            ("chunk filed under their organization", lambda: w.append(
+                w.chunk(my_job, my_claim, 1, 0, None, organization_id=theirs))),
+            ("completion filed under their organization", lambda: w.insert("job_completions", w.completion_row(
+                my_job, my_claim, my_runner, 1, decision="stale", organization_id=theirs))),
+            ("test result in their run", lambda: w.test_result(mine, their_run)),
+            ("cost record in their run", lambda: w.cost_record(mine, their_run)),
+            ("model call in their run", lambda: w.model_call(mine, their_run)),
+            ("trace in their run", lambda: w.trace(mine, their_run)),
+            ("evidence filed under another job", lambda: w.insert("completion_evidence", {
+                "evidence_kind": "test_result", "evidence_id": my_result, "completion_id": done,
+                "job_id": my_job, "organization_id": mine, "attached_at": NOW})),
+        ]
+        for name, write in cases:
+            with self.subTest(name):
+                self.assertRefused(write, message="FOREIGN KEY constraint failed")
+
+    def test_time_windows_and_end_times_are_recorded_in_order(self):
+        w = self.w
+        org, runner, job, claim = self.claimed_job()
+        keypair = w.keypair_runner(org)
+        fingerprint = w.one("SELECT fingerprint FROM runners WHERE id = ?", keypair)[0]
+
+        def challenge(**kw):
+            row = {"id": w.uid("chl"), "runner_id": keypair, "organization_id": org, "fingerprint": fingerprint,
+                   "challenge_hash": sha(w.uid("c")), "issued_at": NOW, "expires_at": NOW + 60_000}
+            row.update(kw)
+            w.insert("runner_challenges", row)
+
+        queued = w.job(org)
+        cases = [
+            ("claim envelope expiring when issued", lambda: self.execute(
+                "UPDATE job_claims SET expires_at = issued_at WHERE id = ?", claim)),
+            ("challenge expiring when issued", lambda: challenge(expires_at=NOW)),
+            ("challenge consumed before issued", lambda: challenge(consumed_at=NOW - 1)),
+            ("claim ended without an end time", lambda: self.execute(
+                "UPDATE job_claims SET state = 'lost' WHERE id = ?", claim)),
+            ("active claim with an end time", lambda: self.execute(
+                "UPDATE job_claims SET ended_at = ? WHERE id = ?", NOW, claim)),
+            ("job finished without a finish time", lambda: self.execute(
+                "UPDATE jobs SET state = 'cancelled' WHERE id = ?", queued)),
+        ]
+        for name, write in cases:
+            with self.subTest(name):
+                self.assertRefused(write, message="CHECK constraint failed")
+
+    def test_artifact_name_is_unique_per_organization_and_kind(self):
+        a, b = self.w.org(), self.w.org()
+
+        def artifact(org, kind, name):
+            self.w.insert("release_artifacts", {"id": self.w.uid("art"), "organization_id": org, "kind": kind,
+                                                "name": name, "created_at": NOW})
+
+        artifact(a, "agent", "triage")
+        artifact(a, "scorer", "triage")
+        artifact(b, "agent", "triage")
+        self.assertRefused(artifact, a, "agent", "triage", message="UNIQUE constraint failed")
+
+
+# =============================================================================================
+# Audit trail
+# =============================================================================================
+
+
+class AuditTests(SchemaTest):
+    def test_job_events_are_append_only(self):
+        org, runner, job, _ = self.claimed_job()
+        event = self.w.one("SELECT id FROM job_events WHERE job_id = ?", job)[0]
+        self.assertRefused(self.execute, "UPDATE job_events SET reason = 'edited' WHERE id = ?", event,
+                           message="job_events_are_append_only")
+        self.assertRefused(self.execute, "DELETE FROM job_events WHERE id = ?", event,
+                           message="job_events_are_append_only")
+
+    def test_admin_audit_events_need_no_job_and_types_are_dotted_lowercase(self):
+        org = self.w.org()
+        key = self.w.api_key(org)
+
+        def event(kind, **kw):
+            row = {"organization_id": org, "actor": "api_key:" + key, "type": kind, "at": NOW,
+                   "detail": stable_json({"apiKeyId": key})}
+            row.update(kw)
+            self.w.insert("job_events", row)
+
+        event("api_key.created")
+        event("runner.revoked", runner_id=self.w.runner(org), reason="leaked")
+        for bad in ("Runner.Revoked", "revoked", "runner revoked", ".x", "x."):
+            with self.subTest(type=bad):
+                self.assertRefused(event, bad, message="CHECK constraint failed")
+
+    def test_event_cannot_reference_another_organizations_job_or_runner(self):
+        mine, theirs = self.w.org(), self.w.org()
+        job = self.w.job(theirs)
+        runner = self.w.runner(theirs)
+        for column, value in (("job_id", job), ("runner_id", runner)):
+            with self.subTest(column=column):
+                self.assertRefused(self.w.insert, "job_events", {
+                    "organization_id": mine, column: value, "actor": "system:reaper", "type": "job.lost",
+                    "at": NOW}, message="FOREIGN KEY constraint failed")
+
+
+# =============================================================================================
+# Query plans: every lookup the service makes goes through an index
+# =============================================================================================
+
+
+def query_plan(conn, sql, params):
+    return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()]
+
+
+class QueryPlanTests(SchemaTest):
+    CLAIM_QUERY = (
+        "SELECT id, requirements, problem_type, tags, subject_version_id, subject_content_hash"
+        " FROM jobs"
+        " WHERE organization_id = ?1 AND state = 'queued'"
+        " AND execution_kind = ?2 AND runtime = ?3 AND external = ?4"
+        " ORDER BY created_at, id LIMIT ?5"
+    )
+    REAPER_QUERY = (
+        "SELECT id, organization_id, dispatch_attempt, active_claim_id FROM jobs"
+        " WHERE state IN ('claimed', 'running', 'cancel_requested') AND lease_expires_at <= ?1"
+        " ORDER BY lease_expires_at LIMIT ?2"
+    )
+    ORG_REAPER_QUERY = (
+        "SELECT id, dispatch_attempt, active_claim_id FROM jobs"
+        " WHERE organization_id = ?1 AND state IN ('claimed', 'running', 'cancel_requested')"
+        " AND lease_expires_at <= ?2 ORDER BY lease_expires_at LIMIT ?3"
+    )
+
+    def populate(self):
+        # Some rows in every state, so that the plans are not about an empty table.
+        org = self.w.org()
+        runner = self.w.runner(org, max_concurrent_jobs=50)
+        for _ in range(5):
+            self.w.job(org)
+        for _ in range(3):
+            self.claimed_job(org=org, runner=runner)
+        return org
+
+    def index_on(self, table, columns):
+        """The name of the index on exactly `columns` (SQLite names UNIQUE constraints' itself)."""
+        for _, name, *_ in self.conn.execute(f"PRAGMA index_list({table})").fetchall():
+            cols = tuple(r[2] for r in self.conn.execute(f"PRAGMA index_info({name})").fetchall())
+            if cols == tuple(columns):
+                return name
+        self.fail(f"no index on {table}{tuple(columns)}")
+
+    def assertUsesIndex(self, sql, params, index):
+        if isinstance(index, tuple):
+            index = self.index_on(*index)
+        plan = query_plan(self.conn, sql, params)
+        text = " | ".join(plan)
+        self.assertTrue(any(f"USING INDEX {index} " in d or f"USING COVERING INDEX {index} " in d
+                            or d.endswith(f"INDEX {index}") for d in plan), text)
+        self.assertFalse(any(d.startswith("SCAN") for d in plan), text)
+        self.assertFalse(any("TEMP B-TREE" in d for d in plan), text)
+
+    def test_claim_matching_query_uses_the_queue_index_without_scan_or_sort(self):
+        org = self.populate()
+        self.assertUsesIndex(self.CLAIM_QUERY, (org, "agent", "python3.12", 0, 8), "jobs_queue")
+        rows = self.conn.execute(self.CLAIM_QUERY, (org, "agent", "python3.12", 0, 8)).fetchall()
+        self.assertEqual(len(rows), 5)  # the queued ones, not the claimed ones
+
+    def test_reaper_expired_lease_query_uses_the_lease_index(self):
+        self.populate()
+        self.assertUsesIndex(self.REAPER_QUERY, (NOW + LEASE_MS, 100), "jobs_lease_expiry")
+        self.assertEqual(len(self.conn.execute(self.REAPER_QUERY, (NOW + LEASE_MS, 100)).fetchall()), 3)
+
+    def test_organization_reaper_query_uses_its_lease_index(self):
+        org = self.populate()
+        self.assertUsesIndex(self.ORG_REAPER_QUERY, (org, NOW + LEASE_MS, 100), "jobs_lease_expiry_by_organization")
+
+    def test_service_lookups_use_an_index(self):
+        self.populate()
+        lookups = [
+            ("api key by hash", "SELECT id, organization_id, role, scopes FROM api_keys"
+             " WHERE key_hash = ? AND revoked_at IS NULL", ("h",), ("api_keys", ("key_hash",))),
+            ("runner by fingerprint", "SELECT id, state FROM runners WHERE fingerprint = ?", ("fp",),
+             ("runners", ("fingerprint",))),
+            ("runner by key", "SELECT id FROM runners WHERE organization_id = ? AND runner_key = ?",
+             ("o", "k"), ("runners", ("organization_id", "runner_key"))),
+            ("runners of an organization", "SELECT id FROM runners WHERE organization_id = ?"
+             " ORDER BY registered_at LIMIT 50", ("o",), "runners_by_organization"),
+            ("challenge by hash", "SELECT id, runner_id, expires_at, consumed_at FROM runner_challenges"
+             " WHERE challenge_hash = ?", ("h",), ("runner_challenges", ("challenge_hash",))),
+            ("credentials of a runner", "SELECT id FROM runner_credentials WHERE runner_id = ?"
+             " AND credential_generation < ?", ("r", 3), "runner_credentials_by_runner"),
+            ("job by idempotency key", "SELECT id, intent_hash FROM jobs WHERE organization_id = ?"
+             " AND idempotency_key = ?", ("o", "k"), ("jobs", ("organization_id", "idempotency_key"))),
+            ("jobs of an organization", "SELECT id FROM jobs WHERE organization_id = ?"
+             " ORDER BY created_at DESC, id DESC LIMIT 50", ("o",), "jobs_by_organization"),
+            ("active claims of a runner", "SELECT id, job_id FROM job_claims WHERE runner_id = ?"
+             " AND state = 'active'", ("r",), "job_claims_by_runner"),
+            ("claims of a runner", "SELECT id FROM job_claims WHERE runner_id = ? ORDER BY state, issued_at",
+             ("r",), "job_claims_by_runner"),
+            ("claims of a job", "SELECT id FROM job_claims WHERE job_id = ? ORDER BY dispatch_attempt",
+             ("j",), ("job_claims", ("job_id", "dispatch_attempt"))),
+            ("active claim of a job", "SELECT id FROM job_claims WHERE job_id = ? AND state = 'active'",
+             ("j",), "job_claims_one_active_per_job"),
+            ("events of a job", "SELECT * FROM job_events WHERE job_id = ? ORDER BY id", ("j",),
+             "job_events_by_job"),
+            ("events of a runner", "SELECT * FROM job_events WHERE runner_id = ? ORDER BY id", ("r",),
+             "job_events_by_runner"),
+            ("audit of an organization", "SELECT * FROM job_events WHERE organization_id = ?"
+             " ORDER BY id DESC LIMIT 100", ("o",), "job_events_by_organization"),
+            ("stream head", "SELECT sequence, checksum FROM stream_chunks WHERE job_id = ?"
+             " AND dispatch_attempt = ? ORDER BY sequence DESC LIMIT 1", ("j", 1),
+             ("stream_chunks", ("job_id", "dispatch_attempt", "sequence"))),
+            ("chunks of a job", "SELECT * FROM stream_chunks WHERE job_id = ? ORDER BY dispatch_attempt, sequence",
+             ("j",), ("stream_chunks", ("job_id", "dispatch_attempt", "sequence"))),
+            ("completions of a job", "SELECT * FROM job_completions WHERE job_id = ? ORDER BY received_at",
+             ("j",), "job_completions_by_job"),
+            ("accepted completion of a job", "SELECT * FROM job_completions WHERE job_id = ?"
+             " AND decision = 'accepted'", ("j",), "job_completions_one_accepted_per_job"),
+            ("evidence of a completion", "SELECT * FROM completion_evidence WHERE completion_id = ?", ("c",),
+             "completion_evidence_by_completion"),
+            ("targets of an evaluation", "SELECT * FROM executable_targets WHERE organization_id = ?"
+             " AND evaluation_id = ? ORDER BY created_at LIMIT 50", ("o", "e"),
+             "executable_targets_by_evaluation"),
+            ("versions of an artifact", "SELECT id FROM release_versions WHERE artifact_id = ? ORDER BY id",
+             ("a",), "release_versions_by_artifact"),
+            ("test results of a run", "SELECT id FROM test_results WHERE evaluation_run_id = ?", ("r",),
+             "test_results_by_run"),
+            ("cost records of a run", "SELECT id FROM cost_records WHERE evaluation_run_id = ?", ("r",),
+             "cost_records_by_run"),
+            ("model calls of a run", "SELECT id FROM model_calls WHERE evaluation_run_id = ?", ("r",),
+             "model_calls_by_run"),
+            ("traces of a run", "SELECT id FROM traces WHERE evaluation_run_id = ?", ("r",), "traces_by_run"),
+            ("runs of an organization", "SELECT id FROM evaluation_runs WHERE organization_id = ?"
+             " ORDER BY created_at DESC LIMIT 50", ("o",), "evaluation_runs_by_organization"),
+            ("evidence of a job", "SELECT * FROM completion_evidence WHERE job_id = ?", ("j",),
+             "completion_evidence_by_job"),
+            ("api keys of an organization", "SELECT id, name, key_prefix FROM api_keys WHERE organization_id = ?"
+             " ORDER BY created_at", ("o",), "api_keys_by_organization"),
+            ("challenges of a runner", "SELECT id FROM runner_challenges WHERE runner_id = ?"
+             " ORDER BY issued_at DESC LIMIT 5", ("r",), "runner_challenges_by_runner"),
+            ("expired challenges to purge", "SELECT id FROM runner_challenges WHERE expires_at < ? LIMIT 500",
+             (NOW,), "runner_challenges_by_expiry"),
+            ("expired credentials to purge", "SELECT id FROM runner_credentials WHERE expires_at < ? LIMIT 500",
+             (NOW,), "runner_credentials_by_expiry"),
+        ]
+        for name, sql, params, index in lookups:
+            with self.subTest(name):
+                self.assertUsesIndex(sql, params, index)
+
+
+if __name__ == "__main__":
+    unittest.main()
