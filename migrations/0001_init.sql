@@ -74,6 +74,8 @@ CREATE TABLE runners (
     bootstrap_token_hash  TEXT    CHECK (bootstrap_token_hash IS NULL OR
                                          (length(bootstrap_token_hash) = 64 AND
                                           bootstrap_token_hash NOT GLOB '*[^0-9a-f]*')),
+    -- Optional: an operator may give the bootstrap token a lifetime; NULL = until rotated.
+    bootstrap_token_expires_at INTEGER,
 
     -- keypair identity (all self-reported except address)
     public_key            TEXT,

@@ -11,6 +11,8 @@ pub(crate) struct ApiError {
     status: u16,
     code: &'static str,
     message: String,
+    /// For a schema guard that fired: the database's text naming it. Never sent to clients.
+    violation: Option<String>,
 }
 
 pub(crate) type ApiResult<T> = std::result::Result<T, ApiError>;
@@ -21,7 +23,26 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            violation: None,
         }
+    }
+
+    /// A constraint or trigger refused a write. Handlers that expect a particular guard turn
+    /// this into their own answer (see [`ApiError::violation_text`]); unrefined, it is a 409.
+    pub(crate) fn violation(detail: String) -> Self {
+        console_error!("constraint violation: {detail}");
+        Self {
+            violation: Some(detail),
+            ..Self::new(
+                409,
+                "CONFLICT",
+                "the change conflicts with the current state; reload and retry",
+            )
+        }
+    }
+
+    pub(crate) fn violation_text(&self) -> Option<&str> {
+        self.violation.as_deref()
     }
 
     pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -58,14 +79,6 @@ impl ApiError {
         Self::new(500, "INTERNAL", "internal error")
     }
 
-    pub(crate) fn status(&self) -> u16 {
-        self.status
-    }
-
-    pub(crate) fn code(&self) -> &'static str {
-        self.code
-    }
-
     pub(crate) fn into_response(self) -> worker::Result<Response> {
         let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
         json_response(self.status, &body)
@@ -84,3 +97,21 @@ pub(crate) fn json_response(status: u16, body: &serde_json::Value) -> worker::Re
     res.headers_mut().set("content-type", "application/json")?;
     Ok(res)
 }
+
+/// Protocol-crate errors already know their status and stable code; this is their one mapping.
+macro_rules! from_protocol_error {
+    ($($ty:ty),* $(,)?) => {$(
+        impl From<$ty> for ApiError {
+            fn from(err: $ty) -> Self {
+                ApiError::new(err.http_status(), err.code(), err.to_string())
+            }
+        }
+    )*};
+}
+
+from_protocol_error!(
+    edgerunner_protocol::capability::CapabilityError,
+    edgerunner_protocol::state::StateError,
+    edgerunner_protocol::keypair::KeyError,
+    edgerunner_protocol::envelope::EnvelopeError,
+);

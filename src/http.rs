@@ -12,21 +12,33 @@ pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Reads the body as one JSON value, keeping number lexemes (hashes depend on them).
 pub(crate) async fn json_body(req: &mut Request) -> ApiResult<Value> {
-    let bytes = req.bytes().await.map_err(|_| ApiError::bad_request("INVALID_BODY", "could not read the request body"))?;
+    let bytes = req
+        .bytes()
+        .await
+        .map_err(|_| ApiError::bad_request("INVALID_BODY", "could not read the request body"))?;
     if bytes.len() > MAX_BODY_BYTES {
-        return Err(ApiError::new(413, "BODY_TOO_LARGE", format!("request body exceeds {MAX_BODY_BYTES} bytes")));
+        return Err(ApiError::new(
+            413,
+            "BODY_TOO_LARGE",
+            format!("request body exceeds {MAX_BODY_BYTES} bytes"),
+        ));
     }
     if bytes.is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("INVALID_JSON", format!("request body is not JSON: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad_request("INVALID_JSON", format!("request body is not JSON: {e}"))
+    })
 }
 
 /// The body as a JSON object.
 pub(crate) async fn json_object(req: &mut Request) -> ApiResult<serde_json::Map<String, Value>> {
     match json_body(req).await? {
         Value::Object(map) => Ok(map),
-        _ => Err(ApiError::bad_request("INVALID_BODY", "request body must be a JSON object")),
+        _ => Err(ApiError::bad_request(
+            "INVALID_BODY",
+            "request body must be a JSON object",
+        )),
     }
 }
 
@@ -39,8 +51,14 @@ pub(crate) fn bearer_token(req: &Request) -> ApiResult<String> {
         .flatten()
         .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer credential"))?;
     match header.split_once(' ') {
-        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => Ok(token.trim().to_owned()),
-        _ => Err(ApiError::unauthorized("Authorization must be a Bearer credential")),
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Ok(token.trim().to_owned())
+        }
+        _ => Err(ApiError::unauthorized(
+            "Authorization must be a Bearer credential",
+        )),
     }
 }
 
@@ -52,7 +70,9 @@ pub(crate) fn query_param(req: &Request, name: &str) -> Option<String> {
     let query = query.split('#').next().unwrap_or("");
     query.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(key)? == name).then(|| percent_decode(value)).flatten()
+        (percent_decode(key)? == name)
+            .then(|| percent_decode(value))
+            .flatten()
     })
 }
 

@@ -2,30 +2,90 @@
 //!
 //! # Layout
 //! - `lib.rs`: the fetch and scheduled entry points and the route table.
+//! - [`auth`]: API keys and runner credentials, as proof types handlers require.
+//! - [`routes`]: one module per HTTP surface (API keys, runner administration, runner identity).
+//! - [`store`]: named SQL, one module per table group; guarded writes with checked row counts.
 //! - [`job_do`]: `JobObject`, one Durable Object per job, the single writer of that job's rows.
 //! - [`runner_do`]: `RunnerObject`, one Durable Object per runner, which serializes its claims.
+//! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
+//! - [`http`], [`platform`]: request parsing; the clock and randomness.
 //!
 //! Protocol rules (hashing, envelopes, chains, matching, state machines) live in the
 //! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects and D1.
 
-use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
+use worker::{
+    event, Context, D1Database, Env, Method, Request, Response, Result, ScheduleContext,
+    ScheduledEvent,
+};
 
-// The constructors serve the API routes that land next; the lint comes off with them.
-#[allow(dead_code)]
+mod auth;
 mod error;
-
-use error::{json_response, ApiError};
+mod http;
 mod job_do;
+mod platform;
+mod routes;
 mod runner_do;
+mod store;
 
 pub use job_do::JobObject;
 pub use runner_do::RunnerObject;
 
+use error::{json_response, ApiError, ApiResult};
+use routes::{api_keys, identity, runners};
+
+/// What every handler needs: the environment, the database and one reading of the clock.
+pub(crate) struct Ctx {
+    pub(crate) env: Env,
+    pub(crate) db: D1Database,
+    pub(crate) now: i64,
+}
+
 #[event(fetch)]
-async fn fetch(req: Request, _env: Env, _ctx: Context) -> Result<Response> {
-    match req.path().as_str() {
-        "/healthz" => json_response(200, &serde_json::json!({ "status": "ok" })),
-        _ => ApiError::not_found("no such route").into_response(),
+async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    match route(req, env).await {
+        Ok(res) => Ok(res),
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn route(req: Request, env: Env) -> ApiResult<Response> {
+    let path = req.path();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let method = req.method();
+    if let (Method::Get, ["healthz"]) = (&method, segments.as_slice()) {
+        return json_response(200, &serde_json::json!({ "status": "ok" })).map_err(ApiError::from);
+    }
+    let ctx = Ctx {
+        db: env.d1("DB")?,
+        env,
+        now: platform::now_ms(),
+    };
+    use Method::{Delete, Get, Patch, Post, Put};
+    match (method, segments.as_slice()) {
+        (Post, ["api", "developer", "api-keys"]) => api_keys::create(req, &ctx).await,
+        (Get, ["api", "developer", "api-keys"]) => api_keys::list(req, &ctx).await,
+        (Delete, ["api", "developer", "api-keys", id]) => api_keys::revoke(req, &ctx, id).await,
+
+        (Post, ["api", "remote-runners", "session"]) => identity::session(req, &ctx).await,
+        (Post, ["api", "remote-runners", "enroll"]) => identity::enroll(req, &ctx).await,
+        (Post, ["api", "remote-runners", "challenge"]) => identity::challenge(req, &ctx).await,
+        (Get, ["api", "remote-runners", "self"]) => identity::get_self(req, &ctx).await,
+        (Put, ["api", "remote-runners", "self", "files", name]) => {
+            identity::put_self_file(req, &ctx, name).await
+        }
+
+        (Post, ["api", "remote-runners"]) => runners::register(req, &ctx).await,
+        (Get, ["api", "remote-runners"]) => runners::list(req, &ctx).await,
+        (Get, ["api", "remote-runners", id]) => runners::get(req, &ctx, id).await,
+        (Patch, ["api", "remote-runners", id]) => runners::patch(req, &ctx, id).await,
+        (Post, ["api", "remote-runners", id, "rotate"]) => runners::rotate(req, &ctx, id).await,
+        (Get, ["api", "remote-runners", id, "events"]) => runners::events(req, &ctx, id).await,
+        (Get, ["api", "remote-runners", id, "files", name]) => {
+            runners::file(req, &ctx, id, name).await
+        }
+
+        (_, ["api", ..]) => Err(ApiError::not_found("no such route")),
+        _ => Err(ApiError::not_found("no such route")),
     }
 }
 

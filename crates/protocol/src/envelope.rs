@@ -262,6 +262,11 @@ impl MasterSigningSecret {
         }
         Ok(Self(secret))
     }
+
+    /// The root key bytes, for the derivations in this crate only.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 impl fmt::Debug for MasterSigningSecret {
@@ -377,7 +382,7 @@ impl JobSigning {
     }
 }
 
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     // HMAC is defined for keys of every length (RFC 2104 §2 pads or hashes them);
     // `new_from_slice` returns a `Result` only because it implements a trait shared with ciphers.
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");

@@ -5,6 +5,7 @@
 //! - [`envelope`]: the signed job envelope, per-runner signing keys and key ids.
 //! - [`chunk`]: stream chunk hashes and hash-chain validation.
 //! - [`completion`]: completion checksums and the reconciliation decision.
+//! - [`credential`]: short-lived runner credentials (issue and verify).
 //! - [`keypair`]: ed25519 fingerprints and challenge signatures (self-registered runners).
 //! - [`capability`]: capability documents, job requirements and routing, with reasons.
 //! - [`state`]: job and runner state machines as transition functions.
@@ -16,6 +17,7 @@
 pub mod capability;
 pub mod chunk;
 pub mod completion;
+pub mod credential;
 pub mod envelope;
 pub mod keypair;
 pub mod recovery;

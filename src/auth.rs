@@ -1,0 +1,151 @@
+//! Who is calling: an admin through an API key, or a runner through its short-lived credential.
+//!
+//! Handlers take the proof types built here ([`AdminCaller`], [`RunnerCaller`]) as input, so a
+//! route cannot forget to authenticate, and the two kinds of credential never cross: an API key
+//! on a runner route and a runner credential on an admin route are both `401`.
+
+use edgerunner_protocol::credential::{self, CredentialError};
+use edgerunner_protocol::envelope::MasterSigningSecret;
+use worker::{Env, Request};
+
+use crate::error::{ApiError, ApiResult};
+use crate::http::bearer_token;
+use crate::platform::secret_hash;
+use crate::store::{api_keys, runners};
+use crate::Ctx;
+
+pub(crate) const API_KEY_PREFIX: &str = "erk";
+pub(crate) const SCOPES: [&str; 3] = ["runs:read", "runs:write", "admin:org"];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    RunsRead,
+    AdminOrg,
+}
+
+impl Scope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::RunsRead => "runs:read",
+            Scope::AdminOrg => "admin:org",
+        }
+    }
+}
+
+/// An authenticated API key: its organization, role and scopes.
+pub(crate) struct AdminCaller {
+    pub(crate) organization_id: String,
+    pub(crate) key_id: String,
+    role_admin: bool,
+    scopes: Vec<String>,
+}
+
+impl AdminCaller {
+    /// The audit trail's name for this caller.
+    pub(crate) fn actor(&self) -> String {
+        format!("api_key:{}", self.key_id)
+    }
+
+    pub(crate) fn require(&self, scope: Scope) -> ApiResult<()> {
+        if self.scopes.iter().any(|s| s == scope.as_str()) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "this API key lacks the {} scope",
+                scope.as_str()
+            )))
+        }
+    }
+
+    /// `admin:org` *and* the admin role, as runner administration requires.
+    pub(crate) fn require_admin(&self) -> ApiResult<()> {
+        self.require(Scope::AdminOrg)?;
+        if self.role_admin {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "runner administration requires the admin role",
+            ))
+        }
+    }
+}
+
+pub(crate) async fn admin(req: &Request, ctx: &Ctx) -> ApiResult<AdminCaller> {
+    let token = bearer_token(req)?;
+    if !token.starts_with("erk_") {
+        return Err(ApiError::unauthorized(
+            "admin endpoints take an API key, not a runner credential",
+        ));
+    }
+    // Looked up by hash: the stored value is useless to a reader of the database, and equality
+    // of two SHA-256 digests reveals nothing about the key through timing.
+    let row = api_keys::by_hash(&ctx.db, &secret_hash(&token))
+        .await?
+        .filter(|row| row.revoked_at.is_none())
+        .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
+    let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
+    Ok(AdminCaller {
+        organization_id: row.organization_id,
+        key_id: row.id,
+        role_admin: row.role == "admin",
+        scopes,
+    })
+}
+
+/// The signing root, or `503` when it is missing or too short to be trusted.
+pub(crate) fn master_secret(env: &Env) -> ApiResult<MasterSigningSecret> {
+    let secret = env
+        .secret("REMOTE_RUNNER_SIGNING_SECRET")
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    MasterSigningSecret::new(secret).map_err(|_| {
+        ApiError::unavailable(
+            "SIGNING_SECRET_TOO_SHORT",
+            "REMOTE_RUNNER_SIGNING_SECRET must be configured with at least 32 characters",
+        )
+    })
+}
+
+/// A runner whose credential we issued, that has not expired, whose generation is still the
+/// runner's current one, and whose runner is not revoked.
+pub(crate) struct RunnerCaller {
+    pub(crate) runner: runners::RunnerRow,
+}
+
+impl RunnerCaller {
+    pub(crate) fn organization_id(&self) -> &str {
+        &self.runner.organization_id
+    }
+
+    pub(crate) fn runner_id(&self) -> &str {
+        &self.runner.id
+    }
+}
+
+pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> {
+    let token = bearer_token(req)?;
+    if token.starts_with("erk_") {
+        return Err(ApiError::unauthorized(
+            "runner endpoints take a runner credential, not an API key",
+        ));
+    }
+    let master = master_secret(&ctx.env)?;
+    let verified = credential::verify(&master, &token, ctx.now)
+        .map_err(|e: CredentialError| ApiError::unauthorized(e.to_string()))?;
+    let claims = verified.claims();
+    let runner = runners::get(&ctx.db, &claims.organization_id, &claims.runner_id)
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("the credential's runner no longer exists"))?;
+    if runner.state == "revoked" || runner.state == "pending_approval" {
+        return Err(ApiError::unauthorized(format!(
+            "runner is {}",
+            runner.state
+        )));
+    }
+    if i64::try_from(claims.generation).ok() != Some(runner.credential_generation) {
+        return Err(ApiError::unauthorized(
+            "credential was revoked by a rotation; exchange a new one",
+        ));
+    }
+    Ok(RunnerCaller { runner })
+}

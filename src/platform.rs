@@ -1,0 +1,40 @@
+//! The two things the protocol crate refuses to do itself: read the clock and draw randomness.
+
+use edgerunner_protocol::stable_json::sha256_hex;
+
+use crate::error::{ApiError, ApiResult};
+
+pub(crate) fn now_ms() -> i64 {
+    // Date.now() is a whole number of milliseconds well inside f64's exact range.
+    worker::Date::now().as_millis() as i64
+}
+
+pub(crate) fn random_bytes<const N: usize>() -> ApiResult<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
+    Ok(bytes)
+}
+
+/// A fresh identifier such as `run_3f9a…` (96 random bits: collisions are not a concern).
+pub(crate) fn random_id(prefix: &str) -> ApiResult<String> {
+    Ok(format!("{prefix}_{}", hex(&random_bytes::<12>()?)))
+}
+
+/// A fresh secret such as `erk_…` (256 random bits), to be shown once and stored hashed.
+pub(crate) fn random_secret(prefix: &str) -> ApiResult<String> {
+    Ok(format!("{prefix}_{}", hex(&random_bytes::<32>()?)))
+}
+
+pub(crate) fn secret_hash(secret: &str) -> String {
+    sha256_hex(secret.as_bytes()).as_str().to_owned()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(crate) fn rfc3339(ms: i64) -> Option<String> {
+    edgerunner_protocol::time::UnixMillis::new(ms)
+        .ok()
+        .map(|t| t.to_rfc3339())
+}

@@ -1,0 +1,438 @@
+//! The runner's side of identity: key-pair enrollment, challenges, session exchange (both
+//! models), and what a runner may say about itself.
+
+use edgerunner_protocol::credential::{
+    self, CredentialClaims, MAX_CREDENTIAL_TTL_MILLIS, RUNNER_SCOPES,
+};
+use edgerunner_protocol::envelope::{constant_time_eq, CredentialGeneration, JobSigning, RunnerId};
+use edgerunner_protocol::keypair::{verify_challenge_signature, Challenge, Fingerprint, PublicKey};
+use serde_json::{json, Map, Value};
+use worker::{Request, Response};
+
+use super::runners::capability_document;
+use super::{optional_str, refuse_unknown, required_str};
+use crate::auth::{self, master_secret};
+use crate::error::{json_response, ApiError, ApiResult};
+use crate::http::{client_address, json_object, MAX_BODY_BYTES};
+use crate::platform::{random_bytes, random_id, rfc3339, secret_hash};
+use crate::store::{self, events, first, runners};
+use crate::Ctx;
+
+/// How long a challenge may be answered.
+const CHALLENGE_TTL_MILLIS: i64 = 60_000;
+/// Files a runner uploads about itself are small text (logs, `lscpu`).
+pub(crate) const MAX_FILE_BYTES: usize = 256 * 1024;
+const MAX_MACHINE_BYTES: usize = 16 * 1024;
+
+fn valid_file_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+fn check_file(name: &str, content: &str) -> ApiResult<()> {
+    if !valid_file_name(name) {
+        return Err(ApiError::unprocessable(
+            "INVALID_FILE_NAME",
+            "file names are 1-128 characters of [A-Za-z0-9._-], not starting with a dot",
+        ));
+    }
+    if content.len() > MAX_FILE_BYTES {
+        return Err(ApiError::new(
+            413,
+            "FILE_TOO_LARGE",
+            format!("files are capped at {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn string_array(value: &Value) -> String {
+    value.to_string()
+}
+
+pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let body = json_object(&mut req).await?;
+    if body.contains_key("tags") {
+        return Err(ApiError::unprocessable(
+            "TAGS_ARE_OPERATOR_SET",
+            "tags are set by an operator, never by the runner",
+        ));
+    }
+    refuse_unknown(
+        &body,
+        &[
+            "organizationId",
+            "publicKey",
+            "name",
+            "product",
+            "version",
+            "problemTypes",
+            "external",
+            "capabilities",
+            "machine",
+            "files",
+        ],
+    )?;
+    let organization_id = required_str(&body, "organizationId", 64)?;
+    let public_key = PublicKey::from_base64(required_str(&body, "publicKey", 128)?)?;
+    let fingerprint = public_key.fingerprint();
+    let name = required_str(&body, "name", 200)?;
+    let product = optional_str(&body, "product", 200)?;
+    let version = optional_str(&body, "version", 200)?;
+    let document = capability_document(&body, &["problemTypes", "external"])?;
+    let machine = match body.get("machine") {
+        None | Some(Value::Null) => None,
+        Some(v @ Value::Object(_)) => {
+            let text = v.to_string();
+            if text.len() > MAX_MACHINE_BYTES {
+                return Err(ApiError::unprocessable(
+                    "INVALID_FIELD",
+                    format!("machine is capped at {MAX_MACHINE_BYTES} bytes"),
+                ));
+            }
+            Some(text)
+        }
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_FIELD",
+                "machine must be an object",
+            ))
+        }
+    };
+    let files: Vec<(String, String)> = match body.get("files") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(name, content)| match content {
+                Value::String(text) => {
+                    check_file(name, text).map(|()| (name.clone(), text.clone()))
+                }
+                _ => Err(ApiError::unprocessable(
+                    "INVALID_FIELD",
+                    "files maps names to text",
+                )),
+            })
+            .collect::<ApiResult<_>>()?,
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_FIELD",
+                "files must be an object",
+            ))
+        }
+    };
+
+    #[derive(serde::Deserialize)]
+    struct Org {
+        #[allow(dead_code)]
+        id: String,
+    }
+    first::<Org>(
+        &ctx.db,
+        "SELECT id FROM organizations WHERE id = ?1",
+        &[organization_id.into()],
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no such organization"))?;
+
+    let id = random_id("run")?;
+    let capabilities_json = document.to_value().to_string();
+    let capabilities_hash = document.hash();
+    let problem_types = string_array(&Value::Array(
+        document
+            .problem_types()
+            .iter()
+            .map(|p| Value::String(p.as_str().to_owned()))
+            .collect(),
+    ));
+    let address = client_address(&req);
+    let public_key_text = public_key.to_base64();
+    let row = runners::NewRunner {
+        id: &id,
+        organization_id,
+        identity_model: "keypair",
+        name,
+        runner_key: None,
+        bootstrap_token_hash: None,
+        bootstrap_token_expires_at: None,
+        public_key: Some(&public_key_text),
+        fingerprint: Some(fingerprint.as_str()),
+        product,
+        version,
+        machine_json: machine.as_deref(),
+        address: address.as_deref(),
+        state: "pending_approval",
+        capabilities_json: &capabilities_json,
+        capabilities_hash: capabilities_hash.as_str(),
+        protocol_version: edgerunner_protocol::capability::PROTOCOL_VERSION,
+        problem_types_json: &problem_types,
+        external: document.external(),
+        tags_json: "[]",
+        max_concurrent_jobs: i64::from(document.max_concurrent_jobs()),
+        key_id: None,
+        approved_at: None,
+        now: ctx.now,
+    };
+    let actor = format!("runner:{id}");
+    let detail = json!({ "fingerprint": fingerprint.as_str(), "address": address }).to_string();
+    let mut statements = vec![
+        runners::insert(&ctx.db, &row)?,
+        events::insert(
+            &ctx.db,
+            &events::NewEvent {
+                organization_id,
+                job_id: None,
+                runner_id: Some(&id),
+                claim_id: None,
+                actor: &actor,
+                kind: "runner.enrolled",
+                attempt: None,
+                reason: None,
+                detail_json: Some(&detail),
+                at: ctx.now,
+            },
+        )?,
+    ];
+    for (name, content) in &files {
+        let hash = secret_hash(content);
+        statements.push(runners::put_file(
+            &ctx.db,
+            organization_id,
+            &id,
+            name,
+            content,
+            &hash,
+            ctx.now,
+        )?);
+    }
+    if let Err(err) = store::batch(&ctx.db, statements).await {
+        if err
+            .violation_text()
+            .is_some_and(|t| t.contains("fingerprint"))
+        {
+            return Err(ApiError::conflict(
+                "FINGERPRINT_TAKEN",
+                "this key is already enrolled; a revoked key never comes back, so generate a new one",
+            ));
+        }
+        return Err(err);
+    }
+    let runner = runners::get(&ctx.db, organization_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::internal("enrolled runner vanished"))?;
+    let files = runners::files(&ctx.db, organization_id, &id).await?;
+    json_response(201, &json!({ "runner": runner.to_json(&files) })).map_err(ApiError::from)
+}
+
+pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let body = json_object(&mut req).await?;
+    refuse_unknown(&body, &["fingerprint"])?;
+    let fingerprint = Fingerprint::parse(required_str(&body, "fingerprint", 128)?)?;
+    let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found("no runner enrolled with that fingerprint"))?;
+    match runner.state.as_str() {
+        "pending_approval" => {
+            return Err(ApiError::new(
+                403,
+                "RUNNER_PENDING_APPROVAL",
+                "an administrator has not approved this key yet",
+            ));
+        }
+        "revoked" => {
+            return Err(ApiError::new(
+                403,
+                "RUNNER_REVOKED",
+                "this identity is revoked; enroll a new key",
+            ))
+        }
+        _ => {}
+    }
+    let challenge = Challenge::from_random(random_bytes::<32>()?);
+    let expires_at = ctx.now + CHALLENGE_TTL_MILLIS;
+    let id = random_id("chl")?;
+    let hash = secret_hash(challenge.as_str());
+    runners::insert_challenge(
+        &ctx.db,
+        &runners::NewChallenge {
+            id: &id,
+            runner_id: &runner.id,
+            organization_id: &runner.organization_id,
+            fingerprint: fingerprint.as_str(),
+            challenge_hash: &hash,
+            issued_at: ctx.now,
+            expires_at,
+        },
+    )
+    .await?;
+    json_response(
+        200,
+        &json!({ "challenge": challenge.as_str(), "expiresAt": rfc3339(expires_at) }),
+    )
+    .map_err(ApiError::from)
+}
+
+/// `POST /api/remote-runners/session`, both identity models, the SDK's response shape.
+pub(crate) async fn session(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let body = json_object(&mut req).await?;
+    let master = master_secret(&ctx.env)?;
+    let runner = if body.contains_key("fingerprint") {
+        keypair_runner(&body, ctx).await?
+    } else {
+        bootstrap_runner(&body, ctx).await?
+    };
+
+    let runner_id = RunnerId::parse(&runner.id).map_err(|e| ApiError::internal(e.to_string()))?;
+    let generation = runner.credential_generation;
+    let generation_u64 = u64::try_from(generation).map_err(ApiError::internal)?;
+    let job_signing = JobSigning::derive(&master, &runner_id, CredentialGeneration(generation_u64));
+    let changed = runners::record_session(
+        &ctx.db,
+        &runner.id,
+        generation,
+        job_signing.key_id.as_str(),
+        ctx.now,
+    )
+    .await?;
+    if changed != 1 {
+        // Rotated or revoked between our read and this write: the decision no longer holds.
+        return Err(ApiError::unauthorized(
+            "runner credentials changed during the exchange; retry",
+        ));
+    }
+    let claims = CredentialClaims {
+        id: random_id("crd")?,
+        runner_id: runner.id.clone(),
+        organization_id: runner.organization_id.clone(),
+        generation: generation_u64,
+        issued_at_ms: ctx.now,
+        expires_at_ms: ctx.now + MAX_CREDENTIAL_TTL_MILLIS,
+    };
+    let token =
+        credential::issue(&master, &claims).map_err(|e| ApiError::internal(e.to_string()))?;
+    json_response(
+        200,
+        &json!({
+            "token": token,
+            "claims": {
+                "runnerId": runner.id,
+                "organizationId": runner.organization_id,
+                "scopes": RUNNER_SCOPES,
+                "issuedAt": rfc3339(claims.issued_at_ms),
+                "expiresAt": rfc3339(claims.expires_at_ms),
+            },
+            "jobSigning": job_signing.to_json(),
+        }),
+    )
+    .map_err(ApiError::from)
+}
+
+/// Every refusal is the same `401` with no hint of which part was wrong, so the endpoint
+/// cannot be used to discover runner ids.
+fn refused() -> ApiError {
+    ApiError::unauthorized("unknown runner, or wrong, expired or rotated bootstrap token")
+}
+
+async fn bootstrap_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<runners::RunnerRow> {
+    refuse_unknown(body, &["runnerId", "bootstrapToken"])?;
+    let runner_id = required_str(body, "runnerId", 64).map_err(|_| refused())?;
+    let token = required_str(body, "bootstrapToken", 256).map_err(|_| refused())?;
+    let runner = runners::get_unscoped(&ctx.db, runner_id)
+        .await?
+        .ok_or_else(refused)?;
+    let stored = runner.bootstrap_token_hash.as_deref().ok_or_else(refused)?;
+    if !constant_time_eq(secret_hash(token).as_bytes(), stored.as_bytes()) {
+        return Err(refused());
+    }
+    if runner
+        .bootstrap_token_expires_at
+        .is_some_and(|at| ctx.now >= at)
+    {
+        return Err(refused());
+    }
+    if !matches!(runner.state.as_str(), "active" | "draining" | "lost") {
+        return Err(refused());
+    }
+    Ok(runner)
+}
+
+async fn keypair_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<runners::RunnerRow> {
+    refuse_unknown(body, &["fingerprint", "challenge", "signature"])?;
+    let denied = || {
+        ApiError::unauthorized(
+            "unknown or unapproved key, bad signature, or an expired or used challenge",
+        )
+    };
+    let fingerprint =
+        Fingerprint::parse(required_str(body, "fingerprint", 128)?).map_err(|_| denied())?;
+    let challenge =
+        Challenge::parse(required_str(body, "challenge", 256)?).map_err(|_| denied())?;
+    let signature = required_str(body, "signature", 256)?;
+    let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
+        .await?
+        .ok_or_else(denied)?;
+    if !matches!(runner.state.as_str(), "active" | "draining" | "lost") {
+        return Err(denied());
+    }
+    let public_key = PublicKey::from_base64(runner.public_key.as_deref().unwrap_or_default())
+        .map_err(|e| ApiError::internal(format!("stored public key unreadable: {e}")))?;
+    verify_challenge_signature(&public_key, &fingerprint, &challenge, signature)
+        .map_err(|_| denied())?;
+    // Single use: exactly one exchange can consume a live challenge.
+    let consumed = runners::consume_challenge(
+        &ctx.db,
+        fingerprint.as_str(),
+        &secret_hash(challenge.as_str()),
+        ctx.now,
+    )
+    .await?;
+    if consumed != 1 {
+        return Err(denied());
+    }
+    Ok(runner)
+}
+
+pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let files = runners::files(&ctx.db, caller.organization_id(), caller.runner_id()).await?;
+    json_response(200, &caller.runner.to_json(&files)).map_err(ApiError::from)
+}
+
+pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let bytes = req
+        .bytes()
+        .await
+        .map_err(|_| ApiError::bad_request("INVALID_BODY", "could not read the body"))?;
+    if bytes.len() > MAX_BODY_BYTES.max(MAX_FILE_BYTES) {
+        return Err(ApiError::new(
+            413,
+            "FILE_TOO_LARGE",
+            format!("files are capped at {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    let content = String::from_utf8(bytes)
+        .map_err(|_| ApiError::unprocessable("INVALID_FILE", "files must be UTF-8 text"))?;
+    check_file(name, &content)?;
+    let hash = secret_hash(&content);
+    store::batch(
+        &ctx.db,
+        vec![runners::put_file(
+            &ctx.db,
+            caller.organization_id(),
+            caller.runner_id(),
+            name,
+            &content,
+            &hash,
+            ctx.now,
+        )?],
+    )
+    .await?;
+    json_response(
+        200,
+        &json!({ "name": name, "size": content.len(), "contentHash": hash, "uploadedAt": rfc3339(ctx.now) }),
+    )
+    .map_err(ApiError::from)
+}

@@ -1,0 +1,70 @@
+//! HTTP handlers, one module per surface. Each takes its proof of authentication from
+//! [`crate::auth`] and its storage from [`crate::store`].
+
+pub(crate) mod api_keys;
+pub(crate) mod identity;
+pub(crate) mod runners;
+
+use serde_json::{Map, Value};
+
+use crate::error::{ApiError, ApiResult};
+
+/// A required non-empty string field of a request body.
+pub(crate) fn required_str<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+    max_len: usize,
+) -> ApiResult<&'a str> {
+    match body.get(field) {
+        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= max_len => Ok(s),
+        Some(Value::String(s)) if s.len() > max_len => Err(ApiError::unprocessable(
+            "INVALID_FIELD",
+            format!("{field} must be at most {max_len} bytes"),
+        )),
+        Some(_) => Err(ApiError::unprocessable(
+            "INVALID_FIELD",
+            format!("{field} must be a non-empty string"),
+        )),
+        None => Err(ApiError::unprocessable(
+            "MISSING_FIELD",
+            format!("{field} is required"),
+        )),
+    }
+}
+
+/// An optional string field: absent or null is `None`, anything but a string is refused.
+pub(crate) fn optional_str<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+    max_len: usize,
+) -> ApiResult<Option<&'a str>> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => required_str(body, field, max_len).map(Some),
+    }
+}
+
+/// Refuses fields a request must not carry, naming them, instead of silently dropping them.
+pub(crate) fn refuse_unknown(body: &Map<String, Value>, allowed: &[&str]) -> ApiResult<()> {
+    match body.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(field) => Err(ApiError::unprocessable(
+            "UNKNOWN_FIELD",
+            format!("unknown field {field}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `?limit=` within `1..=max`, `default` when absent.
+pub(crate) fn limit_param(req: &worker::Request, default: i64, max: i64) -> ApiResult<i64> {
+    match crate::http::query_param(req, "limit") {
+        None => Ok(default),
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(ApiError::unprocessable(
+                "INVALID_LIMIT",
+                format!("limit must be an integer from 1 to {max}"),
+            )),
+        },
+    }
+}

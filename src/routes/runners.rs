@@ -1,0 +1,405 @@
+//! Runner administration: register, list, inspect, change status or tags, rotate, audit, files.
+
+use edgerunner_protocol::capability::{parse_tags, CapabilityDocument};
+use edgerunner_protocol::state::{RunnerInput, RunnerState};
+use serde_json::{json, Map, Value};
+use worker::{Request, Response};
+
+use super::{limit_param, optional_str, refuse_unknown, required_str};
+use crate::auth::{self, Scope};
+use crate::error::{json_response, ApiError, ApiResult};
+use crate::http::json_object;
+use crate::platform::{random_id, random_secret, secret_hash};
+use crate::store::{self, events, runners};
+use crate::Ctx;
+
+pub(crate) const BOOTSTRAP_TOKEN_PREFIX: &str = "erb";
+/// Bootstrap tokens may be given a lifetime of at most ten years.
+const MAX_BOOTSTRAP_TTL_SECONDS: i64 = 10 * 365 * 24 * 3600;
+
+/// The capability document from a request: `capabilities`, with the top-level fields the
+/// surfaces also accept (`maxConcurrentJobs`; for enrollment `problemTypes`, `external`)
+/// taking precedence, parsed with the registration defaults filled in.
+pub(crate) fn capability_document(
+    body: &Map<String, Value>,
+    overrides: &[&str],
+) -> ApiResult<CapabilityDocument> {
+    let mut document = match body.get("capabilities") {
+        Some(Value::Object(map)) => map.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_CAPABILITIES",
+                "capabilities must be an object",
+            ));
+        }
+    };
+    for field in overrides {
+        if let Some(value) = body.get(*field) {
+            document.insert((*field).to_owned(), value.clone());
+        }
+    }
+    Ok(CapabilityDocument::parse(&Value::Object(document))?)
+}
+
+pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<Option<i64>> {
+    match body.get("bootstrapTokenTtlSeconds") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_i64() {
+            Some(s) if (1..=MAX_BOOTSTRAP_TTL_SECONDS).contains(&s) => Ok(Some(now + s * 1000)),
+            _ => Err(ApiError::unprocessable(
+                "INVALID_FIELD",
+                format!("bootstrapTokenTtlSeconds must be an integer from 1 to {MAX_BOOTSTRAP_TTL_SECONDS}"),
+            )),
+        },
+    }
+}
+
+pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let body = json_object(&mut req).await?;
+    refuse_unknown(
+        &body,
+        &[
+            "name",
+            "runnerKey",
+            "capabilities",
+            "maxConcurrentJobs",
+            "tags",
+            "bootstrapTokenTtlSeconds",
+        ],
+    )?;
+    let name = required_str(&body, "name", 200)?;
+    let runner_key = required_str(&body, "runnerKey", 200)?;
+    let document = capability_document(&body, &["maxConcurrentJobs"])?;
+    let tags = match body.get("tags") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => parse_tags(v)?,
+    };
+    let tags_json = Value::Array(
+        tags.iter()
+            .map(|t| Value::String(t.as_str().to_owned()))
+            .collect(),
+    )
+    .to_string();
+    let token_expires_at = bootstrap_ttl(&body, ctx.now)?;
+
+    let id = random_id("run")?;
+    let token = random_secret(BOOTSTRAP_TOKEN_PREFIX)?;
+    let token_hash = secret_hash(&token);
+    let capabilities = document.to_value();
+    let capabilities_json = capabilities.to_string();
+    let capabilities_hash = document.hash();
+    let problem_types = Value::Array(
+        document
+            .problem_types()
+            .iter()
+            .map(|p| Value::String(p.as_str().to_owned()))
+            .collect(),
+    )
+    .to_string();
+    let row = runners::NewRunner {
+        id: &id,
+        organization_id: &caller.organization_id,
+        identity_model: "bootstrap",
+        name,
+        runner_key: Some(runner_key),
+        bootstrap_token_hash: Some(&token_hash),
+        bootstrap_token_expires_at: token_expires_at,
+        public_key: None,
+        fingerprint: None,
+        product: None,
+        version: None,
+        machine_json: None,
+        address: None,
+        state: "active",
+        capabilities_json: &capabilities_json,
+        capabilities_hash: capabilities_hash.as_str(),
+        protocol_version: edgerunner_protocol::capability::PROTOCOL_VERSION,
+        problem_types_json: &problem_types,
+        external: document.external(),
+        tags_json: &tags_json,
+        max_concurrent_jobs: i64::from(document.max_concurrent_jobs()),
+        key_id: None,
+        approved_at: Some(ctx.now),
+        now: ctx.now,
+    };
+    let actor = caller.actor();
+    let detail = json!({ "runnerKey": runner_key, "capabilityHash": capabilities_hash.as_str() })
+        .to_string();
+    let event = events::NewEvent {
+        organization_id: &caller.organization_id,
+        job_id: None,
+        runner_id: Some(&id),
+        claim_id: None,
+        actor: &actor,
+        kind: "runner.registered",
+        attempt: None,
+        reason: None,
+        detail_json: Some(&detail),
+        at: ctx.now,
+    };
+    let result = store::batch(
+        &ctx.db,
+        vec![
+            runners::insert(&ctx.db, &row)?,
+            events::insert(&ctx.db, &event)?,
+        ],
+    )
+    .await;
+    if let Err(err) = result {
+        if err
+            .violation_text()
+            .is_some_and(|t| t.contains("runner_key"))
+        {
+            return Err(ApiError::conflict(
+                "RUNNER_KEY_TAKEN",
+                format!("runnerKey {runner_key} is already registered"),
+            ));
+        }
+        return Err(err);
+    }
+    let runner = runners::get(&ctx.db, &caller.organization_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::internal("registered runner vanished"))?;
+    json_response(
+        201,
+        &json!({ "runner": runner.to_json(&[]), "bootstrapToken": token }),
+    )
+    .map_err(ApiError::from)
+}
+
+pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let limit = limit_param(&req, 100, 1000)?;
+    let rows = runners::list(&ctx.db, &caller.organization_id, limit).await?;
+    let runners: Vec<Value> = rows.iter().map(|r| r.to_json(&[])).collect();
+    json_response(200, &json!({ "runners": runners })).map_err(ApiError::from)
+}
+
+async fn load(ctx: &Ctx, org: &str, id: &str) -> ApiResult<runners::RunnerRow> {
+    runners::get(&ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such runner"))
+}
+
+pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let runner = load(ctx, &caller.organization_id, id).await?;
+    let files = runners::files(&ctx.db, &caller.organization_id, id).await?;
+    json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
+}
+
+pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let body = json_object(&mut req).await?;
+    refuse_unknown(&body, &["status", "tags", "reason"])?;
+    let reason = match optional_str(&body, "reason", 1000) {
+        Ok(Some(reason)) => reason,
+        _ => {
+            return Err(ApiError::unprocessable(
+                "REASON_REQUIRED",
+                "every status or tag change needs a reason",
+            ))
+        }
+    };
+    let status = optional_str(&body, "status", 32)?;
+    let tags = match body.get("tags") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_tags(v)?),
+    };
+    if status.is_none() && tags.is_none() {
+        return Err(ApiError::unprocessable(
+            "MISSING_FIELD",
+            "give a status, tags, or both",
+        ));
+    }
+    let runner = load(ctx, &caller.organization_id, id).await?;
+    let actor = caller.actor();
+    let mut statements = Vec::new();
+
+    let mut state_statement = None;
+    if let Some(status) = status {
+        let current = RunnerState::parse(&runner.state)?;
+        let mut input = RunnerInput::from_admin_status(status)?;
+        // "active" on a pending runner is how an admin approves it.
+        if current == RunnerState::PendingApproval && input == RunnerInput::Activate {
+            input = RunnerInput::Approve;
+        }
+        let next = current.transition(input)?;
+        if next != current {
+            let change = runners::StateChange {
+                org: &caller.organization_id,
+                id,
+                from: current.as_str(),
+                to: next.as_str(),
+                reason,
+                now: ctx.now,
+                key_id: None,
+            };
+            let detail = json!({ "from": current.as_str(), "to": next.as_str() }).to_string();
+            let event = events::NewEvent {
+                organization_id: &caller.organization_id,
+                job_id: None,
+                runner_id: Some(id),
+                claim_id: None,
+                actor: &actor,
+                kind: match next {
+                    RunnerState::Revoked => "runner.revoked",
+                    RunnerState::Draining => "runner.drained",
+                    _ if input == RunnerInput::Approve => "runner.approved",
+                    _ => "runner.activated",
+                },
+                attempt: None,
+                reason: Some(reason),
+                detail_json: Some(&detail),
+                at: ctx.now,
+            };
+            state_statement = Some(statements.len());
+            statements.push(runners::change_state(&ctx.db, &change)?);
+            statements.push(events::insert_if_changed(&ctx.db, &event)?);
+        }
+    }
+    let mut tags_statement = None;
+    if let Some(tags) = &tags {
+        let tags_json = Value::Array(
+            tags.iter()
+                .map(|t| Value::String(t.as_str().to_owned()))
+                .collect(),
+        )
+        .to_string();
+        let detail =
+            json!({ "tags": serde_json::from_str::<Value>(&tags_json).unwrap_or(Value::Null) })
+                .to_string();
+        let event = events::NewEvent {
+            organization_id: &caller.organization_id,
+            job_id: None,
+            runner_id: Some(id),
+            claim_id: None,
+            actor: &actor,
+            kind: "runner.tags_changed",
+            attempt: None,
+            reason: Some(reason),
+            detail_json: Some(&detail),
+            at: ctx.now,
+        };
+        tags_statement = Some(statements.len());
+        statements.push(runners::set_tags(
+            &ctx.db,
+            &caller.organization_id,
+            id,
+            &tags_json,
+            ctx.now,
+        )?);
+        statements.push(events::insert_if_changed(&ctx.db, &event)?);
+    }
+    if !statements.is_empty() {
+        let changed = store::batch(&ctx.db, statements).await?;
+        for index in [state_statement, tags_statement].into_iter().flatten() {
+            store::expect_one(changed[index], || {
+                ApiError::conflict(
+                    "RUNNER_CHANGED",
+                    "the runner changed while this request was decided; reload and retry",
+                )
+            })?;
+        }
+    }
+    let runner = load(ctx, &caller.organization_id, id).await?;
+    let files = runners::files(&ctx.db, &caller.organization_id, id).await?;
+    json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
+}
+
+pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let body = json_object(&mut req).await?;
+    refuse_unknown(&body, &["bootstrapTokenTtlSeconds", "reason"])?;
+    let token_expires_at = bootstrap_ttl(&body, ctx.now)?;
+    let reason = optional_str(&body, "reason", 1000)?;
+    let runner = load(ctx, &caller.organization_id, id).await?;
+    if runner.identity_model != "bootstrap" {
+        return Err(ApiError::conflict(
+            "ROTATION_UNSUPPORTED",
+            "key-pair runners have no bootstrap token; revoke and enroll a new identity",
+        ));
+    }
+    if runner.state == "revoked" {
+        return Err(ApiError::conflict(
+            "RUNNER_REVOKED",
+            "a revoked runner cannot be rotated; register a new one",
+        ));
+    }
+    let token = random_secret(BOOTSTRAP_TOKEN_PREFIX)?;
+    let token_hash = secret_hash(&token);
+    let rotation = runners::Rotation {
+        org: &caller.organization_id,
+        id,
+        read_generation: runner.credential_generation,
+        token_hash: &token_hash,
+        token_expires_at,
+        now: ctx.now,
+    };
+    let actor = caller.actor();
+    let detail = json!({ "generation": runner.credential_generation + 1 }).to_string();
+    let event = events::NewEvent {
+        organization_id: &caller.organization_id,
+        job_id: None,
+        runner_id: Some(id),
+        claim_id: None,
+        actor: &actor,
+        kind: "runner.rotated",
+        attempt: None,
+        reason,
+        detail_json: Some(&detail),
+        at: ctx.now,
+    };
+    let changed = store::batch(
+        &ctx.db,
+        vec![
+            runners::rotate(&ctx.db, &rotation)?,
+            events::insert_if_changed(&ctx.db, &event)?,
+        ],
+    )
+    .await?;
+    store::expect_one(changed[0], || {
+        ApiError::conflict(
+            "RUNNER_CHANGED",
+            "the runner changed while rotating; reload and retry",
+        )
+    })?;
+    let runner = load(ctx, &caller.organization_id, id).await?;
+    json_response(
+        200,
+        &json!({ "runner": runner.to_json(&[]), "bootstrapToken": token }),
+    )
+    .map_err(ApiError::from)
+}
+
+pub(crate) async fn events(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    load(ctx, &caller.organization_id, id).await?;
+    let limit = limit_param(&req, 200, 1000)?;
+    let rows = events::for_runner(&ctx.db, &caller.organization_id, id, limit).await?;
+    json_response(
+        200,
+        &json!({ "events": rows.iter().map(events::EventRow::to_json).collect::<Vec<_>>() }),
+    )
+    .map_err(ApiError::from)
+}
+
+pub(crate) async fn file(req: Request, ctx: &Ctx, id: &str, name: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let file = runners::file(&ctx.db, &caller.organization_id, id, name)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such file for that runner"))?;
+    let mut res = Response::ok(file.content)?;
+    res.headers_mut()
+        .set("content-type", "text/plain; charset=utf-8")?;
+    Ok(res)
+}

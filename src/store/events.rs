@@ -1,0 +1,112 @@
+//! `job_events`: the append-only timeline of jobs and the audit trail of admin actions.
+
+use serde::Deserialize;
+use worker::{D1Database, D1PreparedStatement};
+
+use super::{all, stmt, Arg};
+use crate::error::ApiResult;
+
+pub(crate) struct NewEvent<'a> {
+    pub(crate) organization_id: &'a str,
+    pub(crate) job_id: Option<&'a str>,
+    pub(crate) runner_id: Option<&'a str>,
+    pub(crate) claim_id: Option<&'a str>,
+    pub(crate) actor: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) attempt: Option<i64>,
+    pub(crate) reason: Option<&'a str>,
+    pub(crate) detail_json: Option<&'a str>,
+    pub(crate) at: i64,
+}
+
+pub(crate) fn insert(db: &D1Database, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
+    insert_sql(
+        db,
+        "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        event,
+    )
+}
+
+/// The event, only if the statement just before it in the same batch changed exactly one row:
+/// a guarded update and its audit record then commit together or not at all, and a guard that
+/// did not hold leaves no event behind. (`changes()` is per connection; a D1 batch runs its
+/// statements in order on one.)
+pub(crate) fn insert_if_changed(
+    db: &D1Database,
+    event: &NewEvent<'_>,
+) -> ApiResult<D1PreparedStatement> {
+    insert_sql(
+        db,
+        "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE changes() = 1",
+        event,
+    )
+}
+
+fn insert_sql(db: &D1Database, sql: &str, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        sql,
+        &[
+            event.organization_id.into(),
+            event.job_id.into(),
+            event.runner_id.into(),
+            event.claim_id.into(),
+            event.actor.into(),
+            event.kind.into(),
+            event.attempt.into(),
+            event.reason.into(),
+            event.detail_json.into(),
+            Arg::Int(event.at),
+        ],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct EventRow {
+    pub(crate) id: i64,
+    pub(crate) job_id: Option<String>,
+    pub(crate) runner_id: Option<String>,
+    pub(crate) claim_id: Option<String>,
+    pub(crate) actor: String,
+    #[serde(rename = "type")]
+    pub(crate) kind: String,
+    pub(crate) attempt: Option<i64>,
+    pub(crate) reason: Option<String>,
+    pub(crate) detail: Option<String>,
+    pub(crate) at: i64,
+}
+
+const COLUMNS: &str = "id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at";
+
+pub(crate) async fn for_runner(
+    db: &D1Database,
+    org: &str,
+    runner: &str,
+    limit: i64,
+) -> ApiResult<Vec<EventRow>> {
+    all(
+        db,
+        &format!("SELECT {COLUMNS} FROM job_events WHERE runner_id = ?2 AND organization_id = ?1 ORDER BY id LIMIT ?3"),
+        &[org.into(), runner.into(), limit.into()],
+    )
+    .await
+}
+
+impl EventRow {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "jobId": self.job_id,
+            "runnerId": self.runner_id,
+            "claimId": self.claim_id,
+            "actor": self.actor,
+            "type": self.kind,
+            "attempt": self.attempt,
+            "reason": self.reason,
+            "detail": self.detail.as_deref().and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()),
+            "at": crate::platform::rfc3339(self.at),
+        })
+    }
+}

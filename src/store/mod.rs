@@ -1,0 +1,136 @@
+//! D1 access. SQL is named, one module per table group, never inline in handlers.
+//!
+//! Every state-changing statement carries its guard (`… AND state = ?`) and its caller checks
+//! the row count: a guarded UPDATE that matches nothing succeeds silently in SQLite, so
+//! [`expect_one`] turns that into an error the caller must handle.
+
+pub(crate) mod api_keys;
+pub(crate) mod events;
+pub(crate) mod runners;
+
+use serde::de::DeserializeOwned;
+use wasm_bindgen::JsValue;
+use worker::{D1Database, D1PreparedStatement, D1Result};
+
+use crate::error::{ApiError, ApiResult};
+
+/// A bind value. D1 takes JS values; these are the only shapes we store.
+pub(crate) enum Arg<'a> {
+    Text(&'a str),
+    Int(i64),
+    Null,
+}
+
+impl From<&Arg<'_>> for JsValue {
+    fn from(arg: &Arg<'_>) -> Self {
+        match arg {
+            Arg::Text(text) => JsValue::from_str(text),
+            // Times (ms) and counters stay far below 2^53, where f64 is exact.
+            Arg::Int(n) => JsValue::from_f64(*n as f64),
+            Arg::Null => JsValue::NULL,
+        }
+    }
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(text: &'a str) -> Self {
+        Arg::Text(text)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(text: &'a String) -> Self {
+        Arg::Text(text)
+    }
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(n: i64) -> Self {
+        Arg::Int(n)
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(text: Option<&'a str>) -> Self {
+        text.map_or(Arg::Null, Arg::Text)
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(n: Option<i64>) -> Self {
+        n.map_or(Arg::Null, Arg::Int)
+    }
+}
+
+pub(crate) fn stmt(db: &D1Database, sql: &str, args: &[Arg<'_>]) -> ApiResult<D1PreparedStatement> {
+    let values: Vec<JsValue> = args.iter().map(JsValue::from).collect();
+    db.prepare(sql).bind(&values).map_err(ApiError::from)
+}
+
+pub(crate) async fn first<T: DeserializeOwned>(
+    db: &D1Database,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> ApiResult<Option<T>> {
+    stmt(db, sql, args)?
+        .first::<T>(None)
+        .await
+        .map_err(ApiError::from)
+}
+
+pub(crate) async fn all<T: DeserializeOwned>(
+    db: &D1Database,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> ApiResult<Vec<T>> {
+    stmt(db, sql, args)?
+        .all()
+        .await?
+        .results::<T>()
+        .map_err(ApiError::from)
+}
+
+/// Runs one statement and returns how many rows it changed.
+pub(crate) async fn run(db: &D1Database, sql: &str, args: &[Arg<'_>]) -> ApiResult<usize> {
+    let result = stmt(db, sql, args)?
+        .run()
+        .await
+        .map_err(constraint_or_internal)?;
+    changes(&result)
+}
+
+/// Runs statements as one transaction (D1 `batch`): all commit or none do.
+pub(crate) async fn batch(
+    db: &D1Database,
+    statements: Vec<D1PreparedStatement>,
+) -> ApiResult<Vec<usize>> {
+    let results = db.batch(statements).await.map_err(constraint_or_internal)?;
+    results.iter().map(changes).collect()
+}
+
+pub(crate) fn changes(result: &D1Result) -> ApiResult<usize> {
+    Ok(result.meta()?.and_then(|m| m.changes).unwrap_or(0))
+}
+
+/// A guarded write must have changed exactly one row; zero means the guard did not hold.
+pub(crate) fn expect_one(changed: usize, on_zero: impl FnOnce() -> ApiError) -> ApiResult<()> {
+    match changed {
+        1 => Ok(()),
+        0 => Err(on_zero()),
+        n => Err(ApiError::internal(format!(
+            "guarded write changed {n} rows"
+        ))),
+    }
+}
+
+/// D1 errors arrive as JS errors whose text names the constraint or the trigger's RAISE code.
+/// Constraint failures become [`ApiError::violation`], carrying that text so the caller can
+/// refine them; anything else is a 500.
+fn constraint_or_internal(err: worker::Error) -> ApiError {
+    let text = err.to_string();
+    if text.contains("SQLITE_CONSTRAINT") || text.contains("constraint failed") {
+        ApiError::violation(text)
+    } else {
+        ApiError::internal(text)
+    }
+}
