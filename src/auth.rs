@@ -4,7 +4,7 @@
 //! route cannot forget to authenticate, and the two kinds of credential never cross: an API key
 //! on a runner route and a runner credential on an admin route are both `401`.
 
-use edgerunner_protocol::credential::{self, CredentialError};
+use edgerunner_protocol::credential::{self, CredentialError, VerifiedCredential};
 use edgerunner_protocol::envelope::MasterSigningSecret;
 use worker::{Env, Request};
 
@@ -20,6 +20,7 @@ pub(crate) const SCOPES: [&str; 3] = ["runs:read", "runs:write", "admin:org"];
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scope {
     RunsRead,
+    RunsWrite,
     AdminOrg,
 }
 
@@ -27,6 +28,7 @@ impl Scope {
     fn as_str(self) -> &'static str {
         match self {
             Scope::RunsRead => "runs:read",
+            Scope::RunsWrite => "runs:write",
             Scope::AdminOrg => "admin:org",
         }
     }
@@ -122,7 +124,10 @@ impl RunnerCaller {
     }
 }
 
-pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> {
+/// A credential we issued and that has not expired — without asking whether its generation is
+/// still current. Only for callers that check the generation themselves against the runner's
+/// live row (the runner's object does, on every claim).
+pub(crate) fn runner_credential(req: &Request, ctx: &Ctx) -> ApiResult<VerifiedCredential> {
     let token = bearer_token(req)?;
     if token.starts_with("erk_") {
         return Err(ApiError::unauthorized(
@@ -130,8 +135,12 @@ pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> 
         ));
     }
     let master = master_secret(&ctx.env)?;
-    let verified = credential::verify(&master, &token, ctx.now)
-        .map_err(|e: CredentialError| ApiError::unauthorized(e.to_string()))?;
+    credential::verify(&master, &token, ctx.now)
+        .map_err(|e: CredentialError| ApiError::unauthorized(e.to_string()))
+}
+
+pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> {
+    let verified = runner_credential(req, ctx)?;
     let claims = verified.claims();
     let runner = runners::get(&ctx.db, &claims.organization_id, &claims.runner_id)
         .await?

@@ -1,26 +1,881 @@
-//! `JobObject`: one Durable Object per job (`id_from_name(job id)`).
+//! `JobObject`: one Durable Object per job (`id_from_name(job id)`), the single writer of that
+//! job's rows.
 //!
-//! It will serialize every change to its job — grant, heartbeat, stream append, completion,
-//! cancellation, recovery — and set its alarm at the lease expiry. Until those routes exist it
-//! refuses every request, so nothing can mistake it for a working object.
+//! It serializes everything that changes its job — grant, heartbeat, stream append,
+//! completion, cancellation — by running each operation under `block_concurrency_while`:
+//! a Durable Object is only single-threaded *until it awaits*, and every operation here reads
+//! D1, decides, and writes D1. Each operation loads the job's state fresh (one batched read),
+//! decides with the protocol crate's pure rules, and applies the decision as one D1 batch whose
+//! statements carry their guards (state + attempt); the schema's triggers and constraints make
+//! a guard that does not hold abort the whole batch rather than match nothing.
 
-use worker::{durable_object, DurableObject, Env, Request, Response, Result, State};
+use edgerunner_protocol::chunk::{
+    validate_append, AppendLimits, ChainHead, ChunkIdentity, StreamChunk,
+};
+use edgerunner_protocol::completion::{
+    reconcile, AcceptedCompletion, ActiveClaim, Completion, JobCompletionView, Outcome,
+};
+use edgerunner_protocol::envelope::{
+    sign, ClaimId, CredentialGeneration, DispatchAttempt, EnvelopeRequirements, Environment,
+    IdempotencyKey, JobEnvelope, JobId, JobSigning, Nonce, OrganizationId, RunnerId, Subject,
+    SubjectKind,
+};
+use edgerunner_protocol::stable_json::Sha256Hex;
+use edgerunner_protocol::state::{JobInput, JobState};
+use edgerunner_protocol::time::{Timestamp, UnixMillis};
+use serde_json::{json, Value};
+use worker::{durable_object, D1Database, DurableObject, Env, Request, Response, Result, State};
+
+use crate::auth::master_secret;
+use crate::error::{ApiError, ApiResult};
+use crate::objects::{read_request, respond, Reply};
+use crate::platform::{now_ms, random_bytes, rfc3339};
+use crate::store::{self, events, jobs};
+
+/// How long a signed envelope may be acted on after it is issued.
+const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
+/// The lease a claim starts with, before its first heartbeat sets its own.
+const INITIAL_LEASE_MILLIS: i64 = 60 * 1000;
+/// Heartbeats extend the lease by 15–120 s (the seed's bounds).
+const LEASE_SECONDS: std::ops::RangeInclusive<i64> = 15..=120;
+/// Largest stream payload, as stable JSON bytes (the schema's cap too).
+pub(crate) const MAX_CHUNK_PAYLOAD_BYTES: usize = 256 * 1024;
+/// How many recent checksums the duplicate-checksum rule remembers from storage.
+const RECENT_CHECKSUMS: i64 = 32;
 
 #[durable_object]
 pub struct JobObject {
-    _state: State,
-    _env: Env,
+    state: State,
+    env: Env,
 }
 
 impl DurableObject for JobObject {
     fn new(state: State, env: Env) -> Self {
-        Self {
-            _state: state,
-            _env: env,
-        }
+        Self { state, env }
     }
 
-    async fn fetch(&self, _req: Request) -> Result<Response> {
-        Response::error("job object has no routes yet", 501)
+    async fn fetch(&self, req: Request) -> Result<Response> {
+        let (op, body) = match read_request(req).await {
+            Ok(parts) => parts,
+            Err(err) => return err.into_response(),
+        };
+        let env = self.env.clone();
+        let outcome = self
+            .state
+            .block_concurrency_while(async move { Ok(dispatch(env, &op, body).await) })
+            .await;
+        match outcome {
+            Ok(outcome) => respond(outcome),
+            Err(err) => ApiError::internal(err).into_response(),
+        }
     }
+}
+
+async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<Reply> {
+    let db = env.d1("DB")?;
+    let now = now_ms();
+    let job_id = str_field(&body, "jobId")?;
+    let snapshot = Snapshot::load(&db, job_id).await?;
+    let op_ctx = OpCtx {
+        env: &env,
+        db: &db,
+        now,
+    };
+    match op {
+        "grant" => grant(&op_ctx, snapshot, &body).await,
+        "heartbeat" => heartbeat(&op_ctx, snapshot, &body).await,
+        "stream" => stream(&op_ctx, snapshot, &body).await,
+        "complete" => complete(&op_ctx, snapshot, &body).await,
+        "cancel" => cancel(&op_ctx, snapshot, &body).await,
+        _ => Err(ApiError::internal(format!("unknown job operation {op}"))),
+    }
+}
+
+struct OpCtx<'a> {
+    env: &'a Env,
+    db: &'a D1Database,
+    now: i64,
+}
+
+fn str_field<'a>(body: &'a Value, field: &str) -> ApiResult<&'a str> {
+    body.get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::internal(format!("object request lacks {field}")))
+}
+
+fn refuse(status: u16, code: &str, message: impl Into<String>) -> ApiResult<Reply> {
+    Ok(Reply {
+        status,
+        body: json!({ "error": { "code": code, "message": message.into() } }),
+    })
+}
+
+/// Everything an operation decides from, read in one round trip.
+struct Snapshot {
+    job: jobs::JobRow,
+    claims: Vec<jobs::ClaimRow>,
+    /// The current attempt's newest chunks, newest first.
+    head: Vec<jobs::ChunkHeadRow>,
+    accepted: Option<jobs::AcceptedRow>,
+}
+
+impl Snapshot {
+    async fn load(db: &D1Database, job_id: &str) -> ApiResult<Self> {
+        let results = db
+            .batch(vec![
+                jobs::select_job(db, job_id)?,
+                jobs::select_claims(db, job_id)?,
+                jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS)?,
+                jobs::select_accepted(db, job_id)?,
+            ])
+            .await?;
+        let [job, claims, head, accepted] = results.as_slice() else {
+            return Err(ApiError::internal(
+                "job snapshot batch returned the wrong number of results",
+            ));
+        };
+        let job = job
+            .results::<jobs::JobRow>()?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ApiError::not_found("no such job"))?;
+        Ok(Self {
+            job,
+            claims: claims.results()?,
+            head: head.results()?,
+            accepted: accepted.results::<jobs::AcceptedRow>()?.into_iter().next(),
+        })
+    }
+
+    fn state(&self) -> ApiResult<JobState> {
+        Ok(JobState::parse(&self.job.state)?)
+    }
+
+    fn active_claim(&self) -> Option<&jobs::ClaimRow> {
+        let id = self.job.active_claim_id.as_deref()?;
+        self.claims
+            .iter()
+            .find(|c| c.id == id && c.state == "active")
+    }
+
+    fn chain_head(&self) -> ApiResult<ChainHead> {
+        let next = self.head.first().map_or(0, |c| c.sequence + 1);
+        let checksums = self
+            .head
+            .iter()
+            .rev()
+            .map(|c| Sha256Hex::parse(&c.checksum))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(ApiError::internal)?;
+        ChainHead::restore(u64::try_from(next).unwrap_or(0), checksums)
+            .ok_or_else(|| ApiError::internal("stored stream head is inconsistent"))
+    }
+}
+
+fn event<'a>(job: &'a jobs::JobRow, actor: &'a str, kind: &'a str) -> events::NewEvent<'a> {
+    events::NewEvent {
+        organization_id: &job.organization_id,
+        job_id: Some(&job.id),
+        runner_id: None,
+        claim_id: None,
+        actor,
+        kind,
+        attempt: None,
+        reason: None,
+        detail_json: None,
+        at: 0,
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Grant: the claim's last step, asked by the runner's object for one candidate job.
+// ------------------------------------------------------------------------------------------
+
+async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+    let org = str_field(body, "organizationId")?;
+    let runner = str_field(body, "runnerId")?;
+    let generation = body
+        .get("generation")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ApiError::internal("grant lacks generation"))?;
+    let job = &snap.job;
+    if job.organization_id != org {
+        return Err(ApiError::not_found("no such job"));
+    }
+    if snap.state()? != JobState::Queued {
+        return refuse(409, "JOB_NOT_QUEUED", format!("job is {}", job.state));
+    }
+    let attempt = job.dispatch_attempt + 1;
+    let claim_id = format!("{}-a{attempt}", job.id);
+    let nonce = Nonce::from_random(random_bytes::<32>()?);
+    let master = master_secret(ctx.env)?;
+    let runner_id = RunnerId::parse(runner).map_err(ApiError::internal)?;
+    let signing = JobSigning::derive(&master, &runner_id, CredentialGeneration(generation));
+    let (issued, expires, lease) = (
+        ctx.now,
+        ctx.now + ENVELOPE_VALIDITY_MILLIS,
+        ctx.now + INITIAL_LEASE_MILLIS,
+    );
+    let actor = format!("runner:{runner}");
+    let detail = json!({ "claimId": claim_id, "keyId": signing.key_id.as_str() }).to_string();
+    let mut claimed = event(job, &actor, "job.claimed");
+    claimed.runner_id = Some(runner);
+    claimed.claim_id = Some(&claim_id);
+    claimed.attempt = Some(attempt);
+    claimed.detail_json = Some(&detail);
+    claimed.at = ctx.now;
+    let statements = vec![
+        // Order matters (see the migration): the claim first, while the job is still queued.
+        store::stmt(
+            ctx.db,
+            "INSERT INTO job_claims (id, job_id, organization_id, runner_id, dispatch_attempt, nonce, key_id, \
+               issued_at, expires_at, lease_expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            &[
+                claim_id.as_str().into(),
+                job.id.as_str().into(),
+                org.into(),
+                runner.into(),
+                attempt.into(),
+                nonce.as_str().into(),
+                signing.key_id.as_str().into(),
+                issued.into(),
+                expires.into(),
+                lease.into(),
+            ],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET state = 'claimed', dispatch_attempt = ?3, active_claim_id = ?4, lease_expires_at = ?5, \
+               updated_at = ?6 WHERE id = ?1 AND organization_id = ?2 AND state = 'queued' AND dispatch_attempt = ?3 - 1",
+            &[
+                job.id.as_str().into(),
+                org.into(),
+                attempt.into(),
+                claim_id.as_str().into(),
+                lease.into(),
+                ctx.now.into(),
+            ],
+        )?,
+        // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
+        store::stmt(
+            ctx.db,
+            "UPDATE runners SET active_claims = active_claims + 1, last_seen_at = ?2 WHERE id = ?1 AND state = 'active'",
+            &[runner.into(), ctx.now.into()],
+        )?,
+        events::insert(ctx.db, &claimed)?,
+    ];
+    let changed = match store::batch(ctx.db, statements).await {
+        Ok(changed) => changed,
+        Err(err) => {
+            let text = err.violation_text().unwrap_or_default().to_owned();
+            if text.contains("active_claims") || text.contains("CHECK constraint failed") {
+                return refuse(
+                    503,
+                    "RUNNER_AT_CAPACITY",
+                    "the runner holds as many claims as it may",
+                );
+            }
+            if text.contains("claim_requires_active_runner") {
+                return refuse(503, "RUNNER_NOT_ACTIVE", "the runner is not active");
+            }
+            if text.contains("claim_requires_queued_job") || text.contains("UNIQUE") {
+                return refuse(
+                    409,
+                    "JOB_NOT_QUEUED",
+                    "the job was claimed or changed concurrently",
+                );
+            }
+            return Err(err);
+        }
+    };
+    if changed.get(1) != Some(&1) || changed.get(2) != Some(&1) {
+        return Err(ApiError::internal(format!(
+            "grant batch changed {changed:?} rows"
+        )));
+    }
+
+    let requirements: Value =
+        serde_json::from_str(&job.requirements).map_err(ApiError::internal)?;
+    let envelope = JobEnvelope {
+        organization_id: OrganizationId::parse(org).map_err(ApiError::internal)?,
+        job_id: JobId::parse(&job.id).map_err(ApiError::internal)?,
+        claim_id: ClaimId::parse(&claim_id).map_err(ApiError::internal)?,
+        runner_id,
+        dispatch_attempt: DispatchAttempt::new(u32::try_from(attempt).unwrap_or(0))
+            .ok_or_else(|| ApiError::internal("attempt out of range"))?,
+        idempotency_key: IdempotencyKey::parse(&job.idempotency_key).map_err(ApiError::internal)?,
+        subject: Subject {
+            kind: SubjectKind::parse(&job.subject_kind).map_err(ApiError::internal)?,
+            artifact_id: edgerunner_protocol::envelope::ArtifactId::parse(&job.subject_artifact_id)
+                .map_err(ApiError::internal)?,
+            version_id: u64::try_from(job.subject_version_id).map_err(ApiError::internal)?,
+            content_hash: Sha256Hex::parse(&job.subject_content_hash)
+                .map_err(ApiError::internal)?,
+            environment: Environment::parse(&job.subject_environment)?,
+        },
+        input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
+        requirements: EnvelopeRequirements::from_value(requirements)?,
+        issued_at: timestamp(issued)?,
+        expires_at: timestamp(expires)?,
+        nonce,
+    };
+    let signed = sign(&envelope, &signing.secret, &signing.key_id);
+    Ok(Reply::ok(json!({
+        "claim": {
+            "id": claim_id,
+            "jobId": job.id,
+            "runnerId": runner,
+            "dispatchAttempt": attempt,
+            "issuedAt": rfc3339(issued),
+            "expiresAt": rfc3339(expires),
+            "leaseExpiresAt": rfc3339(lease),
+        },
+        "signedJob": signed.to_json(),
+    })))
+}
+
+fn timestamp(ms: i64) -> ApiResult<Timestamp> {
+    UnixMillis::new(ms)
+        .map(Timestamp::from_instant)
+        .map_err(ApiError::internal)
+}
+
+// ------------------------------------------------------------------------------------------
+// Heartbeat
+// ------------------------------------------------------------------------------------------
+
+/// The claim a runner names must be this job's active one and the runner's own. A claim that
+/// exists but is over is a conflict the runner should hear about (it lost the job); anything
+/// else is "not found", so a runner learns nothing about jobs it does not hold.
+fn held_claim<'a>(
+    snap: &'a Snapshot,
+    runner: &str,
+    claim_id: &str,
+) -> std::result::Result<&'a jobs::ClaimRow, Reply> {
+    let not_found = || Reply {
+        status: 404,
+        body: json!({ "error": { "code": "NOT_FOUND", "message": "no such claim for this runner" } }),
+    };
+    let claim = snap
+        .claims
+        .iter()
+        .find(|c| c.id == claim_id && c.runner_id == runner)
+        .ok_or_else(not_found)?;
+    if snap.active_claim().map(|c| c.id.as_str()) != Some(claim_id) {
+        return Err(Reply {
+            status: 409,
+            body: json!({ "error": {
+                "code": "CLAIM_NOT_ACTIVE",
+                "message": format!("claim {claim_id} is {}; the job is {} at attempt {}", claim.state, snap.job.state, snap.job.dispatch_attempt),
+            } }),
+        });
+    }
+    Ok(claim)
+}
+
+async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+    let runner = str_field(body, "runnerId")?;
+    let claim_id = str_field(body, "claimId")?;
+    let extend = body
+        .get("extendSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(60);
+    if !LEASE_SECONDS.contains(&extend) {
+        return refuse(
+            422,
+            "INVALID_LEASE",
+            "extendSeconds must be an integer from 15 to 120",
+        );
+    }
+    let claim = match held_claim(&snap, runner, claim_id) {
+        Ok(claim) => claim.clone(),
+        Err(reply) => return Ok(reply),
+    };
+    let job = &snap.job;
+    let lease_now = job.lease_expires_at.unwrap_or(0);
+    if edgerunner_protocol::recovery::lease_expired(lease_now, ctx.now) {
+        return refuse(
+            409,
+            "LEASE_EXPIRED",
+            "the lease lapsed before this heartbeat; the job will be recovered",
+        );
+    }
+    let state = snap.state()?;
+    let first = state == JobState::Claimed;
+    let next_state = if first {
+        state.transition(JobInput::Heartbeat)?
+    } else {
+        state
+    };
+    let lease = ctx.now + extend * 1000;
+    let actor = format!("runner:{runner}");
+    let mut statements = vec![
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET lease_expires_at = ?4, state = ?5, updated_at = ?6 \
+             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?7",
+            &[
+                job.id.as_str().into(),
+                claim_id.into(),
+                claim.dispatch_attempt.into(),
+                lease.into(),
+                next_state.as_str().into(),
+                ctx.now.into(),
+                state.as_str().into(),
+            ],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE job_claims SET lease_expires_at = ?2, started_at = COALESCE(started_at, ?3) WHERE id = ?1 AND state = 'active'",
+            &[claim_id.into(), lease.into(), ctx.now.into()],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE runners SET last_heartbeat_at = ?2, last_seen_at = ?2 WHERE id = ?1",
+            &[runner.into(), ctx.now.into()],
+        )?,
+    ];
+    if first {
+        let mut started = event(job, &actor, "job.started");
+        started.runner_id = Some(runner);
+        started.claim_id = Some(claim_id);
+        started.attempt = Some(claim.dispatch_attempt);
+        started.at = ctx.now;
+        statements.push(events::insert(ctx.db, &started)?);
+    }
+    let changed = store::batch(ctx.db, statements).await?;
+    store::expect_one(changed[0], || {
+        ApiError::internal("heartbeat guard failed under the job's own lock")
+    })?;
+    Ok(Reply::ok(json!({
+        "cancelRequested": next_state == JobState::CancelRequested,
+        "cancelReason": job.cancel_reason,
+        "state": next_state.as_str(),
+        "leaseExpiresAt": rfc3339(lease),
+    })))
+}
+
+// ------------------------------------------------------------------------------------------
+// Stream
+// ------------------------------------------------------------------------------------------
+
+async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+    let runner = str_field(body, "runnerId")?;
+    let raw = body
+        .get("chunk")
+        .ok_or_else(|| ApiError::internal("stream lacks chunk"))?;
+    let chunk = match StreamChunk::from_json(raw) {
+        Ok(chunk) => chunk,
+        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
+    };
+    let job = &snap.job;
+    // Only the holder of the job's active claim may append; a runner holding no claim of this
+    // job learns nothing about it.
+    let Some(active) = snap.active_claim().cloned() else {
+        if snap.claims.iter().any(|c| c.runner_id == runner) {
+            return refuse(
+                409,
+                "STREAM_IDENTITY_CHANGED",
+                "the claim this chunk names is no longer active",
+            );
+        }
+        return refuse(404, "NOT_FOUND", "no such job for this runner");
+    };
+    if active.runner_id != runner {
+        if snap.claims.iter().any(|c| c.runner_id == runner) {
+            return refuse(
+                409,
+                "STREAM_IDENTITY_CHANGED",
+                "another attempt now holds this job",
+            );
+        }
+        return refuse(404, "NOT_FOUND", "no such job for this runner");
+    }
+    let expected = ChunkIdentity {
+        job_id: JobId::parse(&job.id).map_err(ApiError::internal)?,
+        claim_id: ClaimId::parse(&active.id).map_err(ApiError::internal)?,
+        dispatch_attempt: DispatchAttempt::new(u32::try_from(active.dispatch_attempt).unwrap_or(0))
+            .ok_or_else(|| ApiError::internal("attempt out of range"))?,
+    };
+    let limits = AppendLimits {
+        max_payload_bytes: MAX_CHUNK_PAYLOAD_BYTES,
+        lease_expires_at: UnixMillis::new(job.lease_expires_at.unwrap_or(0))
+            .map_err(ApiError::internal)?,
+        now: UnixMillis::new(ctx.now).map_err(ApiError::internal)?,
+    };
+    let head = snap.chain_head()?;
+    if let Err(err) = validate_append(&head, &expected, &chunk, &limits) {
+        return refuse(err.http_status(), err.code(), err.to_string());
+    }
+    let sequence = i64::try_from(chunk.sequence).map_err(ApiError::internal)?;
+    let payload = chunk.payload.to_string();
+    let changed = store::batch(
+        ctx.db,
+        vec![store::stmt(
+            ctx.db,
+            "INSERT INTO stream_chunks (job_id, organization_id, claim_id, dispatch_attempt, sequence, kind, \
+               previous_checksum, payload, payload_hash, checksum, emitted_at, received_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            &[
+                job.id.as_str().into(),
+                job.organization_id.as_str().into(),
+                active.id.as_str().into(),
+                active.dispatch_attempt.into(),
+                sequence.into(),
+                chunk.kind.as_str().into(),
+                chunk.previous_checksum.as_ref().map(Sha256Hex::as_str).into(),
+                payload.as_str().into(),
+                chunk.payload_hash.as_str().into(),
+                chunk.checksum.as_str().into(),
+                chunk.emitted_at.as_str().into(),
+                ctx.now.into(),
+            ],
+        )?],
+    )
+    .await?;
+    store::expect_one(changed[0], || {
+        ApiError::internal("chunk insert changed no row")
+    })?;
+    Ok(Reply::ok(json!({
+        "accepted": true,
+        "sequence": chunk.sequence,
+        "checksum": chunk.checksum.as_str(),
+    })))
+}
+
+// ------------------------------------------------------------------------------------------
+// Complete
+// ------------------------------------------------------------------------------------------
+
+async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+    let runner = str_field(body, "runnerId")?;
+    let raw = body
+        .get("completion")
+        .ok_or_else(|| ApiError::internal("complete lacks completion"))?;
+    let completion = match Completion::from_json(raw) {
+        Ok(c) => c,
+        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
+    };
+    let fields = completion.fields();
+    let job = &snap.job;
+    if fields.runner_id.as_str() != runner {
+        return refuse(
+            403,
+            "RUNNER_MISMATCH",
+            "a runner may complete only as itself",
+        );
+    }
+    // Every stored decision names a real claim of this job, attempt and runner; a completion
+    // naming anything else is refused outright and not stored.
+    let attempt = i64::from(fields.dispatch_attempt.get());
+    let Some(claim) = snap
+        .claims
+        .iter()
+        .find(|c| {
+            c.id == fields.claim_id.as_str()
+                && c.dispatch_attempt == attempt
+                && c.runner_id == runner
+        })
+        .cloned()
+    else {
+        if snap.claims.iter().any(|c| c.runner_id == runner) {
+            return refuse(
+                422,
+                "CLAIM_MISMATCH",
+                "the completion names no claim of this runner for this job and attempt",
+            );
+        }
+        return refuse(404, "NOT_FOUND", "no such job for this runner");
+    };
+
+    let view = JobCompletionView {
+        organization_id: OrganizationId::parse(&job.organization_id).map_err(ApiError::internal)?,
+        state: snap.state()?,
+        dispatch_attempt: u32::try_from(job.dispatch_attempt).unwrap_or(0),
+        input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
+        active_claim: match snap.active_claim() {
+            Some(active) => Some(ActiveClaim {
+                claim_id: ClaimId::parse(&active.id).map_err(ApiError::internal)?,
+                runner_id: RunnerId::parse(&active.runner_id).map_err(ApiError::internal)?,
+                attempt: DispatchAttempt::new(u32::try_from(active.dispatch_attempt).unwrap_or(0))
+                    .ok_or_else(|| ApiError::internal("attempt out of range"))?,
+                stream_checksum: snap
+                    .head
+                    .first()
+                    .map(|c| Sha256Hex::parse(&c.checksum))
+                    .transpose()
+                    .map_err(ApiError::internal)?,
+            }),
+            None => None,
+        },
+        accepted: match &snap.accepted {
+            Some(a) => Some(AcceptedCompletion {
+                attempt: DispatchAttempt::new(u32::try_from(a.dispatch_attempt).unwrap_or(0))
+                    .ok_or_else(|| ApiError::internal("attempt out of range"))?,
+                checksum: Sha256Hex::parse(&a.completion_checksum).map_err(ApiError::internal)?,
+            }),
+            None => None,
+        },
+    };
+    let decision = match reconcile(&view, &completion) {
+        Ok(decision) => decision,
+        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
+    };
+
+    let completion_id = crate::platform::random_id("cmp")?;
+    let evidence = &fields.evidence;
+    let evidence_json = evidence.to_json();
+    let reported_costs = evidence_json
+        .get("costs")
+        .or_else(|| raw.get("costs"))
+        .map(Value::to_string);
+    let actor = format!("runner:{runner}");
+    let outcome = decision.outcome;
+    let insert_completion = store::stmt(
+        ctx.db,
+        "INSERT INTO job_completions (id, job_id, organization_id, claim_id, runner_id, dispatch_attempt, decision, \
+           rationale, completion_checksum, status, input_hash, result_hash, final_stream_checksum, evaluation_run_id, \
+           evidence, reported_costs, completed_at, received_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        &[
+            completion_id.as_str().into(),
+            job.id.as_str().into(),
+            job.organization_id.as_str().into(),
+            claim.id.as_str().into(),
+            runner.into(),
+            attempt.into(),
+            outcome.as_str().into(),
+            decision.rationale.as_str().into(),
+            completion.checksum().as_str().into(),
+            fields.status.as_str().into(),
+            fields.input_hash.as_str().into(),
+            fields.result_hash.as_ref().map(Sha256Hex::as_str).into(),
+            fields.final_stream_checksum.as_ref().map(Sha256Hex::as_str).into(),
+            Some(evidence.evaluation_run_id.key().as_str()).into(),
+            evidence_json.to_string().as_str().into(),
+            reported_costs.as_deref().into(),
+            fields.completed_at.as_str().into(),
+            ctx.now.into(),
+        ],
+    )?;
+    let detail = json!({
+        "completionId": completion_id,
+        "decision": outcome.as_str(),
+        "status": fields.status.as_str(),
+        "completionChecksum": completion.checksum().as_str(),
+    })
+    .to_string();
+    let mut recorded = event(job, &actor, "job.completion_recorded");
+    recorded.runner_id = Some(runner);
+    recorded.claim_id = Some(&claim.id);
+    recorded.attempt = Some(attempt);
+    recorded.reason = Some(&decision.rationale);
+    recorded.detail_json = Some(&detail);
+    recorded.at = ctx.now;
+
+    let Outcome::Accepted { job_state } = outcome else {
+        recorded.kind = match outcome {
+            Outcome::Duplicate => "job.completion_duplicate",
+            Outcome::Conflict => "job.completion_conflict",
+            _ => "job.completion_stale",
+        };
+        store::batch(
+            ctx.db,
+            vec![insert_completion, events::insert(ctx.db, &recorded)?],
+        )
+        .await?;
+        let decision_body = json!({
+            "decision": outcome.as_str(),
+            "rationale": decision.rationale,
+            "completionId": completion_id,
+            "jobState": job.state,
+        });
+        return Ok(match outcome {
+            Outcome::Duplicate => Reply::ok(decision_body),
+            Outcome::Conflict => Reply {
+                status: 409,
+                body: json!({ "error": { "code": "COMPLETION_CONFLICT", "message": decision.rationale }, "decision": decision_body }),
+            },
+            _ => Reply {
+                status: 409,
+                body: json!({ "error": { "code": "COMPLETION_STALE", "message": decision.rationale }, "decision": decision_body }),
+            },
+        });
+    };
+
+    // Accepted: decision, job finalization, claim release, capacity, terminal event and
+    // evidence custody in one transaction. The completion row goes first, while the job still
+    // holds the claim (its triggers check exactly that); evidence goes last (its key makes a
+    // second attachment anywhere abort everything).
+    recorded.kind = "job.completed";
+    let mut statements = vec![
+        insert_completion,
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET state = ?4, active_claim_id = NULL, lease_expires_at = NULL, finished_at = ?5, updated_at = ?5 \
+             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state IN ('claimed', 'running', 'cancel_requested')",
+            &[
+                job.id.as_str().into(),
+                claim.id.as_str().into(),
+                attempt.into(),
+                job_state.as_str().into(),
+                ctx.now.into(),
+            ],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE job_claims SET state = 'released', ended_at = ?2, end_reason = 'completed' WHERE id = ?1 AND state = 'active'",
+            &[claim.id.as_str().into(), ctx.now.into()],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE runners SET active_claims = active_claims - 1, completed_jobs = completed_jobs + 1, last_seen_at = ?2 WHERE id = ?1",
+            &[runner.into(), ctx.now.into()],
+        )?,
+        events::insert(ctx.db, &recorded)?,
+    ];
+    let mut attachments: Vec<(&str, String)> =
+        vec![("evaluation_run", evidence.evaluation_run_id.key())];
+    attachments.extend(
+        evidence
+            .test_result_ids
+            .iter()
+            .map(|id| ("test_result", id.key())),
+    );
+    attachments.extend(
+        evidence
+            .cost_record_ids
+            .iter()
+            .map(|id| ("cost_record", id.key())),
+    );
+    attachments.extend(
+        evidence
+            .model_call_ids
+            .iter()
+            .map(|id| ("model_call", id.key())),
+    );
+    attachments.extend(evidence.trace_id.iter().map(|id| ("trace", id.key())));
+    for (kind, id) in &attachments {
+        statements.push(store::stmt(
+            ctx.db,
+            "INSERT INTO completion_evidence (evidence_kind, evidence_id, completion_id, job_id, organization_id, attached_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            &[
+                (*kind).into(),
+                id.as_str().into(),
+                completion_id.as_str().into(),
+                job.id.as_str().into(),
+                job.organization_id.as_str().into(),
+                ctx.now.into(),
+            ],
+        )?);
+    }
+    let changed = match store::batch(ctx.db, statements).await {
+        Ok(changed) => changed,
+        Err(err) => {
+            let text = err.violation_text().unwrap_or_default();
+            if text.contains("evidence_not_in_completion_run") || text.contains("FOREIGN KEY") {
+                return refuse(
+                    422,
+                    "EVIDENCE_NOT_IN_RUN",
+                    "every evidence row must exist in this organization and belong to the completion's evaluation run",
+                );
+            }
+            if text.contains("completion_evidence") || text.contains("UNIQUE") {
+                return refuse(
+                    409,
+                    "EVIDENCE_ALREADY_ATTACHED",
+                    "an evidence row named here is already attached to another accepted completion",
+                );
+            }
+            if text.contains("completion_does_not_close_stream") {
+                return refuse(
+                    422,
+                    "FINAL_STREAM_CHECKSUM_MISMATCH",
+                    "the final stream checksum is not the last stored chunk's",
+                );
+            }
+            return Err(err);
+        }
+    };
+    if changed.get(1) != Some(&1) || changed.get(2) != Some(&1) || changed.get(3) != Some(&1) {
+        return Err(ApiError::internal(format!(
+            "completion batch changed {changed:?} rows"
+        )));
+    }
+    Ok(Reply::ok(json!({
+        "decision": "accepted",
+        "rationale": decision.rationale,
+        "completionId": completion_id,
+        "jobState": job_state.as_str(),
+    })))
+}
+
+// ------------------------------------------------------------------------------------------
+// Cancel
+// ------------------------------------------------------------------------------------------
+
+async fn cancel(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+    let org = str_field(body, "organizationId")?;
+    let reason = str_field(body, "reason")?;
+    let actor = str_field(body, "actor")?;
+    let job = &snap.job;
+    if job.organization_id != org {
+        return Err(ApiError::not_found("no such job"));
+    }
+    let state = snap.state()?;
+    if state.is_terminal() {
+        return refuse(
+            409,
+            "JOB_FINISHED",
+            format!("the job already finished as {state}"),
+        );
+    }
+    let next = match state.transition(JobInput::Cancel) {
+        Ok(next) => next,
+        Err(err) => return refuse(409, err.code(), err.to_string()),
+    };
+    if next == state {
+        return Ok(Reply::ok(
+            json!({ "jobId": job.id, "state": state.as_str() }),
+        ));
+    }
+    let mut recorded = event(
+        job,
+        actor,
+        if next == JobState::Cancelled {
+            "job.cancelled"
+        } else {
+            "job.cancel_requested"
+        },
+    );
+    recorded.reason = Some(reason);
+    recorded.attempt = Some(job.dispatch_attempt);
+    recorded.at = ctx.now;
+    let update = if next == JobState::Cancelled {
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET state = 'cancelled', cancel_reason = ?4, cancel_requested_at = ?5, finished_at = ?5, updated_at = ?5 \
+             WHERE id = ?1 AND organization_id = ?2 AND state = ?3 AND active_claim_id IS NULL",
+            &[job.id.as_str().into(), org.into(), state.as_str().into(), reason.into(), ctx.now.into()],
+        )?
+    } else {
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET state = 'cancel_requested', cancel_reason = ?4, cancel_requested_at = ?5, updated_at = ?5 \
+             WHERE id = ?1 AND organization_id = ?2 AND state = ?3",
+            &[job.id.as_str().into(), org.into(), state.as_str().into(), reason.into(), ctx.now.into()],
+        )?
+    };
+    let changed = store::batch(
+        ctx.db,
+        vec![update, events::insert_if_changed(ctx.db, &recorded)?],
+    )
+    .await?;
+    store::expect_one(changed[0], || {
+        ApiError::internal("cancel guard failed under the job's own lock")
+    })?;
+    Ok(Reply::ok(
+        json!({ "jobId": job.id, "state": next.as_str() }),
+    ))
 }

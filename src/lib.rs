@@ -22,6 +22,7 @@ mod auth;
 mod error;
 mod http;
 mod job_do;
+mod objects;
 mod platform;
 mod routes;
 mod runner_do;
@@ -74,14 +75,69 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
             identity::put_self_file(req, &ctx, name).await
         }
 
+        (Post, ["api", "remote-runners", "claim"]) => routes::jobs::claim(req, &ctx).await,
+        (Post, ["api", "remote-runners", "heartbeat"]) => routes::jobs::heartbeat(req, &ctx).await,
+        (Post, ["api", "remote-runners", "stream"]) => routes::jobs::stream(req, &ctx).await,
+        (Post, ["api", "remote-runners", "complete"]) => routes::jobs::complete(req, &ctx).await,
+        (Post, ["api", "remote-runners", "jobs"]) => routes::jobs::enqueue(req, &ctx).await,
+        (Get, ["api", "remote-runners", "jobs"]) => routes::jobs::list(req, &ctx).await,
+        (Get, ["api", "remote-runners", "jobs", id]) => routes::jobs::get(req, &ctx, id).await,
+        (Post, ["api", "remote-runners", "jobs", id, "cancel"]) => {
+            routes::jobs::cancel(req, &ctx, id).await
+        }
+        (Get, ["api", "remote-runners", "jobs", id, "input"]) => {
+            routes::jobs::input(req, &ctx, id).await
+        }
+        (Get, ["api", "remote-runners", "jobs", id, "artifact"]) => {
+            routes::jobs::artifact(req, &ctx, id).await
+        }
+
         (Post, ["api", "remote-runners"]) => runners::register(req, &ctx).await,
         (Get, ["api", "remote-runners"]) => runners::list(req, &ctx).await,
+        // Literal segments before the generic `{id}` arms, which would otherwise take them.
+        (Post, ["api", "remote-runners", "targets"]) => {
+            routes::releases::create_target(req, &ctx).await
+        }
+        (Get, ["api", "remote-runners", "targets"]) => {
+            routes::releases::list_targets(req, &ctx).await
+        }
         (Get, ["api", "remote-runners", id]) => runners::get(req, &ctx, id).await,
         (Patch, ["api", "remote-runners", id]) => runners::patch(req, &ctx, id).await,
         (Post, ["api", "remote-runners", id, "rotate"]) => runners::rotate(req, &ctx, id).await,
         (Get, ["api", "remote-runners", id, "events"]) => runners::events(req, &ctx, id).await,
         (Get, ["api", "remote-runners", id, "files", name]) => {
             runners::file(req, &ctx, id, name).await
+        }
+
+        (Post, ["api", "releases", "artifacts"]) => {
+            routes::releases::create_artifact(req, &ctx).await
+        }
+        (Get, ["api", "releases", "artifacts", id]) => {
+            routes::releases::get_artifact(req, &ctx, id).await
+        }
+        (Post, ["api", "releases", "artifacts", id, "versions"]) => {
+            routes::releases::create_version(req, &ctx, id).await
+        }
+        (Get, ["api", "releases", "versions", id]) => {
+            routes::releases::get_version(req, &ctx, id).await
+        }
+        (Post, ["api", "releases", "versions", id, "promote"]) => {
+            routes::releases::promote(req, &ctx, id).await
+        }
+
+        (Post, ["api", "evidence", "runs"]) => routes::evidence::create_run(req, &ctx).await,
+        (Get, ["api", "evidence", "runs", id]) => routes::evidence::get_run(req, &ctx, id).await,
+        (Post, ["api", "evidence", "runs", id, "test-results"]) => {
+            routes::evidence::create_test_result(req, &ctx, id).await
+        }
+        (Post, ["api", "evidence", "runs", id, "cost-records"]) => {
+            routes::evidence::create_cost_record(req, &ctx, id).await
+        }
+        (Post, ["api", "evidence", "runs", id, "model-calls"]) => {
+            routes::evidence::create_model_call(req, &ctx, id).await
+        }
+        (Post, ["api", "evidence", "runs", id, "traces"]) => {
+            routes::evidence::create_trace(req, &ctx, id).await
         }
 
         (_, ["api", ..]) => Err(ApiError::not_found("no such route")),

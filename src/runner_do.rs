@@ -1,25 +1,177 @@
 //! `RunnerObject`: one Durable Object per runner (`id_from_name(runner id)`).
 //!
-//! It will hold the runner's live state (lifecycle, credential generation, active claims against
-//! capacity) and serialize its claims. Until those routes exist it refuses every request.
+//! It serializes that runner's claims (under `block_concurrency_while`, since each claim reads
+//! D1 and calls job objects): check the runner's live state and capacity, find candidate jobs
+//! through the queue index, filter them with the protocol crate's matching rules (never
+//! relaxed), and ask each candidate's `JobObject` to grant until one does. Capacity is also a
+//! CHECK in the schema, so even a claim racing outside this object cannot exceed it.
 
-use worker::{durable_object, DurableObject, Env, Request, Response, Result, State};
+use edgerunner_protocol::capability::{
+    match_job, parse_served_targets, parse_tags, CapabilityDocument, Requirements, RunnerProfile,
+    ServedTarget, SubjectRef,
+};
+use serde_json::{json, Value};
+use worker::{durable_object, D1Database, DurableObject, Env, Request, Response, Result, State};
+
+use crate::error::{ApiError, ApiResult};
+use crate::objects::{self, read_request, respond, Reply};
+use crate::store::{jobs, runners};
+
+/// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
+/// index cannot express (limits, network, tags, problem type, served targets), never the queue.
+const CANDIDATES_PER_RANGE: i64 = 16;
 
 #[durable_object]
 pub struct RunnerObject {
-    _state: State,
-    _env: Env,
+    state: State,
+    env: Env,
 }
 
 impl DurableObject for RunnerObject {
     fn new(state: State, env: Env) -> Self {
-        Self {
-            _state: state,
-            _env: env,
-        }
+        Self { state, env }
     }
 
-    async fn fetch(&self, _req: Request) -> Result<Response> {
-        Response::error("runner object has no routes yet", 501)
+    async fn fetch(&self, req: Request) -> Result<Response> {
+        let (op, body) = match read_request(req).await {
+            Ok(parts) => parts,
+            Err(err) => return err.into_response(),
+        };
+        let env = self.env.clone();
+        let outcome = self
+            .state
+            .block_concurrency_while(async move {
+                Ok(match op.as_str() {
+                    "claim" => claim(env, body).await,
+                    _ => Err(ApiError::internal(format!("unknown runner operation {op}"))),
+                })
+            })
+            .await;
+        match outcome {
+            Ok(outcome) => respond(outcome),
+            Err(err) => ApiError::internal(err).into_response(),
+        }
     }
+}
+
+fn refuse(status: u16, code: &str, message: &str) -> ApiResult<Reply> {
+    Ok(Reply {
+        status,
+        body: json!({ "error": { "code": code, "message": message } }),
+    })
+}
+
+async fn claim(env: Env, body: Value) -> ApiResult<Reply> {
+    let db = env.d1("DB")?;
+    let org = body
+        .get("organizationId")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let runner_id = body
+        .get("runnerId")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let generation = body.get("generation").and_then(Value::as_i64).unwrap_or(-1);
+    let runner = runners::get(&db, org, runner_id)
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("the credential's runner no longer exists"))?;
+    if runner.credential_generation != generation || runner.state == "revoked" {
+        return Err(ApiError::unauthorized(
+            "credential was revoked; exchange a new one",
+        ));
+    }
+    if runner.state != "active" {
+        return refuse(
+            503,
+            "RUNNER_NOT_ACTIVE",
+            &format!("the runner is {}", runner.state),
+        );
+    }
+    if runner.active_claims >= runner.max_concurrent_jobs {
+        return refuse(
+            503,
+            "RUNNER_AT_CAPACITY",
+            "the runner holds as many claims as it may",
+        );
+    }
+    let served: Option<Vec<ServedTarget>> = match body.get("servedTargets") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_served_targets(v)?),
+    };
+    let capabilities: Value =
+        serde_json::from_str(&runner.capabilities).map_err(ApiError::internal)?;
+    let tags: Value = serde_json::from_str(&runner.tags).map_err(ApiError::internal)?;
+    let profile = RunnerProfile::new(
+        CapabilityDocument::parse(&capabilities).map_err(ApiError::internal)?,
+        parse_tags(&tags).map_err(ApiError::internal)?,
+    );
+
+    for candidate in candidates(&db, org, &profile).await? {
+        let requirements: Value =
+            serde_json::from_str(&candidate.requirements).map_err(ApiError::internal)?;
+        let Ok(requirements) = Requirements::parse(&requirements) else {
+            continue;
+        };
+        let subject = SubjectRef {
+            version_id: candidate.subject_version_id,
+            content_hash: candidate.subject_content_hash.clone(),
+        };
+        if match_job(&profile, &requirements, &subject, served.as_deref()).is_err() {
+            continue;
+        }
+        let reply = objects::call(
+            &env,
+            objects::JOBS,
+            &candidate.id,
+            "grant",
+            &json!({
+                "jobId": candidate.id,
+                "organizationId": org,
+                "runnerId": runner_id,
+                "generation": runner.credential_generation,
+            }),
+        )
+        .await?;
+        match reply.error_code() {
+            // Another runner got there first, or it changed: try the next candidate.
+            Some("JOB_NOT_QUEUED") => continue,
+            _ => return Ok(reply),
+        }
+    }
+    Ok(Reply {
+        status: 204,
+        body: Value::Null,
+    })
+}
+
+/// Queued jobs this runner might take, oldest first: one index range per (kind, runtime)
+/// the runner declares, all read in one round trip.
+async fn candidates(
+    db: &D1Database,
+    org: &str,
+    profile: &RunnerProfile,
+) -> ApiResult<Vec<jobs::Candidate>> {
+    let caps = &profile.capabilities;
+    let mut statements = Vec::new();
+    for kind in caps.execution_kinds() {
+        for runtime in caps.runtimes() {
+            statements.push(jobs::candidates(
+                db,
+                org,
+                kind.as_str(),
+                runtime.as_str(),
+                caps.external(),
+                CANDIDATES_PER_RANGE,
+            )?);
+        }
+    }
+    if statements.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut all = Vec::new();
+    for result in db.batch(statements).await? {
+        all.extend(result.results::<jobs::Candidate>()?);
+    }
+    all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    Ok(all)
 }

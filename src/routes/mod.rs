@@ -2,7 +2,10 @@
 //! [`crate::auth`] and its storage from [`crate::store`].
 
 pub(crate) mod api_keys;
+pub(crate) mod evidence;
 pub(crate) mod identity;
+pub(crate) mod jobs;
+pub(crate) mod releases;
 pub(crate) mod runners;
 
 use serde_json::{Map, Value};

@@ -110,3 +110,17 @@ impl EventRow {
         })
     }
 }
+
+pub(crate) async fn for_job(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+    limit: i64,
+) -> ApiResult<Vec<EventRow>> {
+    all(
+        db,
+        &format!("SELECT {COLUMNS} FROM job_events WHERE job_id = ?2 AND organization_id = ?1 ORDER BY id LIMIT ?3"),
+        &[org.into(), job.into(), limit.into()],
+    )
+    .await
+}

@@ -6,6 +6,9 @@
 
 pub(crate) mod api_keys;
 pub(crate) mod events;
+pub(crate) mod evidence;
+pub(crate) mod jobs;
+pub(crate) mod releases;
 pub(crate) mod runners;
 
 use serde::de::DeserializeOwned;

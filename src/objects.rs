@@ -1,0 +1,85 @@
+//! How the edge and the Durable Objects talk: one JSON request per operation, one JSON reply.
+//!
+//! A reply carries its HTTP status and body as the object decided them; the edge forwards it
+//! unchanged, so an object's refusal reaches the client with the object's own code. Objects are
+//! addressed by name (`id_from_name`): the job id for `JobObject`, the runner id for
+//! `RunnerObject`, so every request about one job (or one runner) meets the same single writer.
+
+use serde_json::Value;
+use worker::{Env, Method, Request, RequestInit, Response};
+
+use crate::error::{json_response, ApiError, ApiResult};
+
+pub(crate) const JOBS: &str = "JOBS";
+pub(crate) const RUNNERS: &str = "RUNNERS";
+
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+}
+
+impl Reply {
+    pub(crate) fn ok(body: Value) -> Self {
+        Self { status: 200, body }
+    }
+
+    pub(crate) fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The `error.code` of a refusal.
+    pub(crate) fn error_code(&self) -> Option<&str> {
+        self.body.get("error")?.get("code")?.as_str()
+    }
+
+    pub(crate) fn into_response(self) -> ApiResult<Response> {
+        if self.status == 204 {
+            return Ok(Response::empty()?.with_status(204));
+        }
+        json_response(self.status, &self.body).map_err(ApiError::from)
+    }
+}
+
+/// Calls `op` on the object named `name` in namespace `binding`.
+pub(crate) async fn call(
+    env: &Env,
+    binding: &str,
+    name: &str,
+    op: &str,
+    body: &Value,
+) -> ApiResult<Reply> {
+    let namespace = env.durable_object(binding)?;
+    let stub = namespace.id_from_name(name)?.get_stub()?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(body.to_string().into()));
+    let req = Request::new_with_init(&format!("https://object/{op}"), &init)?;
+    let mut res = stub.fetch_with_request(req).await?;
+    let status = res.status_code();
+    let text = res.text().await?;
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).map_err(|e| {
+            ApiError::internal(format!("object {binding}/{op} replied non-JSON: {e}"))
+        })?
+    };
+    Ok(Reply { status, body })
+}
+
+/// Reads an object request: the operation (the path) and its JSON body.
+pub(crate) async fn read_request(mut req: Request) -> ApiResult<(String, Value)> {
+    let op = req.path().trim_start_matches('/').to_owned();
+    let text = req.text().await?;
+    let body = serde_json::from_str(&text)
+        .map_err(|e| ApiError::internal(format!("bad object request: {e}")))?;
+    Ok((op, body))
+}
+
+/// Turns an operation's outcome into the object's HTTP reply.
+pub(crate) fn respond(outcome: ApiResult<Reply>) -> worker::Result<Response> {
+    match outcome.and_then(Reply::into_response) {
+        Ok(res) => Ok(res),
+        Err(err) => err.into_response(),
+    }
+}

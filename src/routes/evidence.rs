@@ -1,0 +1,376 @@
+//! Evidence: evaluation runs and their test results, cost records, model calls and traces —
+//! the rows a completion's `evidence` names — and a read that shows which completion, if any,
+//! took custody of each.
+
+use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
+use serde_json::{Map, Value};
+use worker::{Request, Response};
+
+use super::{optional_str, refuse_unknown, required_str};
+use crate::auth::{self, AdminCaller, Scope};
+use crate::error::{json_response, ApiError, ApiResult};
+use crate::http::json_object;
+use crate::platform::random_id;
+use crate::store::{self, evidence};
+use crate::Ctx;
+
+/// A test result's outcomes (`test_results.status`).
+const TEST_STATUSES: [&str; 4] = ["passed", "failed", "error", "skipped"];
+
+fn run_not_found() -> ApiError {
+    ApiError::not_found("no such evaluation run")
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::unprocessable("INVALID_FIELD", message)
+}
+
+/// An optional whole number from 0 to 2^53 - 1 (token counts, latencies).
+fn optional_count(body: &Map<String, Value>, field: &str) -> ApiResult<Option<i64>> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .filter(|n| *n <= MAX_PORTABLE_INTEGER)
+            .and_then(|n| i64::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{field} must be a whole number from 0 to {MAX_PORTABLE_INTEGER}"
+                ))
+            }),
+    }
+}
+
+/// One of `allowed`, or `default` when absent.
+fn optional_choice<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+    allowed: &[&str],
+    default: &'a str,
+) -> ApiResult<&'a str> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::String(s)) if allowed.contains(&s.as_str()) => Ok(s),
+        Some(_) => Err(invalid(format!(
+            "{field} must be one of {}",
+            allowed.join(", ")
+        ))),
+    }
+}
+
+/// Authenticates a writer and reads the body, refusing fields it does not know.
+async fn writer(
+    req: &mut Request,
+    ctx: &Ctx,
+    allowed: &[&str],
+) -> ApiResult<(AdminCaller, Map<String, Value>)> {
+    let caller = auth::admin(req, ctx).await?;
+    caller.require(Scope::RunsWrite)?;
+    let body = json_object(req).await?;
+    refuse_unknown(&body, allowed)?;
+    Ok((caller, body))
+}
+
+fn created(value: &Value) -> ApiResult<Response> {
+    json_response(201, value).map_err(ApiError::from)
+}
+
+pub(crate) async fn create_run(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let (caller, body) = writer(&mut req, ctx, &["name", "evaluationId", "metadata"]).await?;
+    let name = optional_str(&body, "name", 200)?;
+    let evaluation_id = optional_str(&body, "evaluationId", 200)?;
+    let client_metadata = match body.get("metadata") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => Some(Value::Object(map.clone())),
+        Some(_) => return Err(invalid("metadata must be a JSON object")),
+    };
+    let metadata = evidence::run_metadata(name, client_metadata);
+    let id = random_id("evr")?;
+    let row = evidence::NewRun {
+        id: &id,
+        organization_id: &caller.organization_id,
+        evaluation_id,
+        metadata_json: metadata.as_deref(),
+        now: ctx.now,
+    };
+    let changed = evidence::insert_run(&ctx.db, &row).await?;
+    store::expect_one(changed, || {
+        ApiError::internal("evaluation run insert changed no row")
+    })?;
+    let run = evidence::RunRow {
+        id,
+        evaluation_id: evaluation_id.map(str::to_owned),
+        status: "running".to_owned(),
+        metadata,
+        created_at: ctx.now,
+        finished_at: None,
+        attached_completion_id: None,
+        attached_job_id: None,
+        attached_at: None,
+    };
+    created(&run.to_json())
+}
+
+pub(crate) async fn create_test_result(
+    mut req: Request,
+    ctx: &Ctx,
+    run_id: &str,
+) -> ApiResult<Response> {
+    let (caller, body) = writer(&mut req, ctx, &["name", "passed", "status", "score"]).await?;
+    let name = required_str(&body, "name", 500)?;
+    let passed = match body.get("passed") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(passed)) => Some(*passed),
+        Some(_) => return Err(invalid("passed must be a boolean")),
+    };
+    // `passed` is the short form; `status` (the schema's four outcomes) the long one.
+    let status = match (passed, optional_str(&body, "status", 16)?) {
+        (None, None) => {
+            return Err(ApiError::unprocessable(
+                "MISSING_FIELD",
+                "passed (a boolean) or status is required",
+            ))
+        }
+        (Some(true), None) => "passed",
+        (Some(false), None) => "failed",
+        (passed, Some(status)) => {
+            let status = TEST_STATUSES
+                .into_iter()
+                .find(|s| *s == status)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "status must be one of {}",
+                        TEST_STATUSES.join(", ")
+                    ))
+                })?;
+            if passed.is_some_and(|passed| passed != (status == "passed")) {
+                return Err(invalid("passed and status disagree"));
+            }
+            status
+        }
+    };
+    let score = match body.get("score") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            value
+                .as_f64()
+                .filter(|s| s.is_finite())
+                .ok_or_else(|| invalid("score must be a finite number"))?,
+        ),
+    };
+    let score_text = score.map(|s| s.to_string());
+    let id = random_id("tst")?;
+    let row = evidence::NewTestResult {
+        id: &id,
+        organization_id: &caller.organization_id,
+        evaluation_run_id: run_id,
+        name,
+        status,
+        score_text: score_text.as_deref(),
+        now: ctx.now,
+    };
+    let changed = evidence::insert_test_result(&ctx.db, &row).await?;
+    store::expect_one(changed, run_not_found)?;
+    let result = evidence::TestResultRow {
+        id,
+        evaluation_run_id: run_id.to_owned(),
+        name: name.to_owned(),
+        status: status.to_owned(),
+        score,
+        created_at: ctx.now,
+        attached_completion_id: None,
+        attached_job_id: None,
+        attached_at: None,
+    };
+    created(&result.to_json())
+}
+
+pub(crate) async fn create_cost_record(
+    mut req: Request,
+    ctx: &Ctx,
+    run_id: &str,
+) -> ApiResult<Response> {
+    let (caller, body) = writer(
+        &mut req,
+        ctx,
+        &["amountMicros", "currency", "provider", "category"],
+    )
+    .await?;
+    let amount_micros = optional_count(&body, "amountMicros")?
+        .ok_or_else(|| ApiError::unprocessable("MISSING_FIELD", "amountMicros is required"))?;
+    let currency = match optional_str(&body, "currency", 3)? {
+        None => "USD",
+        Some(c) if c.len() == 3 && c.bytes().all(|b| b.is_ascii_uppercase()) => c,
+        Some(_) => {
+            return Err(invalid(
+                "currency must be a three-letter upper-case code such as USD",
+            ))
+        }
+    };
+    let provider = optional_str(&body, "provider", 200)?;
+    let category = optional_choice(
+        &body,
+        "category",
+        &["model", "sandbox", "tool", "other"],
+        "other",
+    )?;
+    let id = random_id("cst")?;
+    let row = evidence::NewCostRecord {
+        id: &id,
+        organization_id: &caller.organization_id,
+        evaluation_run_id: run_id,
+        category,
+        amount_micros,
+        currency,
+        provider,
+        now: ctx.now,
+    };
+    let changed = evidence::insert_cost_record(&ctx.db, &row).await?;
+    store::expect_one(changed, run_not_found)?;
+    let record = evidence::CostRecordRow {
+        id,
+        evaluation_run_id: run_id.to_owned(),
+        category: category.to_owned(),
+        amount_micros,
+        currency: currency.to_owned(),
+        description: provider.map(str::to_owned),
+        created_at: ctx.now,
+        attached_completion_id: None,
+        attached_job_id: None,
+        attached_at: None,
+    };
+    created(&record.to_json())
+}
+
+pub(crate) async fn create_model_call(
+    mut req: Request,
+    ctx: &Ctx,
+    run_id: &str,
+) -> ApiResult<Response> {
+    let (caller, body) = writer(
+        &mut req,
+        ctx,
+        &[
+            "model",
+            "provider",
+            "status",
+            "inputTokens",
+            "outputTokens",
+            "latencyMs",
+        ],
+    )
+    .await?;
+    let model = required_str(&body, "model", 200)?;
+    let provider = optional_str(&body, "provider", 200)?.unwrap_or("unknown");
+    let status = optional_choice(&body, "status", &["succeeded", "failed"], "succeeded")?;
+    let input_tokens = optional_count(&body, "inputTokens")?;
+    let output_tokens = optional_count(&body, "outputTokens")?;
+    let latency_ms = optional_count(&body, "latencyMs")?;
+    let id = random_id("mdl")?;
+    let row = evidence::NewModelCall {
+        id: &id,
+        organization_id: &caller.organization_id,
+        evaluation_run_id: run_id,
+        provider,
+        model,
+        status,
+        input_tokens,
+        output_tokens,
+        latency_ms,
+        now: ctx.now,
+    };
+    let changed = evidence::insert_model_call(&ctx.db, &row).await?;
+    store::expect_one(changed, run_not_found)?;
+    let call = evidence::ModelCallRow {
+        id,
+        evaluation_run_id: run_id.to_owned(),
+        provider: provider.to_owned(),
+        model: model.to_owned(),
+        status: status.to_owned(),
+        input_tokens,
+        output_tokens,
+        latency_ms,
+        created_at: ctx.now,
+        attached_completion_id: None,
+        attached_job_id: None,
+        attached_at: None,
+    };
+    created(&call.to_json())
+}
+
+pub(crate) async fn create_trace(mut req: Request, ctx: &Ctx, run_id: &str) -> ApiResult<Response> {
+    let (caller, body) = writer(&mut req, ctx, &["name", "spans"]).await?;
+    let name = optional_str(&body, "name", 200)?;
+    let spans = match body.get("spans") {
+        None | Some(Value::Null) => None,
+        Some(spans @ Value::Array(_)) => Some(spans.to_string()),
+        Some(_) => return Err(invalid("spans must be a JSON array")),
+    };
+    let id = random_id("trc")?;
+    let row = evidence::NewTrace {
+        id: &id,
+        organization_id: &caller.organization_id,
+        evaluation_run_id: run_id,
+        name,
+        spans_json: spans.as_deref(),
+        now: ctx.now,
+    };
+    let changed = evidence::insert_trace(&ctx.db, &row).await?;
+    store::expect_one(changed, run_not_found)?;
+    let trace = evidence::TraceRow {
+        id,
+        evaluation_run_id: run_id.to_owned(),
+        name: name.map(str::to_owned),
+        spans,
+        created_at: ctx.now,
+        attached_completion_id: None,
+        attached_job_id: None,
+        attached_at: None,
+    };
+    created(&trace.to_json())
+}
+
+/// The run, every row of it (up to [`evidence::MAX_ROWS_PER_KIND`] of each kind, oldest first)
+/// and, for each, the accepted completion that holds it.
+pub(crate) async fn get_run(req: Request, ctx: &Ctx, run_id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let org = &caller.organization_id;
+    let run = evidence::get_run(&ctx.db, org, run_id)
+        .await?
+        .ok_or_else(run_not_found)?;
+    let test_results = evidence::test_results_of(&ctx.db, org, run_id).await?;
+    let cost_records = evidence::cost_records_of(&ctx.db, org, run_id).await?;
+    let model_calls = evidence::model_calls_of(&ctx.db, org, run_id).await?;
+    let traces = evidence::traces_of(&ctx.db, org, run_id).await?;
+    let mut value = run.to_json();
+    if let Value::Object(map) = &mut value {
+        map.insert(
+            "testResults".to_owned(),
+            test_results
+                .iter()
+                .map(evidence::TestResultRow::to_json)
+                .collect(),
+        );
+        map.insert(
+            "costRecords".to_owned(),
+            cost_records
+                .iter()
+                .map(evidence::CostRecordRow::to_json)
+                .collect(),
+        );
+        map.insert(
+            "modelCalls".to_owned(),
+            model_calls
+                .iter()
+                .map(evidence::ModelCallRow::to_json)
+                .collect(),
+        );
+        map.insert(
+            "traces".to_owned(),
+            traces.iter().map(evidence::TraceRow::to_json).collect(),
+        );
+    }
+    json_response(200, &value).map_err(ApiError::from)
+}

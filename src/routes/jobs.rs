@@ -1,0 +1,448 @@
+//! Jobs: enqueue, list, inspect and cancel (API key), and the runner's claim, job-bound reads,
+//! heartbeat, stream and completion (runner credential). State changes go to the job's (or the
+//! runner's) Durable Object; the edge authenticates, parses and forwards.
+
+use edgerunner_protocol::capability::Requirements;
+use edgerunner_protocol::stable_json::hash;
+use serde_json::{json, Map, Value};
+use worker::{Request, Response};
+
+use super::{limit_param, refuse_unknown, required_str};
+use crate::auth::{self, Scope};
+use crate::error::{json_response, ApiError, ApiResult};
+use crate::http::{json_body, json_object};
+use crate::objects::{self, JOBS, RUNNERS};
+use crate::platform::random_id;
+use crate::store::{self, events, jobs};
+use crate::Ctx;
+
+const ENVIRONMENTS: [&str; 3] = ["dev", "staging", "prod"];
+
+pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsWrite)?;
+    let body = json_object(&mut req).await?;
+    refuse_unknown(
+        &body,
+        &["idempotencyKey", "subject", "input", "requirements"],
+    )?;
+    let key = required_str(&body, "idempotencyKey", 255)?;
+    let subject = match body.get("subject") {
+        Some(Value::Object(map)) => map,
+        _ => {
+            return Err(ApiError::unprocessable(
+                "INVALID_SUBJECT",
+                "subject must be an object",
+            ))
+        }
+    };
+    let (kind, artifact, version, environment) = parse_subject(subject)?;
+    let input = body.get("input").ok_or_else(|| {
+        ApiError::unprocessable("MISSING_FIELD", "input is required (any JSON value)")
+    })?;
+    let requirements = Requirements::parse(body.get("requirements").unwrap_or(&Value::Null))?;
+
+    let bound = jobs::bindable_version(
+        &ctx.db,
+        &caller.organization_id,
+        artifact,
+        version,
+        environment,
+    )
+    .await?
+    .ok_or_else(|| {
+        ApiError::new(
+            404,
+            "VERSION_NOT_FOUND",
+            "no such artifact version in this organization",
+        )
+    })?;
+    if bound.kind != kind {
+        return Err(ApiError::unprocessable(
+            "INVALID_SUBJECT",
+            format!("the artifact is a {}, not a {kind}", bound.kind),
+        ));
+    }
+    if bound.promoted == 0 {
+        return Err(ApiError::conflict(
+            "VERSION_NOT_PROMOTED",
+            format!("version {version} is not promoted to {environment}"),
+        ));
+    }
+    // Number lexemes are kept as sent: the client hashes what it sent.
+    let input_hash = hash(input);
+    let requirements_value = requirements.to_value();
+    let subject_value = json!({
+        "kind": kind, "artifactId": artifact, "versionId": version,
+        "contentHash": bound.content_hash, "environment": environment,
+    });
+    let intent_hash = hash(&json!({
+        "subject": subject_value,
+        "inputHash": input_hash.as_str(),
+        "requirements": requirements_value,
+    }));
+
+    if let Some(existing) = jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await? {
+        return same_intent(existing, intent_hash.as_str());
+    }
+    let id = random_id("job")?;
+    let index = requirements.index_key();
+    let tags = Value::Array(
+        requirements
+            .tags()
+            .iter()
+            .map(|t| Value::String(t.as_str().to_owned()))
+            .collect(),
+    );
+    let input_json = input.to_string();
+    let requirements_json = requirements_value.to_string();
+    let tags_json = tags.to_string();
+    let new_job = jobs::NewJob {
+        id: &id,
+        organization_id: &caller.organization_id,
+        idempotency_key: key,
+        intent_hash: intent_hash.as_str(),
+        subject_kind: kind,
+        subject_artifact_id: artifact,
+        subject_version_id: version,
+        subject_content_hash: &bound.content_hash,
+        subject_environment: environment,
+        input_json: &input_json,
+        input_hash: input_hash.as_str(),
+        requirements_json: &requirements_json,
+        execution_kind: index.execution_kind.as_str(),
+        runtime: index.runtime.as_str(),
+        external: index.external,
+        problem_type: index.problem_type.as_ref().map(|p| p.as_str()),
+        tags_json: &tags_json,
+        now: ctx.now,
+    };
+    let actor = caller.actor();
+    let detail = json!({ "idempotencyKey": key, "subject": subject_value, "inputHash": input_hash.as_str() }).to_string();
+    let enqueued = events::NewEvent {
+        organization_id: &caller.organization_id,
+        job_id: Some(&id),
+        runner_id: None,
+        claim_id: None,
+        actor: &actor,
+        kind: "job.enqueued",
+        attempt: Some(0),
+        reason: None,
+        detail_json: Some(&detail),
+        at: ctx.now,
+    };
+    let written = store::batch(
+        &ctx.db,
+        vec![
+            jobs::insert(&ctx.db, &new_job)?,
+            events::insert(&ctx.db, &enqueued)?,
+        ],
+    )
+    .await;
+    if let Err(err) = written {
+        // Two enqueues with one key raced; the loser answers as a replay would.
+        if err
+            .violation_text()
+            .is_some_and(|t| t.contains("idempotency_key"))
+        {
+            if let Some(existing) =
+                jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await?
+            {
+                return same_intent(existing, intent_hash.as_str());
+            }
+        }
+        return Err(err);
+    }
+    let job = jobs::get(&ctx.db, &caller.organization_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::internal("enqueued job vanished"))?;
+    json_response(201, &job.to_json()).map_err(ApiError::from)
+}
+
+fn same_intent(existing: jobs::JobRow, intent_hash: &str) -> ApiResult<Response> {
+    if existing.intent_hash == intent_hash {
+        json_response(200, &existing.to_json()).map_err(ApiError::from)
+    } else {
+        Err(ApiError::conflict(
+            "IDEMPOTENCY_CONFLICT",
+            "this idempotency key was used for a different job (subject, input or requirements differ)",
+        ))
+    }
+}
+
+fn parse_subject(subject: &Map<String, Value>) -> ApiResult<(&str, &str, i64, &str)> {
+    refuse_unknown(subject, &["kind", "artifactId", "versionId", "environment"])?;
+    let kind = required_str(subject, "kind", 32)?;
+    let artifact = required_str(subject, "artifactId", 64)?;
+    let version = subject
+        .get("versionId")
+        .and_then(Value::as_i64)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "INVALID_SUBJECT",
+                "subject.versionId must be a positive integer",
+            )
+        })?;
+    let environment = required_str(subject, "environment", 16)?;
+    if !ENVIRONMENTS.contains(&environment) {
+        return Err(ApiError::unprocessable(
+            "INVALID_ENVIRONMENT",
+            "environment must be dev, staging or prod",
+        ));
+    }
+    Ok((kind, artifact, version, environment))
+}
+
+pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let limit = limit_param(&req, 50, 500)?;
+    let rows = jobs::list(&ctx.db, &caller.organization_id, limit).await?;
+    json_response(
+        200,
+        &json!({ "jobs": rows.iter().map(jobs::JobRow::to_json).collect::<Vec<_>>() }),
+    )
+    .map_err(ApiError::from)
+}
+
+pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let org = caller.organization_id.as_str();
+    let job = jobs::get(&ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    let claims = ctx
+        .db
+        .batch(vec![jobs::select_claims(&ctx.db, id)?])
+        .await?;
+    let claims: Vec<jobs::ClaimRow> = claims
+        .first()
+        .map(|r| r.results())
+        .transpose()?
+        .unwrap_or_default();
+    let timeline = events::for_job(&ctx.db, org, id, 1000).await?;
+    let chunks = jobs::chunks(&ctx.db, org, id, 10_000).await?;
+    let completions = jobs::completions(&ctx.db, org, id).await?;
+    let evidence = jobs::evidence(&ctx.db, org, id).await?;
+    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    let mut view = job.to_json();
+    if let Value::Object(map) = &mut view {
+        map.insert(
+            "claims".into(),
+            claims.iter().map(jobs::ClaimRow::to_json).collect(),
+        );
+        map.insert(
+            "events".into(),
+            timeline.iter().map(events::EventRow::to_json).collect(),
+        );
+        map.insert(
+            "stream".into(),
+            chunks
+                .iter()
+                .map(|c| {
+                    json!({
+                        "claimId": c.claim_id,
+                        "dispatchAttempt": c.dispatch_attempt,
+                        "sequence": c.sequence,
+                        "kind": c.kind,
+                        "previousChecksum": c.previous_checksum,
+                        "payloadHash": c.payload_hash,
+                        "checksum": c.checksum,
+                        "emittedAt": c.emitted_at,
+                        "receivedAt": crate::platform::rfc3339(c.received_at),
+                    })
+                })
+                .collect(),
+        );
+        map.insert(
+            "completions".into(),
+            completions
+                .iter()
+                .map(|c| {
+                    json!({
+                        "id": c.id,
+                        "decision": c.decision,
+                        "rationale": c.rationale,
+                        "dispatchAttempt": c.dispatch_attempt,
+                        "runnerId": c.runner_id,
+                        "claimId": c.claim_id,
+                        "status": c.status,
+                        "completionChecksum": c.completion_checksum,
+                        "inputHash": c.input_hash,
+                        "resultHash": c.result_hash,
+                        "finalStreamChecksum": c.final_stream_checksum,
+                        "evidence": parse(&c.evidence),
+                        "reportedCosts": c.reported_costs.as_deref().map(parse),
+                        "completedAt": c.completed_at,
+                        "receivedAt": crate::platform::rfc3339(c.received_at),
+                    })
+                })
+                .collect(),
+        );
+        map.insert(
+            "evidence".into(),
+            evidence
+                .iter()
+                .map(|e| json!({ "kind": e.evidence_kind, "id": e.evidence_id, "completionId": e.completion_id }))
+                .collect(),
+        );
+    }
+    json_response(200, &view).map_err(ApiError::from)
+}
+
+pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsWrite)?;
+    let body = json_object(&mut req).await?;
+    refuse_unknown(&body, &["reason"])?;
+    let reason = required_str(&body, "reason", 1000)
+        .map_err(|_| ApiError::unprocessable("REASON_REQUIRED", "cancellation needs a reason"))?;
+    // Org scoping before touching the object: a foreign job is simply not found.
+    jobs::get(&ctx.db, &caller.organization_id, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    let reply = objects::call(
+        &ctx.env,
+        JOBS,
+        id,
+        "cancel",
+        &json!({ "jobId": id, "organizationId": caller.organization_id, "reason": reason, "actor": caller.actor() }),
+    )
+    .await?;
+    if !reply.is_success() {
+        return reply.into_response();
+    }
+    let job = jobs::get(&ctx.db, &caller.organization_id, id)
+        .await?
+        .ok_or_else(|| ApiError::internal("cancelled job vanished"))?;
+    json_response(200, &job.to_json()).map_err(ApiError::from)
+}
+
+// ------------------------------------------------------------------------------------------
+// The runner's side
+// ------------------------------------------------------------------------------------------
+
+pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    // The runner's object checks generation and state against the live row itself.
+    let credential = auth::runner_credential(&req, ctx)?;
+    let claims = credential.claims();
+    let body = json_object(&mut req).await?;
+    refuse_unknown(&body, &["servedTargets"])?;
+    let reply = objects::call(
+        &ctx.env,
+        RUNNERS,
+        &claims.runner_id,
+        "claim",
+        &json!({
+            "organizationId": claims.organization_id,
+            "runnerId": claims.runner_id,
+            "generation": claims.generation,
+            "servedTargets": body.get("servedTargets").cloned().unwrap_or(Value::Null),
+        }),
+    )
+    .await?;
+    reply.into_response()
+}
+
+/// Claim ids are `<job id>-a<attempt>`, so a heartbeat (which names only the claim) reaches
+/// its job's object without a lookup.
+fn job_of_claim(claim_id: &str) -> ApiResult<&str> {
+    claim_id
+        .rsplit_once("-a")
+        .filter(|(job, attempt)| !job.is_empty() && attempt.parse::<u8>().is_ok())
+        .map(|(job, _)| job)
+        .ok_or_else(|| ApiError::not_found("no such claim for this runner"))
+}
+
+pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let body = json_object(&mut req).await?;
+    let claim_id = required_str(&body, "claimId", 300)?;
+    let job_id = job_of_claim(claim_id)?;
+    let extend = match body.get("extendSeconds") {
+        None | Some(Value::Null) => json!(60),
+        Some(v) if v.as_i64().is_some() => v.clone(),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_LEASE",
+                "extendSeconds must be an integer from 15 to 120",
+            ))
+        }
+    };
+    let reply = objects::call(
+        &ctx.env,
+        JOBS,
+        job_id,
+        "heartbeat",
+        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "claimId": claim_id, "extendSeconds": extend }),
+    )
+    .await?;
+    reply.into_response()
+}
+
+pub(crate) async fn stream(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let chunk = json_body(&mut req).await?;
+    let job_id = chunk
+        .get("jobId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::unprocessable("STREAM_MALFORMED", "a chunk names its jobId"))?
+        .to_owned();
+    let reply = objects::call(
+        &ctx.env,
+        JOBS,
+        &job_id,
+        "stream",
+        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "chunk": chunk }),
+    )
+    .await?;
+    reply.into_response()
+}
+
+pub(crate) async fn complete(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let completion = json_body(&mut req).await?;
+    let job_id = completion
+        .get("jobId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ApiError::unprocessable("COMPLETION_MALFORMED", "a completion names its jobId")
+        })?
+        .to_owned();
+    let reply = objects::call(
+        &ctx.env,
+        JOBS,
+        &job_id,
+        "complete",
+        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "completion": completion }),
+    )
+    .await?;
+    reply.into_response()
+}
+
+/// The input snapshot, exactly as enqueued; only for the holder of the job's active claim.
+pub(crate) async fn input(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let held = jobs::held_job_data(&ctx.db, caller.organization_id(), id, caller.runner_id())
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job held by this runner"))?;
+    let mut res = Response::ok(held.input)?;
+    res.headers_mut().set("content-type", "application/json")?;
+    Ok(res)
+}
+
+/// The bound artifact version's content; only for the holder of the job's active claim.
+pub(crate) async fn artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let held = jobs::held_job_data(&ctx.db, caller.organization_id(), id, caller.runner_id())
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job held by this runner"))?;
+    let content: Value = serde_json::from_str(&held.content).map_err(ApiError::internal)?;
+    json_response(
+        200,
+        &json!({ "versionId": held.subject_version_id, "contentHash": held.subject_content_hash, "content": content }),
+    )
+    .map_err(ApiError::from)
+}

@@ -1,0 +1,507 @@
+//! `evaluation_runs`, `test_results`, `cost_records`, `model_calls`, `traces`: the normal
+//! EvalGate evidence a completion points at, read with its custody (`completion_evidence`).
+//!
+//! Rows are only ever inserted here. Every insert of a row of a run is guarded by the run
+//! belonging to the caller's organization (the composite foreign key says the same), so zero
+//! rows changed means "no such run" and never leaves a row behind.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use worker::D1Database;
+
+use super::{all, first, run, Arg};
+use crate::error::ApiResult;
+use crate::platform::rfc3339;
+
+/// How many rows of each kind a run read returns (oldest first).
+pub(crate) const MAX_ROWS_PER_KIND: i64 = 1000;
+
+/// The accepted completion a row is attached to, if any, as the LEFT JOIN on
+/// `completion_evidence` returns it.
+fn attachment(completion_id: Option<&str>, job_id: Option<&str>, at: Option<i64>) -> Value {
+    match (completion_id, job_id) {
+        (Some(completion_id), Some(job_id)) => json!({
+            "completionId": completion_id,
+            "jobId": job_id,
+            "attachedAt": at.and_then(rfc3339),
+        }),
+        _ => Value::Null,
+    }
+}
+
+/// The custody columns every read selects; `{alias}` is the evidence table's alias and
+/// `{kind}` its `completion_evidence.evidence_kind`.
+fn custody_join(alias: &str, kind: &str) -> String {
+    format!(
+        "LEFT JOIN completion_evidence AS ce \
+                ON ce.evidence_kind = '{kind}' AND ce.evidence_id = {alias}.id \
+               AND ce.organization_id = {alias}.organization_id"
+    )
+}
+
+const CUSTODY_COLUMNS: &str =
+    "ce.completion_id AS attached_completion_id, ce.job_id AS attached_job_id, ce.attached_at AS attached_at";
+
+/// A run's rows are guarded by the run being the organization's.
+const RUN_GUARD: &str =
+    "WHERE EXISTS (SELECT 1 FROM evaluation_runs WHERE id = ?2 AND organization_id = ?1)";
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation runs
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct RunRow {
+    pub(crate) id: String,
+    pub(crate) evaluation_id: Option<String>,
+    pub(crate) status: String,
+    pub(crate) metadata: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) finished_at: Option<i64>,
+    pub(crate) attached_completion_id: Option<String>,
+    pub(crate) attached_job_id: Option<String>,
+    pub(crate) attached_at: Option<i64>,
+}
+
+/// The `metadata` column of a run: `{"name"?, "metadata"?}` — the run's display name (the
+/// schema has no column for it) beside whatever object the client attached.
+pub(crate) fn run_metadata(name: Option<&str>, metadata: Option<Value>) -> Option<String> {
+    let mut map = serde_json::Map::new();
+    if let Some(name) = name {
+        map.insert("name".to_owned(), Value::String(name.to_owned()));
+    }
+    if let Some(metadata) = metadata {
+        map.insert("metadata".to_owned(), metadata);
+    }
+    (!map.is_empty()).then(|| Value::Object(map).to_string())
+}
+
+impl RunRow {
+    pub(crate) fn to_json(&self) -> Value {
+        // Written by `run_metadata` (and CHECKed json_valid), so this parses.
+        let stored = self
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<Value>(m).ok())
+            .unwrap_or(Value::Null);
+        json!({
+            "id": self.id,
+            "name": stored.get("name").cloned().unwrap_or(Value::Null),
+            "metadata": stored.get("metadata").cloned().unwrap_or(Value::Null),
+            "evaluationId": self.evaluation_id,
+            "status": self.status,
+            "createdAt": rfc3339(self.created_at),
+            "finishedAt": self.finished_at.and_then(rfc3339),
+            "attachedTo": attachment(
+                self.attached_completion_id.as_deref(),
+                self.attached_job_id.as_deref(),
+                self.attached_at,
+            ),
+        })
+    }
+}
+
+pub(crate) struct NewRun<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) evaluation_id: Option<&'a str>,
+    pub(crate) metadata_json: Option<&'a str>,
+    pub(crate) now: i64,
+}
+
+pub(crate) async fn insert_run(db: &D1Database, new: &NewRun<'_>) -> ApiResult<usize> {
+    run(
+        db,
+        "INSERT INTO evaluation_runs (id, organization_id, evaluation_id, status, metadata, created_at) \
+         VALUES (?1, ?2, ?3, 'running', ?4, ?5)",
+        &[
+            new.id.into(),
+            new.organization_id.into(),
+            new.evaluation_id.into(),
+            new.metadata_json.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn get_run(db: &D1Database, org: &str, id: &str) -> ApiResult<Option<RunRow>> {
+    first(
+        db,
+        &format!(
+            "SELECT r.id, r.evaluation_id, r.status, r.metadata, r.created_at, r.finished_at, \
+                    {CUSTODY_COLUMNS} \
+               FROM evaluation_runs AS r {} \
+              WHERE r.id = ?2 AND r.organization_id = ?1",
+            custody_join("r", "evaluation_run")
+        ),
+        &[org.into(), id.into()],
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Test results
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct TestResultRow {
+    pub(crate) id: String,
+    pub(crate) evaluation_run_id: String,
+    pub(crate) name: String,
+    pub(crate) status: String,
+    pub(crate) score: Option<f64>,
+    pub(crate) created_at: i64,
+    pub(crate) attached_completion_id: Option<String>,
+    pub(crate) attached_job_id: Option<String>,
+    pub(crate) attached_at: Option<i64>,
+}
+
+impl TestResultRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "evaluationRunId": self.evaluation_run_id,
+            "name": self.name,
+            "passed": self.status == "passed",
+            "status": self.status,
+            "score": self.score,
+            "createdAt": rfc3339(self.created_at),
+            "attachedTo": attachment(
+                self.attached_completion_id.as_deref(),
+                self.attached_job_id.as_deref(),
+                self.attached_at,
+            ),
+        })
+    }
+}
+
+pub(crate) struct NewTestResult<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) evaluation_run_id: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) status: &'a str,
+    /// The score as decimal text: `Arg` binds no floats, so SQL casts it (`CAST(? AS REAL)`).
+    pub(crate) score_text: Option<&'a str>,
+    pub(crate) now: i64,
+}
+
+/// Rows inserted: 1, or 0 when the run is not the organization's.
+pub(crate) async fn insert_test_result(
+    db: &D1Database,
+    new: &NewTestResult<'_>,
+) -> ApiResult<usize> {
+    run(
+        db,
+        &format!(
+            "INSERT INTO test_results (id, organization_id, evaluation_run_id, name, status, score, created_at) \
+             SELECT ?3, ?1, ?2, ?4, ?5, CAST(?6 AS REAL), ?7 {RUN_GUARD}"
+        ),
+        &[
+            new.organization_id.into(),
+            new.evaluation_run_id.into(),
+            new.id.into(),
+            new.name.into(),
+            new.status.into(),
+            new.score_text.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn test_results_of(
+    db: &D1Database,
+    org: &str,
+    run_id: &str,
+) -> ApiResult<Vec<TestResultRow>> {
+    all(
+        db,
+        &format!(
+            "SELECT t.id, t.evaluation_run_id, t.name, t.status, t.score, t.created_at, {CUSTODY_COLUMNS} \
+               FROM test_results AS t {} \
+              WHERE t.evaluation_run_id = ?2 AND t.organization_id = ?1 \
+              ORDER BY t.created_at, t.rowid LIMIT ?3",
+            custody_join("t", "test_result")
+        ),
+        &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cost records
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct CostRecordRow {
+    pub(crate) id: String,
+    pub(crate) evaluation_run_id: String,
+    pub(crate) category: String,
+    pub(crate) amount_micros: i64,
+    pub(crate) currency: String,
+    /// The provider the cost was paid to (the schema's free-text `description`).
+    pub(crate) description: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) attached_completion_id: Option<String>,
+    pub(crate) attached_job_id: Option<String>,
+    pub(crate) attached_at: Option<i64>,
+}
+
+impl CostRecordRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "evaluationRunId": self.evaluation_run_id,
+            "category": self.category,
+            "amountMicros": self.amount_micros,
+            "currency": self.currency,
+            "provider": self.description,
+            "createdAt": rfc3339(self.created_at),
+            "attachedTo": attachment(
+                self.attached_completion_id.as_deref(),
+                self.attached_job_id.as_deref(),
+                self.attached_at,
+            ),
+        })
+    }
+}
+
+pub(crate) struct NewCostRecord<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) evaluation_run_id: &'a str,
+    pub(crate) category: &'a str,
+    pub(crate) amount_micros: i64,
+    pub(crate) currency: &'a str,
+    pub(crate) provider: Option<&'a str>,
+    pub(crate) now: i64,
+}
+
+/// Rows inserted: 1, or 0 when the run is not the organization's.
+pub(crate) async fn insert_cost_record(
+    db: &D1Database,
+    new: &NewCostRecord<'_>,
+) -> ApiResult<usize> {
+    run(
+        db,
+        &format!(
+            "INSERT INTO cost_records (id, organization_id, evaluation_run_id, category, amount_micros, \
+                                       currency, description, created_at) \
+             SELECT ?3, ?1, ?2, ?4, ?5, ?6, ?7, ?8 {RUN_GUARD}"
+        ),
+        &[
+            new.organization_id.into(),
+            new.evaluation_run_id.into(),
+            new.id.into(),
+            new.category.into(),
+            Arg::Int(new.amount_micros),
+            new.currency.into(),
+            new.provider.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn cost_records_of(
+    db: &D1Database,
+    org: &str,
+    run_id: &str,
+) -> ApiResult<Vec<CostRecordRow>> {
+    all(
+        db,
+        &format!(
+            "SELECT c.id, c.evaluation_run_id, c.category, c.amount_micros, c.currency, c.description, \
+                    c.created_at, {CUSTODY_COLUMNS} \
+               FROM cost_records AS c {} \
+              WHERE c.evaluation_run_id = ?2 AND c.organization_id = ?1 \
+              ORDER BY c.created_at, c.rowid LIMIT ?3",
+            custody_join("c", "cost_record")
+        ),
+        &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model calls
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct ModelCallRow {
+    pub(crate) id: String,
+    pub(crate) evaluation_run_id: String,
+    pub(crate) provider: String,
+    pub(crate) model: String,
+    pub(crate) status: String,
+    pub(crate) input_tokens: Option<i64>,
+    pub(crate) output_tokens: Option<i64>,
+    pub(crate) latency_ms: Option<i64>,
+    pub(crate) created_at: i64,
+    pub(crate) attached_completion_id: Option<String>,
+    pub(crate) attached_job_id: Option<String>,
+    pub(crate) attached_at: Option<i64>,
+}
+
+impl ModelCallRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "evaluationRunId": self.evaluation_run_id,
+            "provider": self.provider,
+            "model": self.model,
+            "status": self.status,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "latencyMs": self.latency_ms,
+            "createdAt": rfc3339(self.created_at),
+            "attachedTo": attachment(
+                self.attached_completion_id.as_deref(),
+                self.attached_job_id.as_deref(),
+                self.attached_at,
+            ),
+        })
+    }
+}
+
+pub(crate) struct NewModelCall<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) evaluation_run_id: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) model: &'a str,
+    pub(crate) status: &'a str,
+    pub(crate) input_tokens: Option<i64>,
+    pub(crate) output_tokens: Option<i64>,
+    pub(crate) latency_ms: Option<i64>,
+    pub(crate) now: i64,
+}
+
+/// Rows inserted: 1, or 0 when the run is not the organization's.
+pub(crate) async fn insert_model_call(db: &D1Database, new: &NewModelCall<'_>) -> ApiResult<usize> {
+    run(
+        db,
+        &format!(
+            "INSERT INTO model_calls (id, organization_id, evaluation_run_id, provider, model, status, \
+                                      input_tokens, output_tokens, latency_ms, created_at) \
+             SELECT ?3, ?1, ?2, ?4, ?5, ?6, ?7, ?8, ?9, ?10 {RUN_GUARD}"
+        ),
+        &[
+            new.organization_id.into(),
+            new.evaluation_run_id.into(),
+            new.id.into(),
+            new.provider.into(),
+            new.model.into(),
+            new.status.into(),
+            new.input_tokens.into(),
+            new.output_tokens.into(),
+            new.latency_ms.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn model_calls_of(
+    db: &D1Database,
+    org: &str,
+    run_id: &str,
+) -> ApiResult<Vec<ModelCallRow>> {
+    all(
+        db,
+        &format!(
+            "SELECT m.id, m.evaluation_run_id, m.provider, m.model, m.status, m.input_tokens, \
+                    m.output_tokens, m.latency_ms, m.created_at, {CUSTODY_COLUMNS} \
+               FROM model_calls AS m {} \
+              WHERE m.evaluation_run_id = ?2 AND m.organization_id = ?1 \
+              ORDER BY m.created_at, m.rowid LIMIT ?3",
+            custody_join("m", "model_call")
+        ),
+        &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traces
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct TraceRow {
+    pub(crate) id: String,
+    pub(crate) evaluation_run_id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) spans: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) attached_completion_id: Option<String>,
+    pub(crate) attached_job_id: Option<String>,
+    pub(crate) attached_at: Option<i64>,
+}
+
+impl TraceRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "evaluationRunId": self.evaluation_run_id,
+            "name": self.name,
+            // Written by us from a parsed array (CHECKed json_valid), so this parses.
+            "spans": self.spans.as_deref().and_then(|s| serde_json::from_str::<Value>(s).ok()),
+            "createdAt": rfc3339(self.created_at),
+            "attachedTo": attachment(
+                self.attached_completion_id.as_deref(),
+                self.attached_job_id.as_deref(),
+                self.attached_at,
+            ),
+        })
+    }
+}
+
+pub(crate) struct NewTrace<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) evaluation_run_id: &'a str,
+    pub(crate) name: Option<&'a str>,
+    pub(crate) spans_json: Option<&'a str>,
+    pub(crate) now: i64,
+}
+
+/// Rows inserted: 1, or 0 when the run is not the organization's.
+pub(crate) async fn insert_trace(db: &D1Database, new: &NewTrace<'_>) -> ApiResult<usize> {
+    run(
+        db,
+        &format!(
+            "INSERT INTO traces (id, organization_id, evaluation_run_id, name, spans, created_at) \
+             SELECT ?3, ?1, ?2, ?4, ?5, ?6 {RUN_GUARD}"
+        ),
+        &[
+            new.organization_id.into(),
+            new.evaluation_run_id.into(),
+            new.id.into(),
+            new.name.into(),
+            new.spans_json.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn traces_of(
+    db: &D1Database,
+    org: &str,
+    run_id: &str,
+) -> ApiResult<Vec<TraceRow>> {
+    all(
+        db,
+        &format!(
+            "SELECT x.id, x.evaluation_run_id, x.name, x.spans, x.created_at, {CUSTODY_COLUMNS} \
+               FROM traces AS x {} \
+              WHERE x.evaluation_run_id = ?2 AND x.organization_id = ?1 \
+              ORDER BY x.created_at, x.rowid LIMIT ?3",
+            custody_join("x", "trace")
+        ),
+        &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
+    )
+    .await
+}

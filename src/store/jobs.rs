@@ -1,0 +1,405 @@
+//! `jobs`, `job_claims`, `stream_chunks`, `job_completions`, `completion_evidence`: the queue,
+//! its claims and the custody record of each job. Writes here are issued by the job's own
+//! Durable Object (the single writer); reads serve inspection and job-bound runner reads.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use worker::{D1Database, D1PreparedStatement};
+
+use super::{all, first, stmt, Arg};
+use crate::error::ApiResult;
+use crate::platform::rfc3339;
+
+#[derive(Deserialize, Clone)]
+pub(crate) struct JobRow {
+    pub(crate) id: String,
+    pub(crate) organization_id: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) intent_hash: String,
+    pub(crate) subject_kind: String,
+    pub(crate) subject_artifact_id: String,
+    pub(crate) subject_version_id: i64,
+    pub(crate) subject_content_hash: String,
+    pub(crate) subject_environment: String,
+    pub(crate) input_hash: String,
+    pub(crate) requirements: String,
+    pub(crate) state: String,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) active_claim_id: Option<String>,
+    pub(crate) lease_expires_at: Option<i64>,
+    pub(crate) cancel_reason: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
+    pub(crate) finished_at: Option<i64>,
+}
+
+const JOB_COLUMNS: &str = "id, organization_id, idempotency_key, intent_hash, subject_kind, \
+    subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, \
+    requirements, state, dispatch_attempt, active_claim_id, lease_expires_at, cancel_reason, \
+    created_at, updated_at, finished_at";
+
+impl JobRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "organizationId": self.organization_id,
+            "idempotencyKey": self.idempotency_key,
+            "state": self.state,
+            "dispatchAttempt": self.dispatch_attempt,
+            "subject": {
+                "kind": self.subject_kind,
+                "artifactId": self.subject_artifact_id,
+                "versionId": self.subject_version_id,
+                "contentHash": self.subject_content_hash,
+                "environment": self.subject_environment,
+            },
+            "inputHash": self.input_hash,
+            "requirements": serde_json::from_str::<Value>(&self.requirements).unwrap_or(Value::Null),
+            "activeClaimId": self.active_claim_id,
+            "leaseExpiresAt": self.lease_expires_at.and_then(rfc3339),
+            "cancelReason": self.cancel_reason,
+            "createdAt": rfc3339(self.created_at),
+            "updatedAt": rfc3339(self.updated_at),
+            "finishedAt": self.finished_at.and_then(rfc3339),
+        })
+    }
+}
+
+pub(crate) fn select_job(db: &D1Database, id: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"),
+        &[id.into()],
+    )
+}
+
+pub(crate) async fn get(db: &D1Database, org: &str, id: &str) -> ApiResult<Option<JobRow>> {
+    first(
+        db,
+        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?2 AND organization_id = ?1"),
+        &[org.into(), id.into()],
+    )
+    .await
+}
+
+pub(crate) async fn by_idempotency_key(
+    db: &D1Database,
+    org: &str,
+    key: &str,
+) -> ApiResult<Option<JobRow>> {
+    first(
+        db,
+        &format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = ?1 AND idempotency_key = ?2"
+        ),
+        &[org.into(), key.into()],
+    )
+    .await
+}
+
+pub(crate) async fn list(db: &D1Database, org: &str, limit: i64) -> ApiResult<Vec<JobRow>> {
+    all(
+        db,
+        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"),
+        &[org.into(), limit.into()],
+    )
+    .await
+}
+
+pub(crate) struct NewJob<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) idempotency_key: &'a str,
+    pub(crate) intent_hash: &'a str,
+    pub(crate) subject_kind: &'a str,
+    pub(crate) subject_artifact_id: &'a str,
+    pub(crate) subject_version_id: i64,
+    pub(crate) subject_content_hash: &'a str,
+    pub(crate) subject_environment: &'a str,
+    pub(crate) input_json: &'a str,
+    pub(crate) input_hash: &'a str,
+    pub(crate) requirements_json: &'a str,
+    pub(crate) execution_kind: &'a str,
+    pub(crate) runtime: &'a str,
+    pub(crate) external: bool,
+    pub(crate) problem_type: Option<&'a str>,
+    pub(crate) tags_json: &'a str,
+    pub(crate) now: i64,
+}
+
+pub(crate) fn insert(db: &D1Database, j: &NewJob<'_>) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "INSERT INTO jobs (id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, \
+           subject_version_id, subject_content_hash, subject_environment, input, input_hash, requirements, \
+           execution_kind, runtime, external, problem_type, tags, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?18)",
+        &[
+            j.id.into(),
+            j.organization_id.into(),
+            j.idempotency_key.into(),
+            j.intent_hash.into(),
+            j.subject_kind.into(),
+            j.subject_artifact_id.into(),
+            Arg::Int(j.subject_version_id),
+            j.subject_content_hash.into(),
+            j.subject_environment.into(),
+            j.input_json.into(),
+            j.input_hash.into(),
+            j.requirements_json.into(),
+            j.execution_kind.into(),
+            j.runtime.into(),
+            Arg::Int(i64::from(j.external)),
+            j.problem_type.into(),
+            j.tags_json.into(),
+            Arg::Int(j.now),
+        ],
+    )
+}
+
+/// A version the job may bind: in the organization, of the artifact and kind named, and
+/// promoted to the environment (`promoted` is 0 when it exists but was not promoted there).
+#[derive(Deserialize)]
+pub(crate) struct BindableVersion {
+    pub(crate) content_hash: String,
+    pub(crate) kind: String,
+    pub(crate) promoted: i64,
+}
+
+pub(crate) async fn bindable_version(
+    db: &D1Database,
+    org: &str,
+    artifact: &str,
+    version: i64,
+    environment: &str,
+) -> ApiResult<Option<BindableVersion>> {
+    first(
+        db,
+        "SELECT v.content_hash, a.kind, \
+           EXISTS (SELECT 1 FROM release_promotions p WHERE p.version_id = v.id AND p.environment = ?4) AS promoted \
+         FROM release_versions v JOIN release_artifacts a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
+         WHERE v.id = ?3 AND v.organization_id = ?1 AND v.artifact_id = ?2",
+        &[org.into(), artifact.into(), version.into(), environment.into()],
+    )
+    .await
+}
+
+// ------------------------------------------------------------------------------------------
+// Matching: the claim's candidate query (see the jobs_queue index in the migration).
+// ------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct Candidate {
+    pub(crate) id: String,
+    pub(crate) requirements: String,
+    pub(crate) subject_version_id: i64,
+    pub(crate) subject_content_hash: String,
+    pub(crate) created_at: i64,
+}
+
+/// Queued jobs of one (kind, runtime, external) in queue order. `state = 'queued'` is a
+/// literal so that SQLite can use the partial index; this reads an index range, never the table.
+pub(crate) fn candidates(
+    db: &D1Database,
+    org: &str,
+    kind: &str,
+    runtime: &str,
+    external: bool,
+    limit: i64,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "SELECT id, requirements, subject_version_id, subject_content_hash, created_at FROM jobs \
+         WHERE organization_id = ?1 AND state = 'queued' AND execution_kind = ?2 AND runtime = ?3 AND external = ?4 \
+         ORDER BY created_at, id LIMIT ?5",
+        &[org.into(), kind.into(), runtime.into(), Arg::Int(i64::from(external)), limit.into()],
+    )
+}
+
+// ------------------------------------------------------------------------------------------
+// Claims, chunks, completions
+// ------------------------------------------------------------------------------------------
+
+#[derive(Deserialize, Clone)]
+pub(crate) struct ClaimRow {
+    pub(crate) id: String,
+    pub(crate) runner_id: String,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) state: String,
+    pub(crate) key_id: String,
+    pub(crate) issued_at: i64,
+    pub(crate) expires_at: i64,
+    pub(crate) lease_expires_at: i64,
+    pub(crate) started_at: Option<i64>,
+    pub(crate) ended_at: Option<i64>,
+    pub(crate) end_reason: Option<String>,
+}
+
+impl ClaimRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "runnerId": self.runner_id,
+            "dispatchAttempt": self.dispatch_attempt,
+            "state": self.state,
+            "keyId": self.key_id,
+            "issuedAt": rfc3339(self.issued_at),
+            "expiresAt": rfc3339(self.expires_at),
+            "leaseExpiresAt": rfc3339(self.lease_expires_at),
+            "startedAt": self.started_at.and_then(rfc3339),
+            "endedAt": self.ended_at.and_then(rfc3339),
+            "endReason": self.end_reason,
+        })
+    }
+}
+
+pub(crate) fn select_claims(db: &D1Database, job: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "SELECT id, runner_id, dispatch_attempt, state, key_id, issued_at, expires_at, lease_expires_at, \
+           started_at, ended_at, end_reason FROM job_claims WHERE job_id = ?1 ORDER BY dispatch_attempt",
+        &[job.into()],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ChunkHeadRow {
+    pub(crate) sequence: i64,
+    pub(crate) checksum: String,
+}
+
+/// The newest chunks of the job's current attempt, newest first (the chain head and the
+/// recent checksums the duplicate check remembers).
+pub(crate) fn select_stream_head(
+    db: &D1Database,
+    job: &str,
+    limit: i64,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "SELECT sequence, checksum FROM stream_chunks \
+         WHERE job_id = ?1 AND dispatch_attempt = (SELECT dispatch_attempt FROM jobs WHERE id = ?1) \
+         ORDER BY sequence DESC LIMIT ?2",
+        &[job.into(), limit.into()],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AcceptedRow {
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) completion_checksum: String,
+}
+
+pub(crate) fn select_accepted(db: &D1Database, job: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "SELECT dispatch_attempt, completion_checksum FROM job_completions WHERE job_id = ?1 AND decision = 'accepted'",
+        &[job.into()],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ChunkRow {
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) sequence: i64,
+    pub(crate) kind: String,
+    pub(crate) previous_checksum: Option<String>,
+    pub(crate) payload_hash: String,
+    pub(crate) checksum: String,
+    pub(crate) emitted_at: String,
+    pub(crate) received_at: i64,
+    pub(crate) claim_id: String,
+}
+
+pub(crate) async fn chunks(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+    limit: i64,
+) -> ApiResult<Vec<ChunkRow>> {
+    all(
+        db,
+        "SELECT dispatch_attempt, sequence, kind, previous_checksum, payload_hash, checksum, emitted_at, received_at, claim_id \
+         FROM stream_chunks WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt, sequence LIMIT ?3",
+        &[org.into(), job.into(), limit.into()],
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CompletionRow {
+    pub(crate) id: String,
+    pub(crate) claim_id: String,
+    pub(crate) runner_id: String,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) decision: String,
+    pub(crate) rationale: String,
+    pub(crate) completion_checksum: String,
+    pub(crate) status: String,
+    pub(crate) input_hash: String,
+    pub(crate) result_hash: Option<String>,
+    pub(crate) final_stream_checksum: Option<String>,
+    pub(crate) evidence: String,
+    pub(crate) reported_costs: Option<String>,
+    pub(crate) completed_at: String,
+    pub(crate) received_at: i64,
+}
+
+pub(crate) async fn completions(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+) -> ApiResult<Vec<CompletionRow>> {
+    all(
+        db,
+        "SELECT id, claim_id, runner_id, dispatch_attempt, decision, rationale, completion_checksum, status, input_hash, \
+           result_hash, final_stream_checksum, evidence, reported_costs, completed_at, received_at \
+         FROM job_completions WHERE job_id = ?2 AND organization_id = ?1 ORDER BY received_at, id",
+        &[org.into(), job.into()],
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct EvidenceRow {
+    pub(crate) evidence_kind: String,
+    pub(crate) evidence_id: String,
+    pub(crate) completion_id: String,
+}
+
+pub(crate) async fn evidence(db: &D1Database, org: &str, job: &str) -> ApiResult<Vec<EvidenceRow>> {
+    all(
+        db,
+        "SELECT evidence_kind, evidence_id, completion_id FROM completion_evidence \
+         WHERE job_id = ?2 AND organization_id = ?1 ORDER BY evidence_kind, evidence_id",
+        &[org.into(), job.into()],
+    )
+    .await
+}
+
+/// The input snapshot, for the runner holding the job's active claim only.
+#[derive(Deserialize)]
+pub(crate) struct HeldJobData {
+    pub(crate) input: String,
+    pub(crate) subject_version_id: i64,
+    pub(crate) subject_content_hash: String,
+    pub(crate) content: String,
+}
+
+pub(crate) async fn held_job_data(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+    runner: &str,
+) -> ApiResult<Option<HeldJobData>> {
+    first(
+        db,
+        "SELECT j.input, j.subject_version_id, j.subject_content_hash, v.content FROM jobs j \
+           JOIN job_claims c ON c.id = j.active_claim_id AND c.state = 'active' \
+           JOIN release_versions v ON v.id = j.subject_version_id \
+         WHERE j.id = ?2 AND j.organization_id = ?1 AND c.runner_id = ?3 \
+           AND j.state IN ('claimed', 'running', 'cancel_requested')",
+        &[org.into(), job.into(), runner.into()],
+    )
+    .await
+}

@@ -1,0 +1,422 @@
+//! `release_artifacts`, `release_versions`, `release_promotions`, `executable_targets`: the
+//! immutable things jobs run, where they are promoted, and what runners are set up to execute.
+//!
+//! Versions are written once and never updated (a schema trigger refuses any UPDATE), so the
+//! content hash a job or a signed envelope names is the hash of what a runner will be served.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use worker::{D1Database, D1PreparedStatement};
+
+use super::{all, first, run, stmt, Arg};
+use crate::error::ApiResult;
+use crate::platform::rfc3339;
+
+/// Environments in the order they are shown (a release moves dev → staging → prod).
+const ENVIRONMENT_ORDER: &str =
+    "CASE environment WHEN 'dev' THEN 0 WHEN 'staging' THEN 1 ELSE 2 END";
+
+// ---------------------------------------------------------------------------------------------
+// Artifacts
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct ArtifactRow {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) created_at: i64,
+}
+
+impl ArtifactRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "createdAt": rfc3339(self.created_at),
+        })
+    }
+}
+
+pub(crate) struct NewArtifact<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) now: i64,
+}
+
+/// Rows inserted (1); a second artifact of the same kind and name in the organization fails
+/// `UNIQUE (organization_id, kind, name)`, naming `release_artifacts.name`.
+pub(crate) async fn insert_artifact(db: &D1Database, new: &NewArtifact<'_>) -> ApiResult<usize> {
+    run(
+        db,
+        "INSERT INTO release_artifacts (id, organization_id, kind, name, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        &[
+            new.id.into(),
+            new.organization_id.into(),
+            new.kind.into(),
+            new.name.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn get_artifact(
+    db: &D1Database,
+    org: &str,
+    id: &str,
+) -> ApiResult<Option<ArtifactRow>> {
+    first(
+        db,
+        "SELECT id, kind, name, created_at FROM release_artifacts \
+         WHERE id = ?2 AND organization_id = ?1",
+        &[org.into(), id.into()],
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Versions
+// ---------------------------------------------------------------------------------------------
+
+/// A version with its artifact's kind; `content` only where a query asks for it.
+#[derive(Deserialize)]
+pub(crate) struct VersionRow {
+    pub(crate) id: i64,
+    pub(crate) artifact_id: String,
+    pub(crate) kind: String,
+    pub(crate) content_hash: String,
+    pub(crate) created_at: i64,
+    #[serde(default)]
+    pub(crate) content: Option<String>,
+}
+
+impl VersionRow {
+    /// `promotions` are this version's environments, in dev, staging, prod order.
+    pub(crate) fn to_json(&self, promotions: &[&PromotionRow]) -> Value {
+        let mut value = json!({
+            "id": self.id,
+            "artifactId": self.artifact_id,
+            "kind": self.kind,
+            "contentHash": self.content_hash,
+            "promotions": promotions.iter().map(|p| p.environment.as_str()).collect::<Vec<_>>(),
+            "createdAt": rfc3339(self.created_at),
+        });
+        if let (Some(text), Value::Object(map)) = (&self.content, &mut value) {
+            // Written by us from a parsed value (and CHECKed json_valid), so this parses; the
+            // lexemes survive the round trip (serde_json `arbitrary_precision`).
+            let content = serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+            map.insert("content".to_owned(), content);
+        }
+        value
+    }
+}
+
+pub(crate) struct NewVersion<'a> {
+    pub(crate) organization_id: &'a str,
+    pub(crate) artifact_id: &'a str,
+    pub(crate) content_json: &'a str,
+    pub(crate) content_hash: &'a str,
+    pub(crate) now: i64,
+}
+
+#[derive(Deserialize)]
+struct InsertedId {
+    id: i64,
+}
+
+/// Inserts a version of an artifact of the caller's organization and returns its new id, or
+/// `None` when no such artifact exists there (the guard; the composite foreign key agrees).
+pub(crate) async fn insert_version(
+    db: &D1Database,
+    new: &NewVersion<'_>,
+) -> ApiResult<Option<i64>> {
+    let rows: Vec<InsertedId> = all(
+        db,
+        "INSERT INTO release_versions (artifact_id, organization_id, content, content_hash, created_at) \
+         SELECT ?1, ?2, ?3, ?4, ?5 \
+          WHERE EXISTS (SELECT 1 FROM release_artifacts WHERE id = ?1 AND organization_id = ?2) \
+         RETURNING id",
+        &[
+            new.artifact_id.into(),
+            new.organization_id.into(),
+            new.content_json.into(),
+            new.content_hash.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await?;
+    Ok(rows.first().map(|row| row.id))
+}
+
+pub(crate) async fn get_version(
+    db: &D1Database,
+    org: &str,
+    id: i64,
+    with_content: bool,
+) -> ApiResult<Option<VersionRow>> {
+    let content = if with_content { ", v.content" } else { "" };
+    first(
+        db,
+        &format!(
+            "SELECT v.id, v.artifact_id, a.kind, v.content_hash, v.created_at{content} \
+               FROM release_versions AS v \
+               JOIN release_artifacts AS a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
+              WHERE v.id = ?2 AND v.organization_id = ?1"
+        ),
+        &[org.into(), Arg::Int(id)],
+    )
+    .await
+}
+
+/// An artifact's versions, newest first, without content.
+pub(crate) async fn versions_of(
+    db: &D1Database,
+    org: &str,
+    artifact_id: &str,
+    limit: i64,
+) -> ApiResult<Vec<VersionRow>> {
+    all(
+        db,
+        "SELECT v.id, v.artifact_id, a.kind, v.content_hash, v.created_at \
+           FROM release_versions AS v \
+           JOIN release_artifacts AS a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
+          WHERE v.artifact_id = ?2 AND v.organization_id = ?1 \
+          ORDER BY v.id DESC LIMIT ?3",
+        &[org.into(), artifact_id.into(), Arg::Int(limit)],
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Promotions
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct PromotionRow {
+    pub(crate) version_id: i64,
+    pub(crate) environment: String,
+    pub(crate) promoted_at: i64,
+}
+
+pub(crate) async fn promotions_of_version(
+    db: &D1Database,
+    org: &str,
+    version_id: i64,
+) -> ApiResult<Vec<PromotionRow>> {
+    all(
+        db,
+        &format!(
+            "SELECT version_id, environment, promoted_at FROM release_promotions \
+              WHERE version_id = ?2 AND organization_id = ?1 ORDER BY {ENVIRONMENT_ORDER}"
+        ),
+        &[org.into(), Arg::Int(version_id)],
+    )
+    .await
+}
+
+/// The promotions of every version of an artifact.
+pub(crate) async fn promotions_of_artifact(
+    db: &D1Database,
+    org: &str,
+    artifact_id: &str,
+) -> ApiResult<Vec<PromotionRow>> {
+    all(
+        db,
+        &format!(
+            "SELECT version_id, environment, promoted_at FROM release_promotions \
+              WHERE organization_id = ?1 \
+                AND version_id IN (SELECT id FROM release_versions \
+                                    WHERE artifact_id = ?2 AND organization_id = ?1) \
+              ORDER BY version_id, {ENVIRONMENT_ORDER}"
+        ),
+        &[org.into(), artifact_id.into()],
+    )
+    .await
+}
+
+pub(crate) async fn get_promotion(
+    db: &D1Database,
+    org: &str,
+    version_id: i64,
+    environment: &str,
+) -> ApiResult<Option<PromotionRow>> {
+    first(
+        db,
+        "SELECT version_id, environment, promoted_at FROM release_promotions \
+          WHERE version_id = ?2 AND environment = ?3 AND organization_id = ?1",
+        &[org.into(), Arg::Int(version_id), environment.into()],
+    )
+    .await
+}
+
+pub(crate) struct NewPromotion<'a> {
+    pub(crate) organization_id: &'a str,
+    pub(crate) version_id: i64,
+    pub(crate) environment: &'a str,
+    pub(crate) promoted_by: &'a str,
+    pub(crate) now: i64,
+}
+
+/// Promotes a version of the caller's organization. Changes one row for a first promotion and
+/// none when the version is already in that environment (`PRIMARY KEY (version_id,
+/// environment)`: promoting twice is one promotion, and the first `promoted_at` stands) or
+/// when the version is not the organization's. Put an `events::insert_if_changed` right after
+/// it in the same batch so that only a real promotion is audited.
+pub(crate) fn promote(db: &D1Database, new: &NewPromotion<'_>) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "INSERT INTO release_promotions (version_id, organization_id, environment, promoted_at, promoted_by) \
+         SELECT ?1, ?2, ?3, ?4, ?5 \
+          WHERE EXISTS (SELECT 1 FROM release_versions WHERE id = ?1 AND organization_id = ?2) \
+         ON CONFLICT (version_id, environment) DO NOTHING",
+        &[
+            Arg::Int(new.version_id),
+            new.organization_id.into(),
+            new.environment.into(),
+            Arg::Int(new.now),
+            new.promoted_by.into(),
+        ],
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executable targets
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct TargetRow {
+    pub(crate) id: String,
+    pub(crate) target_key: String,
+    pub(crate) repository: String,
+    pub(crate) entrypoint: String,
+    pub(crate) requirements: String,
+    pub(crate) evaluation_id: Option<String>,
+    pub(crate) version_id: Option<i64>,
+    pub(crate) content_hash: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
+}
+
+const TARGET_COLUMNS: &str =
+    "id, target_key, repository, entrypoint, requirements, evaluation_id, \
+    version_id, content_hash, created_at, updated_at";
+
+impl TargetRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "key": self.target_key,
+            "repository": self.repository,
+            "entrypoint": self.entrypoint,
+            // Canonical requirements written by us (CHECKed json_valid), so this parses.
+            "requirements": serde_json::from_str::<Value>(&self.requirements).unwrap_or(Value::Null),
+            "evaluationId": self.evaluation_id,
+            "versionId": self.version_id,
+            "contentHash": self.content_hash,
+            "createdAt": rfc3339(self.created_at),
+            "updatedAt": rfc3339(self.updated_at),
+        })
+    }
+}
+
+pub(crate) struct NewTarget<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) repository: &'a str,
+    pub(crate) entrypoint: &'a str,
+    pub(crate) requirements_json: &'a str,
+    pub(crate) evaluation_id: Option<&'a str>,
+    /// The bound version and the content hash it was read with.
+    pub(crate) version: Option<(i64, &'a str)>,
+    pub(crate) now: i64,
+}
+
+/// Inserts a target. The guard re-checks that a bound version is the organization's and has
+/// that content hash, so a target never records a hash its version does not have; zero rows
+/// changed means it did not hold. A taken key fails `UNIQUE (organization_id, target_key)`,
+/// naming `executable_targets.target_key`.
+pub(crate) async fn insert_target(db: &D1Database, new: &NewTarget<'_>) -> ApiResult<usize> {
+    let (version_id, content_hash) = match new.version {
+        Some((id, hash)) => (Some(id), Some(hash)),
+        None => (None, None),
+    };
+    run(
+        db,
+        "INSERT INTO executable_targets (id, organization_id, target_key, repository, entrypoint, \
+                                         requirements, evaluation_id, version_id, content_hash, \
+                                         created_at, updated_at) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10 \
+          WHERE ?8 IS NULL \
+             OR EXISTS (SELECT 1 FROM release_versions \
+                         WHERE id = ?8 AND organization_id = ?2 AND content_hash = ?9)",
+        &[
+            new.id.into(),
+            new.organization_id.into(),
+            new.key.into(),
+            new.repository.into(),
+            new.entrypoint.into(),
+            new.requirements_json.into(),
+            new.evaluation_id.into(),
+            version_id.into(),
+            content_hash.into(),
+            Arg::Int(new.now),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn get_target(
+    db: &D1Database,
+    org: &str,
+    id: &str,
+) -> ApiResult<Option<TargetRow>> {
+    first(
+        db,
+        &format!(
+            "SELECT {TARGET_COLUMNS} FROM executable_targets WHERE id = ?2 AND organization_id = ?1"
+        ),
+        &[org.into(), id.into()],
+    )
+    .await
+}
+
+/// Newest first; only those of one evaluation when `evaluation_id` is given.
+pub(crate) async fn list_targets(
+    db: &D1Database,
+    org: &str,
+    evaluation_id: Option<&str>,
+    limit: i64,
+) -> ApiResult<Vec<TargetRow>> {
+    match evaluation_id {
+        Some(evaluation_id) => {
+            all(
+                db,
+                &format!(
+                    "SELECT {TARGET_COLUMNS} FROM executable_targets \
+                      WHERE organization_id = ?1 AND evaluation_id = ?2 \
+                      ORDER BY created_at DESC, id DESC LIMIT ?3"
+                ),
+                &[org.into(), evaluation_id.into(), Arg::Int(limit)],
+            )
+            .await
+        }
+        None => {
+            all(
+                db,
+                &format!(
+                    "SELECT {TARGET_COLUMNS} FROM executable_targets \
+                      WHERE organization_id = ?1 \
+                      ORDER BY created_at DESC, id DESC LIMIT ?2"
+                ),
+                &[org.into(), Arg::Int(limit)],
+            )
+            .await
+        }
+    }
+}
