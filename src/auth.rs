@@ -158,3 +158,14 @@ pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> 
     }
     Ok(RunnerCaller { runner })
 }
+
+/// Whether `token` is the configured `CRON_SECRET` (compared in constant time; an unset or
+/// empty secret matches nothing).
+pub(crate) fn is_cron_secret(env: &Env, token: &str) -> bool {
+    let secret = env
+        .secret("CRON_SECRET")
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    !secret.is_empty()
+        && edgerunner_protocol::envelope::constant_time_eq(secret.as_bytes(), token.as_bytes())
+}

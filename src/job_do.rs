@@ -20,6 +20,7 @@ use edgerunner_protocol::envelope::{
     IdempotencyKey, JobEnvelope, JobId, JobSigning, Nonce, OrganizationId, RunnerId, Subject,
     SubjectKind,
 };
+use edgerunner_protocol::recovery::{decide, JobLease, RecoveryDecision};
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
@@ -59,19 +60,83 @@ impl DurableObject for JobObject {
             Ok(parts) => parts,
             Err(err) => return err.into_response(),
         };
-        let env = self.env.clone();
-        let outcome = self
-            .state
-            .block_concurrency_while(async move { Ok(dispatch(env, &op, body).await) })
-            .await;
-        match outcome {
-            Ok(outcome) => respond(outcome),
-            Err(err) => ApiError::internal(err).into_response(),
+        if op == "grant" {
+            if let Some(job_id) = body.get("jobId").and_then(Value::as_str) {
+                // The alarm has no request to name its job; a lease starts here, so remember it.
+                self.state.storage().put(JOB_ID_KEY, job_id).await?;
+            }
+        }
+        let outcome = self.run(op, body).await;
+        respond(outcome)
+    }
+
+    /// The lease's own alarm: the exact-expiry half of recovery (cron is the safety net).
+    async fn alarm(&self) -> Result<Response> {
+        let job_id: Option<String> = self.state.storage().get(JOB_ID_KEY).await.ok().flatten();
+        let Some(job_id) = job_id else {
+            return Response::ok("no job");
+        };
+        let body = json!({ "jobId": job_id, "actor": "system:alarm" });
+        match self.run("recover".to_owned(), body).await {
+            Ok(reply) => Response::ok(reply.body.to_string()),
+            Err(err) => {
+                worker::console_error!("alarm recovery of {job_id} failed: {err:?}");
+                // A failed alarm is retried by the runtime; cron catches anything it still misses.
+                Err(worker::Error::RustError("alarm recovery failed".into()))
+            }
         }
     }
 }
 
-async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<Reply> {
+/// Storage key under which the object remembers which job it is.
+const JOB_ID_KEY: &str = "jobId";
+
+impl JobObject {
+    /// Runs one operation under `block_concurrency_while` (so no other event of this job
+    /// interleaves with its read-decide-write), then points the alarm at the lease it left.
+    async fn run(&self, op: String, body: Value) -> ApiResult<Reply> {
+        let env = self.env.clone();
+        let outcome = self
+            .state
+            .block_concurrency_while(async move { Ok(dispatch(env, &op, body).await) })
+            .await
+            .map_err(ApiError::internal)??;
+        let storage = self.state.storage();
+        match outcome.alarm_at {
+            Some(at) => {
+                let delay = u64::try_from(at - now_ms()).unwrap_or(0);
+                // An offset, not an absolute time: worker 0.8 reads an i64 as "ms from now".
+                storage
+                    .set_alarm(std::time::Duration::from_millis(delay))
+                    .await?;
+            }
+            None if outcome.clear_alarm => storage.delete_alarm().await?,
+            None => {}
+        }
+        Ok(outcome.reply)
+    }
+}
+
+/// An operation's reply, and what it means for the job's alarm.
+struct OpOutcome {
+    reply: Reply,
+    /// The lease the job now holds: the alarm goes there.
+    alarm_at: Option<i64>,
+    /// The job holds no lease any more.
+    clear_alarm: bool,
+}
+
+impl From<Reply> for OpOutcome {
+    fn from(reply: Reply) -> Self {
+        Self {
+            reply,
+            alarm_at: None,
+            clear_alarm: false,
+        }
+    }
+}
+
+async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<OpOutcome> {
     let db = env.d1("DB")?;
     let now = now_ms();
     let job_id = str_field(&body, "jobId")?;
@@ -81,14 +146,33 @@ async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<Reply> {
         db: &db,
         now,
     };
-    match op {
-        "grant" => grant(&op_ctx, snapshot, &body).await,
-        "heartbeat" => heartbeat(&op_ctx, snapshot, &body).await,
-        "stream" => stream(&op_ctx, snapshot, &body).await,
-        "complete" => complete(&op_ctx, snapshot, &body).await,
-        "cancel" => cancel(&op_ctx, snapshot, &body).await,
-        _ => Err(ApiError::internal(format!("unknown job operation {op}"))),
+    let reply = match op {
+        "grant" => grant(&op_ctx, snapshot, &body).await?,
+        "heartbeat" => heartbeat(&op_ctx, snapshot, &body).await?,
+        "stream" => stream(&op_ctx, snapshot, &body).await?,
+        "complete" => complete(&op_ctx, snapshot, &body).await?,
+        "cancel" => cancel(&op_ctx, snapshot, &body).await?,
+        "recover" => recover(&op_ctx, snapshot, &body).await?,
+        _ => return Err(ApiError::internal(format!("unknown job operation {op}"))),
+    };
+    if op == "stream" {
+        // Appends never move the lease, so the alarm stays where it is.
+        return Ok(reply.into());
     }
+    // Re-read what the operation left: the alarm follows the lease wherever it now is.
+    let after = Snapshot::load(&db, job_id).await?;
+    Ok(match after.job.lease_expires_at {
+        Some(at) if after.active_claim().is_some() => OpOutcome {
+            reply,
+            alarm_at: Some(at),
+            clear_alarm: false,
+        },
+        _ => OpOutcome {
+            reply,
+            alarm_at: None,
+            clear_alarm: true,
+        },
+    })
 }
 
 struct OpCtx<'a> {
@@ -878,4 +962,105 @@ async fn cancel(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
     Ok(Reply::ok(
         json!({ "jobId": job.id, "state": next.as_str() }),
     ))
+}
+
+// ------------------------------------------------------------------------------------------
+// Recover: the lease-loss decision applied (alarm, cron sweep and admin reap all end here).
+// ------------------------------------------------------------------------------------------
+
+async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+    let actor = str_field(body, "actor")?;
+    let job = &snap.job;
+    let state = snap.state()?;
+    let lease = JobLease {
+        state,
+        dispatch_attempt: u32::try_from(job.dispatch_attempt).unwrap_or(0),
+        lease_expires_at_ms: job.lease_expires_at,
+    };
+    let decision = decide(&lease, ctx.now);
+    let nothing =
+        || Reply::ok(json!({ "jobId": job.id, "decision": "nothing", "state": job.state }));
+    let Some(claim) = snap.active_claim().cloned() else {
+        // No claim to lose: a job that is already queued or finished needs nothing. (A job left
+        // `lost` cannot exist: loss and requeue commit in one batch below.)
+        return Ok(nothing());
+    };
+    let next = match decision {
+        RecoveryDecision::Nothing => return Ok(nothing()),
+        RecoveryDecision::Requeue { .. } => JobState::Queued,
+        RecoveryDecision::Exhausted { .. } | RecoveryDecision::Cancel => JobState::Cancelled,
+    };
+    let reason = decision.reason();
+    let mut lost = event(job, actor, "job.lease_lost");
+    lost.runner_id = Some(&claim.runner_id);
+    lost.claim_id = Some(&claim.id);
+    lost.attempt = Some(claim.dispatch_attempt);
+    lost.reason = Some("the lease expired without a heartbeat");
+    lost.at = ctx.now;
+    let detail =
+        json!({ "decision": decision.code(), "nextAttempt": job.dispatch_attempt + 1 }).to_string();
+    let mut then = event(
+        job,
+        actor,
+        if next == JobState::Queued {
+            "job.requeued"
+        } else {
+            "job.cancelled"
+        },
+    );
+    then.attempt = Some(claim.dispatch_attempt);
+    then.reason = Some(&reason);
+    then.detail_json = Some(&detail);
+    then.at = ctx.now;
+    let finished_at = (next == JobState::Cancelled).then_some(ctx.now);
+    let statements = vec![
+        store::stmt(
+            ctx.db,
+            "UPDATE job_claims SET state = 'lost', ended_at = ?2, end_reason = 'lease expired' WHERE id = ?1 AND state = 'active'",
+            &[claim.id.as_str().into(), ctx.now.into()],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET state = ?5, active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?6, \
+               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END) \
+             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?4",
+            &[
+                job.id.as_str().into(),
+                claim.id.as_str().into(),
+                claim.dispatch_attempt.into(),
+                state.as_str().into(),
+                next.as_str().into(),
+                ctx.now.into(),
+                finished_at.into(),
+                reason.as_str().into(),
+            ],
+        )?,
+        // The runner is marked lost (a draining or revoked one keeps its state) and its
+        // credential generation moves on: its next call gets 401, the SDK re-exchanges at once,
+        // and that fresh session is what brings a lost runner back to active.
+        store::stmt(
+            ctx.db,
+            "UPDATE runners SET active_claims = active_claims - 1, \
+               state = CASE WHEN state = 'active' THEN 'lost' ELSE state END, \
+               state_reason = CASE WHEN state = 'active' THEN 'a lease expired without a heartbeat' ELSE state_reason END, \
+               credential_generation = credential_generation + CASE WHEN state = 'active' THEN 1 ELSE 0 END, \
+               updated_at = ?2 WHERE id = ?1",
+            &[claim.runner_id.as_str().into(), ctx.now.into()],
+        )?,
+        events::insert(ctx.db, &lost)?,
+        events::insert(ctx.db, &then)?,
+    ];
+    let changed = store::batch(ctx.db, statements).await?;
+    if changed.get(..3) != Some(&[1, 1, 1][..]) {
+        return Err(ApiError::internal(format!(
+            "recovery batch changed {changed:?} rows"
+        )));
+    }
+    Ok(Reply::ok(json!({
+        "jobId": job.id,
+        "decision": decision.code(),
+        "state": next.as_str(),
+        "lostClaimId": claim.id,
+        "lostRunnerId": claim.runner_id,
+    })))
 }

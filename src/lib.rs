@@ -8,6 +8,8 @@
 //! - [`job_do`]: `JobObject`, one Durable Object per job, the single writer of that job's rows.
 //! - [`runner_do`]: `RunnerObject`, one Durable Object per runner, which serializes its claims.
 //! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
+//! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
+//! - [`objects`]: how the edge and the Durable Objects talk.
 //! - [`http`], [`platform`]: request parsing; the clock and randomness.
 //!
 //! Protocol rules (hashing, envelopes, chains, matching, state machines) live in the
@@ -24,6 +26,7 @@ mod http;
 mod job_do;
 mod objects;
 mod platform;
+mod reaper;
 mod routes;
 mod runner_do;
 mod store;
@@ -80,6 +83,7 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Post, ["api", "remote-runners", "stream"]) => routes::jobs::stream(req, &ctx).await,
         (Post, ["api", "remote-runners", "complete"]) => routes::jobs::complete(req, &ctx).await,
         (Post, ["api", "remote-runners", "jobs"]) => routes::jobs::enqueue(req, &ctx).await,
+        (Post, ["api", "remote-runners", "jobs", "reap"]) => routes::jobs::reap(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs"]) => routes::jobs::list(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs", id]) => routes::jobs::get(req, &ctx, id).await,
         (Post, ["api", "remote-runners", "jobs", id, "cancel"]) => {
@@ -145,7 +149,12 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
     }
 }
 
+/// The cron trigger: one bounded recovery pass across every organization (see [`reaper`]).
 #[event(scheduled)]
-async fn scheduled(_event: ScheduledEvent, _env: Env, _ctx: ScheduleContext) {
-    // The reaper pass (lease recovery) hooks in here; see ARCHITECTURE.md "Recovery".
+async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    let limit = reaper::DEFAULT_PASS_LIMIT;
+    match reaper::pass(&env, None, platform::now_ms(), limit, "system:cron").await {
+        Ok(report) => worker::console_log!("recovery pass: {report}"),
+        Err(err) => worker::console_error!("recovery pass failed: {err:?}"),
+    }
 }

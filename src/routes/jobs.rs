@@ -446,3 +446,30 @@ pub(crate) async fn artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Res
     )
     .map_err(ApiError::from)
 }
+
+/// `POST /api/remote-runners/jobs/reap`: one bounded recovery pass, for an admin (their
+/// organization's leases) or for a scheduler presenting `CRON_SECRET` (every organization).
+pub(crate) async fn reap(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let token = crate::http::bearer_token(&req)?;
+    let body = json_body(&mut req).await?;
+    let limit = crate::reaper::limit_from(&body)?;
+    let report = if token.starts_with("erk_") {
+        let caller = auth::admin(&req, ctx).await?;
+        caller.require_admin()?;
+        crate::reaper::pass(
+            &ctx.env,
+            Some(&caller.organization_id),
+            ctx.now,
+            limit,
+            &caller.actor(),
+        )
+        .await?
+    } else if auth::is_cron_secret(&ctx.env, &token) {
+        crate::reaper::pass(&ctx.env, None, ctx.now, limit, "system:cron-secret").await?
+    } else {
+        return Err(ApiError::unauthorized(
+            "reaping takes an admin API key or CRON_SECRET",
+        ));
+    };
+    json_response(200, &report).map_err(ApiError::from)
+}

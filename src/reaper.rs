@@ -1,0 +1,133 @@
+//! The recovery sweep: find expired leases through the lease index and ask each job's object
+//! to recover itself.
+//!
+//! Each job object also sets an alarm at its lease expiry and recovers on its own, to the
+//! millisecond; this sweep (cron every minute, and `POST /api/remote-runners/jobs/reap`) is the
+//! safety net for anything an alarm missed. All three end in `JobObject` `recover`, which
+//! decides from the job's state and `now` and applies the decision with guarded writes under the
+//! object's lock, so they can race on one lease and still produce one loss and one requeue.
+//!
+//! A pass is bounded: it examines at most `limit` expired leases (a batch that fits the Workers
+//! CPU limit) and says whether more remain, so a caller can run another pass.
+
+use futures_util::future::join_all;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use worker::Env;
+
+use crate::error::{ApiError, ApiResult};
+use crate::objects::{self, JOBS};
+use crate::store;
+
+/// Leases examined by one pass unless the caller asks for fewer.
+pub(crate) const DEFAULT_PASS_LIMIT: i64 = 200;
+pub(crate) const MAX_PASS_LIMIT: i64 = 500;
+/// Job objects asked at once.
+const CONCURRENCY: usize = 16;
+
+#[derive(Deserialize)]
+struct Expired {
+    id: String,
+}
+
+/// One bounded pass over expired leases, across every organization (`org = None`, the cron
+/// trigger and `CRON_SECRET`) or within one (an admin).
+pub(crate) async fn pass(
+    env: &Env,
+    org: Option<&str>,
+    now: i64,
+    limit: i64,
+    actor: &str,
+) -> ApiResult<Value> {
+    let db = env.d1("DB")?;
+    // The IN list is spelled as in the partial index's WHERE, so the index is used.
+    let expired: Vec<Expired> = match org {
+        None => {
+            store::all(
+                &db,
+                "SELECT id FROM jobs WHERE state IN ('claimed', 'running', 'cancel_requested') \
+                 AND lease_expires_at <= ?1 ORDER BY lease_expires_at LIMIT ?2",
+                &[now.into(), (limit + 1).into()],
+            )
+            .await?
+        }
+        Some(org) => {
+            store::all(
+                &db,
+                "SELECT id FROM jobs WHERE organization_id = ?1 AND state IN ('claimed', 'running', 'cancel_requested') \
+                 AND lease_expires_at <= ?2 ORDER BY lease_expires_at LIMIT ?3",
+                &[org.into(), now.into(), (limit + 1).into()],
+            )
+            .await?
+        }
+    };
+    let more = i64::try_from(expired.len()).unwrap_or(i64::MAX) > limit;
+    let batch: Vec<&Expired> = expired
+        .iter()
+        .take(usize::try_from(limit).unwrap_or(0))
+        .collect();
+    let mut requeued = 0;
+    let mut ended = 0;
+    let mut unchanged = 0;
+    let mut failed = 0;
+    for group in batch.chunks(CONCURRENCY) {
+        let bodies: Vec<Value> = group
+            .iter()
+            .map(|job| json!({ "jobId": job.id, "actor": actor }))
+            .collect();
+        let replies = join_all(
+            group
+                .iter()
+                .zip(&bodies)
+                .map(|(job, body)| objects::call(env, JOBS, &job.id, "recover", body)),
+        )
+        .await;
+        for reply in replies {
+            match reply {
+                Ok(reply) if reply.is_success() => {
+                    match reply.body.get("state").and_then(Value::as_str) {
+                        _ if reply.body.get("decision").and_then(Value::as_str)
+                            == Some("nothing") =>
+                        {
+                            unchanged += 1
+                        }
+                        Some("queued") => requeued += 1,
+                        _ => ended += 1,
+                    }
+                }
+                Ok(reply) => {
+                    worker::console_error!("recovery refused: {}", reply.body);
+                    failed += 1;
+                }
+                Err(err) => {
+                    worker::console_error!("recovery failed: {err:?}");
+                    failed += 1;
+                }
+            }
+        }
+    }
+    Ok(json!({
+        "examined": batch.len(),
+        "requeued": requeued,
+        "ended": ended,
+        "unchanged": unchanged,
+        "failed": failed,
+        "more": more,
+    }))
+}
+
+/// The limit a caller asked for, within bounds.
+pub(crate) fn limit_from(body: &Value) -> ApiResult<i64> {
+    match body.get("limit") {
+        None | Some(Value::Null) => Ok(DEFAULT_PASS_LIMIT),
+        Some(v) => v
+            .as_i64()
+            .filter(|n| (1..=MAX_PASS_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    "INVALID_LIMIT",
+                    format!("limit must be an integer from 1 to {MAX_PASS_LIMIT}"),
+                )
+            }),
+    }
+}
