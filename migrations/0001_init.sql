@@ -516,6 +516,9 @@ CREATE TABLE job_claims (
     nonce            TEXT    NOT NULL UNIQUE CHECK (length(nonce) >= 16),
     -- The signing key id the envelope was signed with.
     key_id           TEXT    NOT NULL,
+    -- The signed job exactly as handed to the runner ({algorithm, keyId, envelope, payloadHash,
+    -- signature}): the first link of the job's custody bundle.
+    signed_job       TEXT    CHECK (signed_job IS NULL OR json_valid(signed_job)),
     state            TEXT    NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'released', 'lost')),
     issued_at        INTEGER NOT NULL,
     -- The signed envelope's validity window.
@@ -802,6 +805,9 @@ CREATE TABLE job_completions (
     reported_costs        TEXT    CHECK (reported_costs IS NULL OR json_valid(reported_costs)),
     -- As the runner sent it (hashed into completion_checksum).
     completed_at          TEXT    NOT NULL,
+    -- The completion exactly as received (its checksum covers every field, unknown ones too),
+    -- so the custody bundle can be re-verified offline.
+    received              TEXT    CHECK (received IS NULL OR json_valid(received)),
     received_at           INTEGER NOT NULL,
     UNIQUE (id, job_id, organization_id),
     FOREIGN KEY (job_id, organization_id) REFERENCES jobs (id, organization_id),

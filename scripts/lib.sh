@@ -12,6 +12,7 @@ cd "$ROOT"
 export PATH="$ROOT/.tools/bin:$ROOT/node_modules/.bin:$PATH"
 # worker-build and wrangler keep caches and logs under XDG dirs: keep them in the project.
 export XDG_CACHE_HOME="$ROOT/.cache"
+mkdir -p "$XDG_CACHE_HOME"
 export XDG_CONFIG_HOME="$ROOT/.cache/config"
 # No telemetry, no request metadata lookups: the only network we need is the registries.
 export WRANGLER_SEND_METRICS=false

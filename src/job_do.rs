@@ -300,6 +300,32 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
         ctx.now + ENVELOPE_VALIDITY_MILLIS,
         ctx.now + INITIAL_LEASE_MILLIS,
     );
+    let requirements: Value =
+        serde_json::from_str(&job.requirements).map_err(ApiError::internal)?;
+    let envelope = JobEnvelope {
+        organization_id: OrganizationId::parse(org).map_err(ApiError::internal)?,
+        job_id: JobId::parse(&job.id).map_err(ApiError::internal)?,
+        claim_id: ClaimId::parse(&claim_id).map_err(ApiError::internal)?,
+        runner_id,
+        dispatch_attempt: DispatchAttempt::new(u32::try_from(attempt).unwrap_or(0))
+            .ok_or_else(|| ApiError::internal("attempt out of range"))?,
+        idempotency_key: IdempotencyKey::parse(&job.idempotency_key).map_err(ApiError::internal)?,
+        subject: Subject {
+            kind: SubjectKind::parse(&job.subject_kind).map_err(ApiError::internal)?,
+            artifact_id: edgerunner_protocol::envelope::ArtifactId::parse(&job.subject_artifact_id)
+                .map_err(ApiError::internal)?,
+            version_id: u64::try_from(job.subject_version_id).map_err(ApiError::internal)?,
+            content_hash: Sha256Hex::parse(&job.subject_content_hash)
+                .map_err(ApiError::internal)?,
+            environment: Environment::parse(&job.subject_environment)?,
+        },
+        input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
+        requirements: EnvelopeRequirements::from_value(requirements)?,
+        issued_at: timestamp(issued)?,
+        expires_at: timestamp(expires)?,
+        nonce: nonce.clone(),
+    };
+    let signed = sign(&envelope, &signing.secret, &signing.key_id).to_json();
     let actor = format!("runner:{runner}");
     let detail = json!({ "claimId": claim_id, "keyId": signing.key_id.as_str() }).to_string();
     let mut claimed = event(job, &actor, "job.claimed");
@@ -313,7 +339,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
         store::stmt(
             ctx.db,
             "INSERT INTO job_claims (id, job_id, organization_id, runner_id, dispatch_attempt, nonce, key_id, \
-               issued_at, expires_at, lease_expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+               issued_at, expires_at, lease_expires_at, signed_job) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             &[
                 claim_id.as_str().into(),
                 job.id.as_str().into(),
@@ -325,6 +351,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
                 issued.into(),
                 expires.into(),
                 lease.into(),
+                signed.to_string().as_str().into(),
             ],
         )?,
         store::stmt(
@@ -378,32 +405,6 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
         )));
     }
 
-    let requirements: Value =
-        serde_json::from_str(&job.requirements).map_err(ApiError::internal)?;
-    let envelope = JobEnvelope {
-        organization_id: OrganizationId::parse(org).map_err(ApiError::internal)?,
-        job_id: JobId::parse(&job.id).map_err(ApiError::internal)?,
-        claim_id: ClaimId::parse(&claim_id).map_err(ApiError::internal)?,
-        runner_id,
-        dispatch_attempt: DispatchAttempt::new(u32::try_from(attempt).unwrap_or(0))
-            .ok_or_else(|| ApiError::internal("attempt out of range"))?,
-        idempotency_key: IdempotencyKey::parse(&job.idempotency_key).map_err(ApiError::internal)?,
-        subject: Subject {
-            kind: SubjectKind::parse(&job.subject_kind).map_err(ApiError::internal)?,
-            artifact_id: edgerunner_protocol::envelope::ArtifactId::parse(&job.subject_artifact_id)
-                .map_err(ApiError::internal)?,
-            version_id: u64::try_from(job.subject_version_id).map_err(ApiError::internal)?,
-            content_hash: Sha256Hex::parse(&job.subject_content_hash)
-                .map_err(ApiError::internal)?,
-            environment: Environment::parse(&job.subject_environment)?,
-        },
-        input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
-        requirements: EnvelopeRequirements::from_value(requirements)?,
-        issued_at: timestamp(issued)?,
-        expires_at: timestamp(expires)?,
-        nonce,
-    };
-    let signed = sign(&envelope, &signing.secret, &signing.key_id);
     Ok(Reply::ok(json!({
         "claim": {
             "id": claim_id,
@@ -414,7 +415,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
             "expiresAt": rfc3339(expires),
             "leaseExpiresAt": rfc3339(lease),
         },
-        "signedJob": signed.to_json(),
+        "signedJob": signed,
     })))
 }
 
@@ -719,8 +720,8 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
         ctx.db,
         "INSERT INTO job_completions (id, job_id, organization_id, claim_id, runner_id, dispatch_attempt, decision, \
            rationale, completion_checksum, status, input_hash, result_hash, final_stream_checksum, evaluation_run_id, \
-           evidence, reported_costs, completed_at, received_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+           evidence, reported_costs, completed_at, received_at, received) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
         &[
             completion_id.as_str().into(),
             job.id.as_str().into(),
@@ -740,6 +741,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
             reported_costs.as_deref().into(),
             fields.completed_at.as_str().into(),
             ctx.now.into(),
+            raw.to_string().as_str().into(),
         ],
     )?;
     let detail = json!({

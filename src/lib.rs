@@ -89,6 +89,9 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Post, ["api", "remote-runners", "jobs", id, "cancel"]) => {
             routes::jobs::cancel(req, &ctx, id).await
         }
+        (Get, ["api", "remote-runners", "jobs", id, "bundle"]) => {
+            routes::jobs::bundle(req, &ctx, id).await
+        }
         (Get, ["api", "remote-runners", "jobs", id, "input"]) => {
             routes::jobs::input(req, &ctx, id).await
         }

@@ -473,3 +473,72 @@ pub(crate) async fn reap(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     };
     json_response(200, &report).map_err(ApiError::from)
 }
+
+/// `GET /api/remote-runners/jobs/{jobId}/bundle`: the job's whole custody chain in one
+/// document — each signed envelope, every stream chunk as sent, every completion as received
+/// with its decision — so that `edgerunner verify` can re-check every hash and link offline.
+/// JSON text stored by the server is re-parsed with number lexemes intact, so the hashes the
+/// runner computed still hold.
+pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let org = caller.organization_id.as_str();
+    let job = jobs::get(&ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    let parse = |text: &str| serde_json::from_str::<Value>(text).map_err(ApiError::internal);
+    let claims = jobs::bundle_claims(&ctx.db, org, id)
+        .await?
+        .into_iter()
+        .map(|c| {
+            Ok(json!({
+                "id": c.id,
+                "runnerId": c.runner_id,
+                "dispatchAttempt": c.dispatch_attempt,
+                "state": c.state,
+                "signedJob": c.signed_job.as_deref().map(parse).transpose()?,
+            }))
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    let stream = jobs::bundle_chunks(&ctx.db, org, id)
+        .await?
+        .into_iter()
+        .map(|c| {
+            Ok(json!({
+                "jobId": id,
+                "claimId": c.claim_id,
+                "dispatchAttempt": c.dispatch_attempt,
+                "sequence": c.sequence,
+                "kind": c.kind,
+                "previousChecksum": c.previous_checksum,
+                "payload": parse(&c.payload)?,
+                "payloadHash": c.payload_hash,
+                "checksum": c.checksum,
+                "emittedAt": c.emitted_at,
+            }))
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    let completions = jobs::bundle_completions(&ctx.db, org, id)
+        .await?
+        .into_iter()
+        .map(|c| {
+            Ok(json!({
+                "id": c.id,
+                "decision": c.decision,
+                "rationale": c.rationale,
+                "completion": c.received.as_deref().map(parse).transpose()?,
+            }))
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    json_response(
+        200,
+        &json!({
+            "bundleVersion": 1,
+            "job": job.to_json(),
+            "claims": claims,
+            "stream": stream,
+            "completions": completions,
+        }),
+    )
+    .map_err(ApiError::from)
+}

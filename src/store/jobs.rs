@@ -403,3 +403,79 @@ pub(crate) async fn held_job_data(
     )
     .await
 }
+
+// ------------------------------------------------------------------------------------------
+// The custody bundle: every link of a job's evidence chain, as the runner saw or sent it.
+// ------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+pub(crate) struct BundleClaim {
+    pub(crate) id: String,
+    pub(crate) runner_id: String,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) state: String,
+    pub(crate) signed_job: Option<String>,
+}
+
+pub(crate) async fn bundle_claims(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+) -> ApiResult<Vec<BundleClaim>> {
+    all(
+        db,
+        "SELECT id, runner_id, dispatch_attempt, state, signed_job FROM job_claims \
+         WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt",
+        &[org.into(), job.into()],
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct BundleChunk {
+    pub(crate) claim_id: String,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) sequence: i64,
+    pub(crate) kind: String,
+    pub(crate) previous_checksum: Option<String>,
+    pub(crate) payload: String,
+    pub(crate) payload_hash: String,
+    pub(crate) checksum: String,
+    pub(crate) emitted_at: String,
+}
+
+pub(crate) async fn bundle_chunks(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+) -> ApiResult<Vec<BundleChunk>> {
+    all(
+        db,
+        "SELECT claim_id, dispatch_attempt, sequence, kind, previous_checksum, payload, payload_hash, checksum, emitted_at \
+         FROM stream_chunks WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt, sequence",
+        &[org.into(), job.into()],
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct BundleCompletion {
+    pub(crate) id: String,
+    pub(crate) decision: String,
+    pub(crate) rationale: String,
+    pub(crate) received: Option<String>,
+}
+
+pub(crate) async fn bundle_completions(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+) -> ApiResult<Vec<BundleCompletion>> {
+    all(
+        db,
+        "SELECT id, decision, rationale, received FROM job_completions \
+         WHERE job_id = ?2 AND organization_id = ?1 ORDER BY received_at, id",
+        &[org.into(), job.into()],
+    )
+    .await
+}
