@@ -9,6 +9,8 @@
 //! statements carry their guards (state + attempt); the schema's triggers and constraints make
 //! a guard that does not hold abort the whole batch rather than match nothing.
 
+use std::cell::Cell;
+
 use edgerunner_protocol::chunk::{
     validate_append, AppendLimits, ChainHead, ChunkIdentity, StreamChunk,
 };
@@ -145,6 +147,7 @@ async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<OpOutcome> {
         env: &env,
         db: &db,
         now,
+        alarm: Cell::new(AlarmChange::Keep),
     };
     let reply = match op {
         "grant" => grant(&op_ctx, snapshot, &body).await?,
@@ -155,19 +158,14 @@ async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<OpOutcome> {
         "recover" => recover(&op_ctx, snapshot, &body).await?,
         _ => return Err(ApiError::internal(format!("unknown job operation {op}"))),
     };
-    if op == "stream" {
-        // Appends never move the lease, so the alarm stays where it is.
-        return Ok(reply.into());
-    }
-    // Re-read what the operation left: the alarm follows the lease wherever it now is.
-    let after = Snapshot::load(&db, job_id).await?;
-    Ok(match after.job.lease_expires_at {
-        Some(at) if after.active_claim().is_some() => OpOutcome {
+    Ok(match op_ctx.alarm.get() {
+        AlarmChange::Keep => reply.into(),
+        AlarmChange::At(at) => OpOutcome {
             reply,
             alarm_at: Some(at),
             clear_alarm: false,
         },
-        _ => OpOutcome {
+        AlarmChange::Clear => OpOutcome {
             reply,
             alarm_at: None,
             clear_alarm: true,
@@ -175,10 +173,20 @@ async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<OpOutcome> {
     })
 }
 
+/// What a committed operation did to the job's lease, so the alarm follows it.
+#[derive(Clone, Copy)]
+enum AlarmChange {
+    Keep,
+    At(i64),
+    Clear,
+}
+
 struct OpCtx<'a> {
     env: &'a Env,
     db: &'a D1Database,
     now: i64,
+    /// Set by an operation once its write committed.
+    alarm: Cell<AlarmChange>,
 }
 
 fn str_field<'a>(body: &'a Value, field: &str) -> ApiResult<&'a str> {
@@ -404,6 +412,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
             "grant batch changed {changed:?} rows"
         )));
     }
+    ctx.alarm.set(AlarmChange::At(lease));
 
     Ok(Reply::ok(json!({
         "claim": {
@@ -532,6 +541,7 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<R
     store::expect_one(changed[0], || {
         ApiError::internal("heartbeat guard failed under the job's own lock")
     })?;
+    ctx.alarm.set(AlarmChange::At(lease));
     Ok(Reply::ok(json!({
         "cancelRequested": next_state == JobState::CancelRequested,
         "cancelReason": job.cancel_reason,
@@ -889,6 +899,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
             "completion batch changed {changed:?} rows"
         )));
     }
+    ctx.alarm.set(AlarmChange::Clear);
     Ok(Reply::ok(json!({
         "decision": "accepted",
         "rationale": decision.rationale,
@@ -1058,6 +1069,7 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
             "recovery batch changed {changed:?} rows"
         )));
     }
+    ctx.alarm.set(AlarmChange::Clear);
     Ok(Reply::ok(json!({
         "jobId": job.id,
         "decision": decision.code(),
