@@ -147,6 +147,17 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
             routes::evidence::create_trace(req, &ctx, id).await
         }
 
+        #[cfg(feature = "bench-floor")]
+        (Post, ["__bench", "floor"]) => objects::call(
+            &ctx.env,
+            objects::RUNNERS,
+            "bench-floor",
+            "floor",
+            &serde_json::json!({}),
+        )
+        .await?
+        .into_response(),
+
         (_, ["api", ..]) => Err(ApiError::not_found("no such route")),
         _ => Err(ApiError::not_found("no such route")),
     }

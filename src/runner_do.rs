@@ -43,6 +43,8 @@ impl DurableObject for RunnerObject {
             .block_concurrency_while(async move {
                 Ok(match op.as_str() {
                     "claim" => claim(env, body).await,
+                    #[cfg(feature = "bench-floor")]
+                    "floor" => floor(env).await,
                     _ => Err(ApiError::internal(format!("unknown runner operation {op}"))),
                 })
             })
@@ -174,4 +176,30 @@ async fn candidates(
     }
     all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
     Ok(all)
+}
+
+/// The benchmark floor: the claim's shape (an object call under the same lock, then one D1
+/// batch write) with no logic. Compiled only with the `bench-floor` feature; scripts/bench
+/// creates its table before the run.
+#[cfg(feature = "bench-floor")]
+async fn floor(env: Env) -> ApiResult<Reply> {
+    let db = env.d1("DB")?;
+    let now = crate::platform::now_ms();
+    crate::store::batch(
+        &db,
+        vec![
+            crate::store::stmt(
+                &db,
+                "INSERT INTO bench_floor (at) VALUES (?1)",
+                &[now.into()],
+            )?,
+            crate::store::stmt(
+                &db,
+                "INSERT INTO bench_floor (at) VALUES (?1)",
+                &[now.into()],
+            )?,
+        ],
+    )
+    .await?;
+    Ok(Reply::ok(json!({ "ok": true })))
 }
