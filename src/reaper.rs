@@ -45,8 +45,7 @@ pub(crate) async fn pass(
         None => {
             store::all(
                 &db,
-                "SELECT id FROM jobs WHERE state IN ('claimed', 'running', 'cancel_requested') \
-                 AND lease_expires_at <= ?1 ORDER BY lease_expires_at LIMIT ?2",
+                include_str!("store/queries/expired_leases.sql"),
                 &[now.into(), (limit + 1).into()],
             )
             .await?
@@ -54,8 +53,7 @@ pub(crate) async fn pass(
         Some(org) => {
             store::all(
                 &db,
-                "SELECT id FROM jobs WHERE organization_id = ?1 AND state IN ('claimed', 'running', 'cancel_requested') \
-                 AND lease_expires_at <= ?2 ORDER BY lease_expires_at LIMIT ?3",
+                include_str!("store/queries/expired_leases_in_org.sql"),
                 &[org.into(), now.into(), (limit + 1).into()],
             )
             .await?

@@ -20,6 +20,8 @@ use crate::store::{jobs, runners};
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
 /// index cannot express (limits, network, tags, problem type, served targets), never the queue.
 const CANDIDATES_PER_RANGE: i64 = 16;
+/// Pages per claim: how far behind incompatible jobs a compatible one is still found.
+const MAX_PAGES: usize = 8;
 
 #[durable_object]
 pub struct RunnerObject {
@@ -108,36 +110,43 @@ async fn claim(env: Env, body: Value) -> ApiResult<Reply> {
         parse_tags(&tags).map_err(ApiError::internal)?,
     );
 
-    for candidate in candidates(&db, org, &profile).await? {
-        let requirements: Value =
-            serde_json::from_str(&candidate.requirements).map_err(ApiError::internal)?;
-        let Ok(requirements) = Requirements::parse(&requirements) else {
-            continue;
-        };
-        let subject = SubjectRef {
-            version_id: candidate.subject_version_id,
-            content_hash: candidate.subject_content_hash.clone(),
-        };
-        if match_job(&profile, &requirements, &subject, served.as_deref()).is_err() {
-            continue;
+    let mut ranges = Ranges::of(&profile);
+    for _ in 0..MAX_PAGES {
+        let page = ranges.next_page(&db, org).await?;
+        if page.is_empty() {
+            break;
         }
-        let reply = objects::call(
-            &env,
-            objects::JOBS,
-            &candidate.id,
-            "grant",
-            &json!({
-                "jobId": candidate.id,
-                "organizationId": org,
-                "runnerId": runner_id,
-                "generation": runner.credential_generation,
-            }),
-        )
-        .await?;
-        match reply.error_code() {
-            // Another runner got there first, or it changed: try the next candidate.
-            Some("JOB_NOT_QUEUED") => continue,
-            _ => return Ok(reply),
+        for candidate in page {
+            let requirements: Value =
+                serde_json::from_str(&candidate.requirements).map_err(ApiError::internal)?;
+            let Ok(requirements) = Requirements::parse(&requirements) else {
+                continue;
+            };
+            let subject = SubjectRef {
+                version_id: candidate.subject_version_id,
+                content_hash: candidate.subject_content_hash.clone(),
+            };
+            if match_job(&profile, &requirements, &subject, served.as_deref()).is_err() {
+                continue;
+            }
+            let reply = objects::call(
+                &env,
+                objects::JOBS,
+                &candidate.id,
+                "grant",
+                &json!({
+                    "jobId": candidate.id,
+                    "organizationId": org,
+                    "runnerId": runner_id,
+                    "generation": runner.credential_generation,
+                }),
+            )
+            .await?;
+            match reply.error_code() {
+                // Another runner got there first, or it changed: try the next candidate.
+                Some("JOB_NOT_QUEUED") => continue,
+                _ => return Ok(reply),
+            }
         }
     }
     Ok(Reply {
@@ -146,36 +155,77 @@ async fn claim(env: Env, body: Value) -> ApiResult<Reply> {
     })
 }
 
-/// Queued jobs this runner might take, oldest first: one index range per (kind, runtime)
-/// the runner declares, all read in one round trip.
-async fn candidates(
-    db: &D1Database,
-    org: &str,
-    profile: &RunnerProfile,
-) -> ApiResult<Vec<jobs::Candidate>> {
-    let caps = &profile.capabilities;
-    let mut statements = Vec::new();
-    for kind in caps.execution_kinds() {
-        for runtime in caps.runtimes() {
-            statements.push(jobs::candidates(
-                db,
-                org,
-                kind.as_str(),
-                runtime.as_str(),
-                caps.external(),
-                CANDIDATES_PER_RANGE,
-            )?);
+/// The index ranges a runner's claim reads: one per (execution kind, runtime) it declares,
+/// each walked in queue order a page at a time (keyset pagination), all ranges of a page read
+/// in one round trip. Paging means jobs this runner cannot take (a limit above its ceiling, a
+/// tag it lacks) at the head of a range do not hide compatible jobs behind them, up to
+/// `MAX_PAGES × CANDIDATES_PER_RANGE` candidates per range.
+struct Ranges {
+    ranges: Vec<Range>,
+    external: bool,
+}
+
+struct Range {
+    kind: String,
+    runtime: String,
+    after: Option<(i64, String)>,
+    done: bool,
+}
+
+impl Ranges {
+    fn of(profile: &RunnerProfile) -> Self {
+        let caps = &profile.capabilities;
+        let mut ranges = Vec::new();
+        for kind in caps.execution_kinds() {
+            for runtime in caps.runtimes() {
+                ranges.push(Range {
+                    kind: kind.as_str().to_owned(),
+                    runtime: runtime.as_str().to_owned(),
+                    after: None,
+                    done: false,
+                });
+            }
+        }
+        Self {
+            ranges,
+            external: caps.external(),
         }
     }
-    if statements.is_empty() {
-        return Ok(Vec::new());
+
+    /// The next page of every unfinished range, merged in queue order.
+    async fn next_page(&mut self, db: &D1Database, org: &str) -> ApiResult<Vec<jobs::Candidate>> {
+        let open: Vec<usize> = (0..self.ranges.len())
+            .filter(|&i| !self.ranges[i].done)
+            .collect();
+        if open.is_empty() {
+            return Ok(Vec::new());
+        }
+        let statements = open
+            .iter()
+            .map(|&i| {
+                let range = &self.ranges[i];
+                jobs::candidates(
+                    db,
+                    org,
+                    &range.kind,
+                    &range.runtime,
+                    self.external,
+                    range.after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                    CANDIDATES_PER_RANGE,
+                )
+            })
+            .collect::<ApiResult<Vec<_>>>()?;
+        let mut page = Vec::new();
+        for (&i, result) in open.iter().zip(db.batch(statements).await?) {
+            let rows = result.results::<jobs::Candidate>()?;
+            let range = &mut self.ranges[i];
+            range.done = i64::try_from(rows.len()).unwrap_or(0) < CANDIDATES_PER_RANGE;
+            range.after = rows.last().map(|c| (c.created_at, c.id.clone()));
+            page.extend(rows);
+        }
+        page.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(page)
     }
-    let mut all = Vec::new();
-    for result in db.batch(statements).await? {
-        all.extend(result.results::<jobs::Candidate>()?);
-    }
-    all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    Ok(all)
 }
 
 /// The benchmark floor: the claim's shape (an object call under the same lock, then one D1

@@ -197,22 +197,31 @@ pub(crate) struct Candidate {
     pub(crate) created_at: i64,
 }
 
-/// Queued jobs of one (kind, runtime, external) in queue order. `state = 'queued'` is a
-/// literal so that SQLite can use the partial index; this reads an index range, never the table.
+/// Queued jobs of one (kind, runtime, external) in queue order, after a keyset cursor.
+/// `state = 'queued'` is a literal so that SQLite can use the partial index; this reads an
+/// index range, never the table.
 pub(crate) fn candidates(
     db: &D1Database,
     org: &str,
     kind: &str,
     runtime: &str,
     external: bool,
+    after: Option<(i64, &str)>,
     limit: i64,
 ) -> ApiResult<D1PreparedStatement> {
+    let (after_at, after_id) = after.unwrap_or((i64::MIN, ""));
     stmt(
         db,
-        "SELECT id, requirements, subject_version_id, subject_content_hash, created_at FROM jobs \
-         WHERE organization_id = ?1 AND state = 'queued' AND execution_kind = ?2 AND runtime = ?3 AND external = ?4 \
-         ORDER BY created_at, id LIMIT ?5",
-        &[org.into(), kind.into(), runtime.into(), Arg::Int(i64::from(external)), limit.into()],
+        include_str!("queries/claim_candidates.sql"),
+        &[
+            org.into(),
+            kind.into(),
+            runtime.into(),
+            Arg::Int(i64::from(external)),
+            Arg::Int(after_at),
+            after_id.into(),
+            limit.into(),
+        ],
     )
 }
 

@@ -16,12 +16,14 @@ import glob
 import hashlib
 import json
 import os
+import pathlib
 import re
 import sqlite3
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIGRATIONS = sorted(glob.glob(os.path.join(ROOT, "migrations", "*.sql")))
+QUERIES = pathlib.Path(ROOT, "src", "store", "queries")
 
 NOW = 1_780_000_000_000  # Unix ms; fixed so that every test is deterministic.
 LEASE_MS = 60_000
@@ -1601,23 +1603,11 @@ def query_plan(conn, sql, params):
 
 
 class QueryPlanTests(SchemaTest):
-    CLAIM_QUERY = (
-        "SELECT id, requirements, problem_type, tags, subject_version_id, subject_content_hash"
-        " FROM jobs"
-        " WHERE organization_id = ?1 AND state = 'queued'"
-        " AND execution_kind = ?2 AND runtime = ?3 AND external = ?4"
-        " ORDER BY created_at, id LIMIT ?5"
-    )
-    REAPER_QUERY = (
-        "SELECT id, organization_id, dispatch_attempt, active_claim_id FROM jobs"
-        " WHERE state IN ('claimed', 'running', 'cancel_requested') AND lease_expires_at <= ?1"
-        " ORDER BY lease_expires_at LIMIT ?2"
-    )
-    ORG_REAPER_QUERY = (
-        "SELECT id, dispatch_attempt, active_claim_id FROM jobs"
-        " WHERE organization_id = ?1 AND state IN ('claimed', 'running', 'cancel_requested')"
-        " AND lease_expires_at <= ?2 ORDER BY lease_expires_at LIMIT ?3"
-    )
+    # The service's own statements, read from the files the worker compiles in, so that the
+    # plans checked here are the plans that run.
+    CLAIM_QUERY = (QUERIES / "claim_candidates.sql").read_text()
+    REAPER_QUERY = (QUERIES / "expired_leases.sql").read_text()
+    ORG_REAPER_QUERY = (QUERIES / "expired_leases_in_org.sql").read_text()
 
     def populate(self):
         # Some rows in every state, so that the plans are not about an empty table.
@@ -1649,9 +1639,14 @@ class QueryPlanTests(SchemaTest):
 
     def test_claim_matching_query_uses_the_queue_index_without_scan_or_sort(self):
         org = self.populate()
-        self.assertUsesIndex(self.CLAIM_QUERY, (org, "agent", "python3.12", 0, 8), "jobs_queue")
-        rows = self.conn.execute(self.CLAIM_QUERY, (org, "agent", "python3.12", 0, 8)).fetchall()
+        first_page = (org, "agent", "python3.12", 0, -(2**62), "", 8)
+        self.assertUsesIndex(self.CLAIM_QUERY, first_page, "jobs_queue")
+        rows = self.conn.execute(self.CLAIM_QUERY, first_page).fetchall()
         self.assertEqual(len(rows), 5)  # the queued ones, not the claimed ones
+        # The next page starts after the cursor (keyset pagination), still on the index.
+        cursor = (org, "agent", "python3.12", 0, rows[1][4], rows[1][0], 8)
+        self.assertUsesIndex(self.CLAIM_QUERY, cursor, "jobs_queue")
+        self.assertEqual([r[0] for r in self.conn.execute(self.CLAIM_QUERY, cursor)], [r[0] for r in rows[2:]])
 
     def test_reaper_expired_lease_query_uses_the_lease_index(self):
         self.populate()
