@@ -108,8 +108,19 @@ start_local_server() {
   mkdir -p "$state_dir"
   wrangler d1 migrations apply DB --local --persist-to "$state_dir" </dev/null >"$state_dir/migrations.log" 2>&1 \
     || { cat "$state_dir/migrations.log" >&2; die "D1 migrations failed"; }
+  # A copy of the config without [build]: the worker is already built, and a test server must
+  # not rebuild and restart mid-run because someone saved a source file.
+  awk -v root="$ROOT" '
+    /^\[build\]/ { skip = 1; next }
+    /^\[/ { skip = 0 }
+    skip { next }
+    /^main = / { print "main = \"" root "/build/index.js\""; next }
+    /^migrations_dir = / { print "migrations_dir = \"" root "/migrations\""; next }
+    { print }
+  ' "$ROOT/wrangler.toml" > "$state_dir/wrangler.toml"
   # Its own session and process group, so that stopping it also stops workerd.
-  setsid node "$ROOT/node_modules/wrangler/bin/wrangler.js" dev --ip 127.0.0.1 --port "$port" \
+  setsid node "$ROOT/node_modules/wrangler/bin/wrangler.js" dev -c "$state_dir/wrangler.toml" \
+    --ip 127.0.0.1 --port "$port" \
     --persist-to "$state_dir" --test-scheduled --show-interactive-dev-session=false "${env_args[@]}" \
     </dev/null >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!

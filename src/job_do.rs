@@ -886,8 +886,8 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
             }
             if text.contains("completion_does_not_close_stream") {
                 return refuse(
-                    422,
-                    "FINAL_STREAM_CHECKSUM_MISMATCH",
+                    409,
+                    "COMPLETION_STREAM_CHECKSUM_MISMATCH",
                     "the final stream checksum is not the last stored chunk's",
                 );
             }
