@@ -1871,3 +1871,48 @@ async fn compatible_job_behind_many_incompatible_ones_is_found() {
         .count();
     assert_eq!(queued, 40, "{listed}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// An expired lease refuses appends and heartbeats (before recovery has acted)
+// ---------------------------------------------------------------------------------------------
+
+/// Between a lease's expiry and its recovery the claim still exists, but it no longer covers
+/// work: a chunk is refused with STREAM_LEASE_EXPIRED and a heartbeat with LEASE_EXPIRED, and
+/// neither stores anything. (The lease is moved into the past in D1; the job's alarm stays a
+/// minute away and nothing in this test binary fires cron, so recovery cannot intervene.)
+#[tokio::test]
+async fn an_expired_lease_refuses_appends_and_heartbeats() {
+    let f = Fixture::new("jobs-lease-expired").await;
+    let job = f.enqueue(&json!({ "lease": "expires" })).await;
+    let mut runner = f.runner(1).await;
+    let claimed = claim_running(&mut runner).await;
+    let identity = claimed.identity();
+    let chunk = next_chunk(
+        &ChainHead::empty(),
+        &identity,
+        json!({ "before": "expiry" }),
+    );
+    expect_chunk_accepted(
+        &runner.stream(&chunk).await,
+        0,
+        &Sha256Hex::parse(str_of(&chunk, "checksum")).unwrap(),
+    );
+
+    edgerunner_e2e::recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() - 1_000);
+    let first = Sha256Hex::parse(str_of(&chunk, "checksum")).unwrap();
+    let head = ChainHead::restore(1, vec![first]).expect("a one-chunk head");
+    let late = next_chunk(&head, &identity, json!({ "after": "expiry" }));
+    expect_chunk_error(&runner.stream(&late).await, &ChunkError::LeaseExpired);
+    runner
+        .heartbeat(&claimed.claim_id(), 60)
+        .await
+        .expect_error(409, "LEASE_EXPIRED");
+
+    let shown = get_job(f.key(), str_of(&job, "id")).await.expect(200);
+    assert_eq!(
+        array_of(&shown, "stream").len(),
+        1,
+        "the late chunk was stored: {shown}"
+    );
+    assert_eq!(shown["state"], "running", "{shown}");
+}
