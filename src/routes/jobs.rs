@@ -382,44 +382,34 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     reply.into_response()
 }
 
-pub(crate) async fn stream(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let caller = auth::runner(&req, ctx).await?;
-    let chunk = json_body(&mut req).await?;
-    let job_id = chunk
-        .get("jobId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::unprocessable("STREAM_MALFORMED", "a chunk names its jobId"))?
-        .to_owned();
-    let reply = objects::call(
-        &ctx.env,
-        JOBS,
-        &job_id,
-        "stream",
-        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "chunk": chunk }),
-    )
-    .await?;
-    reply.into_response()
+pub(crate) async fn stream(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    forward_named_job(req, ctx, "stream", "chunk", "STREAM_CHUNK_MALFORMED").await
 }
 
-pub(crate) async fn complete(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+pub(crate) async fn complete(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    forward_named_job(req, ctx, "complete", "completion", "COMPLETION_MALFORMED").await
+}
+
+/// A runner's chunk or completion: authenticated here, then handed whole (number lexemes
+/// intact) to the object of the job it names, whose reply goes back unchanged.
+async fn forward_named_job(
+    mut req: Request,
+    ctx: &Ctx,
+    op: &str,
+    field: &str,
+    malformed: &'static str,
+) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
-    let completion = json_body(&mut req).await?;
-    let job_id = completion
+    let body = json_body(&mut req).await?;
+    let job_id = body
         .get("jobId")
         .and_then(Value::as_str)
-        .ok_or_else(|| {
-            ApiError::unprocessable("COMPLETION_MALFORMED", "a completion names its jobId")
-        })?
+        .ok_or_else(|| ApiError::unprocessable(malformed, format!("a {field} names its jobId")))?
         .to_owned();
-    let reply = objects::call(
-        &ctx.env,
-        JOBS,
-        &job_id,
-        "complete",
-        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "completion": completion }),
-    )
-    .await?;
-    reply.into_response()
+    let request = json!({ "jobId": job_id, "runnerId": caller.runner_id(), field: body });
+    objects::call(&ctx.env, JOBS, &job_id, op, &request)
+        .await?
+        .into_response()
 }
 
 /// The input snapshot, exactly as enqueued; only for the holder of the job's active claim.

@@ -1,10 +1,42 @@
-//! The edgerunner runner: the `edgerunner` command line and, later, the runner SDK.
+//! The edgerunner runner: the SDK a Rust runner links, and the `edgerunner` command line.
 //!
 //! # Layout
-//! - [`cli`]: argument parsing into a [`cli::Command`] and running it against given input and
-//!   output streams, so that every subcommand is testable without a process.
+//! - [`http`]: JSON over HTTP and [`http::ClientError`], the SDK layer's one error type.
+//! - [`session`]: the two identity models (bootstrap token, key pair) and the session rule
+//!   (exchange again 30 s before expiry).
+//! - [`client`]: [`client::RunnerClient`], the runner endpoints with local verification of
+//!   every claim, `401` re-exchange, and retries only where a retry is safe.
+//! - [`heartbeat`]: a claim's heartbeats on their own task; cancellation and lease loss
+//!   surface through a watch channel.
+//! - [`stream`]: the claim's chunk chain kept for the caller, and batching of log lines.
+//! - [`exec`]: running one job's command in its own process group, with wall-time limit,
+//!   cancellation (terminate, grace, kill) and output capture.
+//! - [`evidence`]: where a completion's evaluation run comes from.
+//! - [`worker`]: `edgerunner runner start`: claim up to capacity, run, stream, complete, and
+//!   drain or give back work on shutdown.
+//! - [`keyfile`], [`config`]: the runner's key (owner-only file) and configuration.
+//! - [`admin`]: the REST operations an admin uses daily, with an API key.
+//! - [`custody`]: offline verification of a job's custody bundle (`edgerunner verify`).
+//! - [`report`]: progress for a terminal, JSON lines otherwise.
+//! - [`retry`], [`clock`]: backoff, and the injectable clock.
+//! - [`cli`]: argument parsing and the subcommands; `main.rs` only calls it.
 //!
 //! The protocol itself (hashing, envelopes, chunks, completions) lives in
-//! `edgerunner-protocol`; this crate only wires it to the outside world.
+//! `edgerunner-protocol`; this crate wires it to the outside world.
 
+pub mod admin;
 pub mod cli;
+pub mod client;
+pub mod clock;
+pub mod config;
+pub mod custody;
+pub mod evidence;
+pub mod exec;
+pub mod heartbeat;
+pub mod http;
+pub mod keyfile;
+pub mod report;
+pub mod retry;
+pub mod session;
+pub mod stream;
+pub mod worker;

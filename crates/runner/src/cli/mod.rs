@@ -1,0 +1,296 @@
+//! The `edgerunner` command line.
+//!
+//! Parsing is clap's ([`Cli`]); each subcommand lives in its own module and is testable without
+//! a process. `main.rs` only calls [`main`].
+//!
+//! - `edgerunner stable-json`, `edgerunner hash`: stable JSON and `H` of documents on stdin.
+//! - `edgerunner verify FILE`: checks a custody bundle offline ([`crate::custody`]).
+//! - `edgerunner runner enroll|start|whoami`: the runner ([`crate::worker`]).
+//! - `edgerunner admin …`: the admin REST operations ([`crate::admin`]).
+//!
+//! Exit status: 0 on success, 1 when the command failed (invalid input, a refusal, a bundle
+//! that does not verify), 2 on a usage error.
+
+use core::fmt;
+use std::io::{self, Read, Write};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+
+use crate::config::ConfigError;
+use crate::http::ClientError;
+use crate::keyfile::KeyFileError;
+
+pub mod admin_cmd;
+pub mod json_tools;
+pub mod runner_cmd;
+pub mod verify_cmd;
+
+/// One line of the usage, in the words the old hand-written parser used.
+pub const USAGE: &str =
+    "usage: edgerunner <command> [options]   (edgerunner help lists the commands)";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "edgerunner",
+    version,
+    about = "The edgerunner runner and admin tool: run signed jobs, administer the control plane, verify custody bundles."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read one JSON document on stdin, print its stable JSON
+    StableJson(JsonArgs),
+    /// Read one JSON document on stdin, print H (SHA-256 of its stable JSON)
+    Hash(JsonArgs),
+    /// Check every hash and link of a job's custody bundle, offline
+    Verify(verify_cmd::VerifyArgs),
+    /// Run jobs: enroll a key pair, start claiming, show this runner
+    #[command(subcommand)]
+    Runner(runner_cmd::RunnerCommand),
+    /// Administer runners and jobs with an API key
+    Admin(admin_cmd::AdminArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArgs {
+    /// Every input line is one document; every output line one answer
+    #[arg(long, hide = true)]
+    pub lines: bool,
+}
+
+impl Command {
+    /// The subcommand's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::StableJson(_) => "stable-json",
+            Self::Hash(_) => "hash",
+            Self::Verify(_) => "verify",
+            Self::Runner(_) => "runner",
+            Self::Admin(_) => "admin",
+        }
+    }
+}
+
+/// Parses the process's arguments, runs the command, and says how the process should exit.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
+    let name = cli.command.name();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(error) => {
+            if !matches!(error, CliError::Reported) {
+                eprintln!("edgerunner {name}: {error}");
+            }
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+/// Help and version go to stdout with status 0; anything else is a usage error (status 2).
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        let _ = error.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = error.render().to_string().replacen("Usage: ", "usage: ", 1);
+    eprint!("{text}");
+    if !text.contains("usage: edgerunner") {
+        eprintln!("\n{USAGE}");
+    }
+    ExitCode::from(2)
+}
+
+/// Runs one command.
+pub fn run(command: Command) -> Result<ExitCode, CliError> {
+    match command {
+        Command::StableJson(args) => json(json_tools::Render::StableJson, &args),
+        Command::Hash(args) => json(json_tools::Render::Hash, &args),
+        Command::Verify(args) => verify_cmd::run(&args),
+        Command::Runner(command) => runtime()?.block_on(runner_cmd::run(command)),
+        Command::Admin(args) => runtime()?.block_on(admin_cmd::run(args)),
+    }
+}
+
+fn json(render: json_tools::Render, args: &JsonArgs) -> Result<ExitCode, CliError> {
+    let input = if args.lines {
+        json_tools::Input::Lines
+    } else {
+        json_tools::Input::Document
+    };
+    let stdin = io::stdin().lock();
+    let mut stdout = io::BufWriter::new(io::stdout().lock());
+    json_tools::run(render, input, stdin, &mut stdout)?;
+    stdout
+        .flush()
+        .map_err(|error| CliError::Output(error.to_string()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| CliError::Failed(format!("cannot start the async runtime: {error}")))
+}
+
+/// A JSON argument: the JSON text itself, `@PATH` for a file's contents, or `-` for stdin.
+/// Number lexemes are kept as written (they are hashed).
+pub fn json_argument(text: &str, what: &str) -> Result<Value, CliError> {
+    let source = if text == "-" {
+        let mut buffer = String::new();
+        io::stdin()
+            .read_to_string(&mut buffer)
+            .map_err(|error| CliError::Input(format!("{what}: cannot read stdin: {error}")))?;
+        buffer
+    } else if let Some(path) = text.strip_prefix('@') {
+        std::fs::read_to_string(path)
+            .map_err(|error| CliError::Input(format!("{what}: cannot read {path}: {error}")))?
+    } else {
+        text.to_owned()
+    };
+    serde_json::from_str(&source).map_err(|error| CliError::InvalidJson(format!("{what}: {error}")))
+}
+
+/// Prints `value` as indented JSON (what `--json` prints).
+pub fn print_json(value: &Value) -> Result<(), CliError> {
+    let text =
+        serde_json::to_string_pretty(value).map_err(|error| CliError::Output(error.to_string()))?;
+    let mut stdout = io::stdout().lock();
+    writeln!(stdout, "{text}").map_err(|error| CliError::Output(error.to_string()))
+}
+
+/// Why a command failed. Every variant exits 1.
+#[derive(Debug)]
+pub enum CliError {
+    InvalidJson(String),
+    Input(String),
+    Output(String),
+    Client(ClientError),
+    Config(ConfigError),
+    Key(KeyFileError),
+    Failed(String),
+    /// Already reported on stdout or stderr (e.g. the problems of a bundle).
+    Reported,
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        1
+    }
+}
+
+impl From<ClientError> for CliError {
+    fn from(error: ClientError) -> Self {
+        Self::Client(error)
+    }
+}
+
+impl From<ConfigError> for CliError {
+    fn from(error: ConfigError) -> Self {
+        Self::Config(error)
+    }
+}
+
+impl From<KeyFileError> for CliError {
+    fn from(error: KeyFileError) -> Self {
+        Self::Key(error)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidJson(detail) => write!(f, "invalid JSON: {detail}"),
+            Self::Input(detail) | Self::Failed(detail) => f.write_str(detail),
+            Self::Output(detail) => write!(f, "cannot write output: {detail}"),
+            Self::Client(error) => error.fmt(f),
+            Self::Config(error) => error.fmt(f),
+            Self::Key(error) => error.fmt(f),
+            Self::Reported => f.write_str("failed"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("edgerunner").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn parses_commands_and_the_lines_flag() {
+        assert!(matches!(
+            parse(&["hash"]).map(|cli| cli.command),
+            Ok(Command::Hash(JsonArgs { lines: false }))
+        ));
+        assert!(matches!(
+            parse(&["stable-json", "--lines"]).map(|cli| cli.command),
+            Ok(Command::StableJson(JsonArgs { lines: true }))
+        ));
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["hash", "--bogus"]).is_err());
+        assert!(parse(&["hash", "--lines", "x"]).is_err());
+        assert!(parse(&["sign"]).is_err());
+        assert_eq!(
+            parse(&["--help"]).map(|_| ()).map_err(|e| e.kind()),
+            Err(clap::error::ErrorKind::DisplayHelp)
+        );
+    }
+
+    #[test]
+    fn parses_runner_and_admin_commands() {
+        assert!(parse(&["runner", "start", "--exec", "true", "--max-jobs", "1"]).is_ok());
+        assert!(parse(&["runner", "start"]).is_err(), "--exec is required");
+        assert!(parse(&[
+            "runner",
+            "enroll",
+            "--server",
+            "http://x",
+            "--organization",
+            "org_1",
+            "--execution-kind",
+            "prompt",
+            "--runtime",
+            "python3.12"
+        ])
+        .is_ok());
+        assert!(parse(&["admin", "--json", "runners", "list"]).is_ok());
+        assert!(parse(&["admin", "runners", "approve", "run_1", "--reason", "checked"]).is_ok());
+        assert!(
+            parse(&["admin", "runners", "approve", "run_1"]).is_err(),
+            "a reason is required"
+        );
+        assert!(parse(&["admin", "jobs", "cancel", "job_1", "--reason", "stop", "--json"]).is_ok());
+        assert!(parse(&["verify", "bundle.json", "--signing-secret", "s"]).is_ok());
+    }
+
+    #[test]
+    fn json_arguments_keep_number_lexemes() {
+        let value = json_argument("{\"x\": 1e-07}", "input").expect("parsed");
+        assert_eq!(
+            edgerunner_protocol::stable_json::stable_json(&value),
+            "{\"x\":1e-07}"
+        );
+        assert!(matches!(
+            json_argument("{", "input"),
+            Err(CliError::InvalidJson(_))
+        ));
+    }
+}

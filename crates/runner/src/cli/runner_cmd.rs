@@ -1,0 +1,669 @@
+//! `edgerunner runner enroll|start|whoami`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use edgerunner_protocol::envelope::ServedTarget;
+use edgerunner_protocol::stable_json::Sha256Hex;
+use serde_json::{json, Value};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use super::{json_argument, print_json, CliError};
+use crate::client::{enroll, RunnerClient};
+use crate::config::{self, IdentityInputs, RunnerConfig};
+use crate::evidence::{EvidenceApi, EvidenceSource};
+use crate::heartbeat::HeartbeatConfig;
+use crate::http::{ClientError, Http};
+use crate::keyfile;
+use crate::report::{Format, Reporter};
+use crate::stream::BatchLimits;
+use crate::worker::{JobOutcome, ShutdownState, Worker, WorkerConfig};
+
+#[derive(Debug, Subcommand)]
+pub enum RunnerCommand {
+    /// Make this runner's ed25519 key (once, owner-only file) and enroll it; an admin then
+    /// approves its fingerprint
+    Enroll(EnrollArgs),
+    /// Claim jobs up to capacity and run a shell command for each
+    Start(StartArgs),
+    /// Show this runner's record as the server has it
+    Whoami(IdentityArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human lines on a terminal, JSON lines otherwise
+    Auto,
+    Human,
+    Json,
+}
+
+impl LogFormat {
+    fn resolve(self) -> Format {
+        match self {
+            Self::Auto => Format::detect(),
+            Self::Human => Format::Human,
+            Self::Json => Format::Json,
+        }
+    }
+}
+
+/// Who the runner is: the bootstrap-token model from the environment (as the seed names it) or
+/// flags, or the key-pair model from the config file `runner enroll` wrote.
+#[derive(Debug, Args)]
+pub struct IdentityArgs {
+    /// The control plane's URL
+    #[arg(long, env = "EVALGATE_BASE_URL")]
+    pub server: Option<String>,
+    /// The runner id (bootstrap-token model)
+    #[arg(long, env = "EVALGATE_RUNNER_ID")]
+    pub runner_id: Option<String>,
+    /// The bootstrap token (bootstrap-token model); prefer the environment variable, which
+    /// other users cannot read in the process list
+    #[arg(long, env = "EVALGATE_RUNNER_BOOTSTRAP_TOKEN", hide_env_values = true)]
+    pub bootstrap_token: Option<String>,
+    /// The config file [default: $XDG_CONFIG_HOME/edgerunner/runner.json]
+    #[arg(long, env = "EDGERUNNER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The private key file (key-pair model) [default: the config file's keyFile]
+    #[arg(long, env = "EDGERUNNER_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// How to write progress and logs (stderr)
+    #[arg(long, value_enum, default_value = "auto")]
+    pub log_format: LogFormat,
+}
+
+impl IdentityArgs {
+    fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(config::default_config_path)
+    }
+
+    fn client(&self) -> Result<(RunnerClient, &'static str), CliError> {
+        let path = self.config_path();
+        let file = config::load(&path)?;
+        let identity = config::resolve(
+            IdentityInputs {
+                server: self.server.clone(),
+                runner_id: self.runner_id.clone(),
+                bootstrap_token: self.bootstrap_token.clone(),
+                key_file: self.key_file.clone(),
+            },
+            &path,
+            file,
+        )?;
+        let model = identity.model();
+        let http = Http::new(&identity.server)?;
+        Ok((RunnerClient::new(http, identity.credentials), model))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct EnrollArgs {
+    /// The control plane's URL
+    #[arg(long, env = "EVALGATE_BASE_URL")]
+    pub server: String,
+    /// The organization to enroll into
+    #[arg(long, env = "EVALGATE_ORGANIZATION_ID")]
+    pub organization: String,
+    /// Display name [default: this machine's host name]
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where to write the runner config [default: $XDG_CONFIG_HOME/edgerunner/runner.json]
+    #[arg(long, env = "EDGERUNNER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The private key file, made if missing [default: runner.key beside the config]
+    #[arg(long, env = "EDGERUNNER_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// The whole capability document (JSON, @FILE or -); overrides the flags below
+    #[arg(long)]
+    pub capabilities: Option<String>,
+    /// Execution kinds this runner supports (prompt, scorer, tool, workflow, agent)
+    #[arg(long = "execution-kind", value_name = "KIND")]
+    pub execution_kinds: Vec<String>,
+    /// Immutable runtime ids it provides (e.g. python3.12)
+    #[arg(long = "runtime", value_name = "RUNTIME")]
+    pub runtimes: Vec<String>,
+    /// Problem types it serves
+    #[arg(long = "problem-type", value_name = "TYPE")]
+    pub problem_types: Vec<String>,
+    /// It is an external runner
+    #[arg(long)]
+    pub external: bool,
+    #[arg(long)]
+    pub max_concurrent_jobs: Option<u32>,
+    /// Product name reported to the server
+    #[arg(long, default_value = "edgerunner")]
+    pub product: String,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// The shell command run for each job (`sh -c`), with EDGERUNNER_INPUT, EDGERUNNER_ARTIFACT,
+    /// EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID, EDGERUNNER_ATTEMPT and EDGERUNNER_WORKDIR set
+    #[arg(long = "exec", value_name = "COMMAND")]
+    pub command: String,
+    /// Jobs at once [default: the runner's maxConcurrentJobs]
+    #[arg(long)]
+    pub capacity: Option<usize>,
+    /// Seconds between claims that found no job
+    #[arg(long, default_value = "2", value_parser = seconds)]
+    pub poll_interval: Duration,
+    /// Seconds between heartbeats (how soon a cancellation is seen)
+    #[arg(long, default_value = "5", value_parser = seconds)]
+    pub heartbeat_interval: Duration,
+    /// How far each heartbeat extends the lease (15-120 seconds)
+    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u32).range(15..=120))]
+    pub lease_seconds: u32,
+    /// Seconds between SIGTERM and SIGKILL when a job is stopped
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    pub grace: Duration,
+    /// Stop claiming after this many claims
+    #[arg(long)]
+    pub max_jobs: Option<u64>,
+    /// Exit once no job is queued for this runner and none is running
+    #[arg(long)]
+    pub exit_when_idle: bool,
+    /// Where job directories go [default: a fresh directory under $TMPDIR]
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Keep each job's directory (input.json, artifact.json, files it wrote)
+    #[arg(long)]
+    pub keep_work: bool,
+    /// After SIGINT/SIGTERM, seconds to let running jobs finish before giving them back
+    /// [default: until a second signal]
+    #[arg(long, value_parser = seconds)]
+    pub drain_timeout: Option<Duration>,
+    /// Log lines per chunk, at most
+    #[arg(long, default_value = "50")]
+    pub batch_lines: usize,
+    /// Milliseconds a log line may wait for its chunk
+    #[arg(long, default_value = "250")]
+    pub batch_millis: u64,
+    /// A target version this process serves (VERSION_ID:CONTENT_HASH); repeatable. Jobs for
+    /// other targets are refused before they run
+    #[arg(long = "served-target", value_name = "VERSION_ID:CONTENT_HASH")]
+    pub served_targets: Vec<String>,
+    /// An API key with runs:write, used only to create each job's evaluation run when its input
+    /// names none
+    #[arg(long, env = "EDGERUNNER_EVIDENCE_API_KEY", hide_env_values = true)]
+    pub evidence_api_key: Option<String>,
+    /// The evaluationId runs created with --evidence-api-key are filed under
+    #[arg(long)]
+    pub evaluation_id: Option<String>,
+    /// The job input field that names a pre-created evaluation run
+    #[arg(long, default_value = "evaluationRunId")]
+    pub evaluation_run_field: String,
+}
+
+fn seconds(text: &str) -> Result<Duration, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(value).map_err(|_| format!("{text:?} is not a duration"))
+}
+
+pub async fn run(command: RunnerCommand) -> Result<ExitCode, CliError> {
+    match command {
+        RunnerCommand::Enroll(args) => enroll_runner(args).await,
+        RunnerCommand::Start(args) => start(args).await,
+        RunnerCommand::Whoami(args) => whoami(args).await,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// enroll
+// ---------------------------------------------------------------------------------------------
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "edgerunner".to_owned())
+}
+
+async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
+    let config_path = args
+        .config
+        .clone()
+        .unwrap_or_else(config::default_config_path);
+    let existing = config::load(&config_path)?;
+    let key_path = args
+        .key_file
+        .clone()
+        .or_else(|| existing.as_ref().and_then(|c| c.key_file.clone()))
+        .unwrap_or_else(|| config::default_key_path(&config_path));
+    let key_path = absolute(&key_path);
+    let (key, created) = keyfile::load_or_generate(&key_path)?;
+    let public_key = key.public_key();
+    let fingerprint = public_key.fingerprint();
+
+    let mut capabilities = match &args.capabilities {
+        Some(text) => json_argument(text, "--capabilities")?,
+        None => {
+            if args.execution_kinds.is_empty() || args.runtimes.is_empty() {
+                return Err(CliError::Input(
+                    "say what this runner can run: --execution-kind KIND and --runtime RUNTIME \
+                     (repeatable), or --capabilities JSON"
+                        .into(),
+                ));
+            }
+            json!({ "executionKinds": args.execution_kinds, "runtimes": args.runtimes })
+        }
+    };
+    if let (Some(max), Value::Object(document)) = (args.max_concurrent_jobs, &mut capabilities) {
+        document.insert("maxConcurrentJobs".into(), max.into());
+    }
+    let mut body = json!({
+        "organizationId": args.organization,
+        "publicKey": public_key.to_base64(),
+        "name": args.name.clone().unwrap_or_else(host_name),
+        "product": args.product,
+        "version": env!("CARGO_PKG_VERSION"),
+        "capabilities": capabilities,
+        "machine": {
+            "os": std::env::consts::OS,
+            "arch": std::env::consts::ARCH,
+            "cpus": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
+            "hostname": host_name(),
+        },
+    });
+    if !args.problem_types.is_empty() {
+        body["problemTypes"] = json!(args.problem_types);
+    }
+    if args.external {
+        body["external"] = Value::Bool(true);
+    }
+    let http = Http::new(&args.server)?;
+    let answer = match enroll(&http, &body).await {
+        Ok(answer) => answer,
+        Err(error) if error.code() == Some("FINGERPRINT_TAKEN") => {
+            return Err(CliError::Failed(format!(
+                "the key in {} (fingerprint {fingerprint}) is already enrolled; an admin finds \
+                 it with `edgerunner admin runners list`",
+                key_path.display()
+            )))
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let runner = &answer["runner"];
+    let runner_id = runner["id"].as_str().unwrap_or_default().to_owned();
+    let saved = RunnerConfig {
+        server: Some(http.base().to_owned()),
+        organization_id: Some(args.organization.clone()),
+        runner_id: Some(runner_id.clone()),
+        fingerprint: Some(fingerprint.as_str().to_owned()),
+        key_file: Some(key_path.clone()),
+        ..existing.unwrap_or_default()
+    };
+    config::save(&config_path, &saved)?;
+    if args.json {
+        print_json(&json!({
+            "runner": runner,
+            "fingerprint": fingerprint.as_str(),
+            "keyFile": key_path,
+            "keyCreated": created,
+            "config": absolute(&config_path),
+        }))?;
+    } else {
+        println!(
+            "enrolled runner {runner_id} ({})",
+            runner["state"].as_str().unwrap_or("pending_approval")
+        );
+        println!("fingerprint: {fingerprint}");
+        println!(
+            "key:         {} ({})",
+            key_path.display(),
+            if created { "made now" } else { "existing" }
+        );
+        println!("config:      {}", absolute(&config_path).display());
+        println!();
+        println!("An admin approves it after comparing the fingerprint above with the server's:");
+        println!("  edgerunner admin runners approve {runner_id} --reason \"fingerprint checked\"");
+        println!("Then start it:");
+        println!(
+            "  edgerunner runner start --config {} --exec '<command>'",
+            absolute(&config_path).display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir()
+            .map(|dir| dir.join(path))
+            .unwrap_or_else(|_| path.to_owned())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// whoami
+// ---------------------------------------------------------------------------------------------
+
+async fn whoami(args: IdentityArgs) -> Result<ExitCode, CliError> {
+    let (client, model) = args.client()?;
+    let record = client.whoami().await?;
+    if args.log_format == LogFormat::Json {
+        print_json(&record)?;
+    } else {
+        let text = |key: &str| record[key].as_str().unwrap_or("-").to_owned();
+        println!(
+            "runner {} ({}) — {}",
+            text("id"),
+            text("name"),
+            text("state")
+        );
+        println!("identity:     {model}");
+        println!("organization: {}", text("organizationId"));
+        if record["fingerprint"].is_string() {
+            println!("fingerprint:  {}", text("fingerprint"));
+        }
+        println!(
+            "capacity:     {} active of {}",
+            record["activeClaims"], record["maxConcurrentJobs"]
+        );
+        println!("last seen:    {}", text("lastSeenAt"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// start
+// ---------------------------------------------------------------------------------------------
+
+fn parse_served_target(text: &str) -> Result<ServedTarget, CliError> {
+    let bad = || {
+        CliError::Input(format!(
+            "--served-target {text:?} is not VERSION_ID:CONTENT_HASH"
+        ))
+    };
+    let (version, hash) = text.split_once(':').ok_or_else(bad)?;
+    Ok(ServedTarget {
+        version_id: version.parse().map_err(|_| bad())?,
+        content_hash: Sha256Hex::parse(hash).map_err(|_| bad())?,
+    })
+}
+
+async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
+    if args.heartbeat_interval.is_zero()
+        || args.heartbeat_interval * 2 > Duration::from_secs(u64::from(args.lease_seconds))
+    {
+        return Err(CliError::Input(format!(
+            "--heartbeat-interval {:?} must be above zero and at most half of --lease-seconds {}, \
+             or one late heartbeat loses the lease",
+            args.heartbeat_interval, args.lease_seconds
+        )));
+    }
+    let reporter = Reporter::stderr(args.identity.log_format.resolve());
+    let (client, model) = args.identity.client()?;
+    let served = args
+        .served_targets
+        .iter()
+        .map(|text| parse_served_target(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let http = client.http().clone();
+    let client = Arc::new(client.with_served_targets(served));
+
+    let (shutdown_sender, shutdown) = watch::channel(ShutdownState::Running);
+    let signals = spawn_signal_handler(shutdown_sender, args.drain_timeout, reporter.clone())?;
+
+    let Some(record) = connect(
+        &client,
+        model,
+        &reporter,
+        shutdown.clone(),
+        args.poll_interval,
+    )
+    .await?
+    else {
+        signals.abort();
+        return Ok(ExitCode::SUCCESS);
+    };
+    let capacity = args.capacity.unwrap_or_else(|| {
+        record["maxConcurrentJobs"]
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(1)
+    });
+    let own_work_dir = args.work_dir.is_none();
+    let work_dir = args
+        .work_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("edgerunner-{}", std::process::id())));
+    let evidence = EvidenceSource {
+        input_field: Some(args.evaluation_run_field.clone()).filter(|f| !f.is_empty()),
+        api: args
+            .evidence_api_key
+            .as_deref()
+            .filter(|key| !key.trim().is_empty())
+            .map(|key| EvidenceApi {
+                http: http.clone(),
+                api_key: Arc::from(key.trim()),
+                evaluation_id: args.evaluation_id.clone(),
+            }),
+    };
+    reporter.info(
+        "runner.started",
+        &format!(
+            "runner {} ({model}) claiming up to {capacity} job(s) at once; running `{}` per job",
+            record["id"].as_str().unwrap_or("?"),
+            args.command
+        ),
+        json!({
+            "runnerId": record["id"],
+            "identityModel": model,
+            "capacity": capacity,
+            "command": args.command,
+            "evidence": if evidence.api.is_some() { "api-key" } else { "input-field" },
+        }),
+    );
+    let worker = Worker::new(
+        Arc::clone(&client),
+        WorkerConfig {
+            command: args.command.clone(),
+            capacity,
+            poll_interval: args.poll_interval,
+            heartbeat: HeartbeatConfig {
+                interval: args.heartbeat_interval,
+                extend_seconds: args.lease_seconds,
+            },
+            grace: args.grace,
+            max_jobs: args.max_jobs,
+            exit_when_idle: args.exit_when_idle,
+            work_dir: work_dir.clone(),
+            keep_work: args.keep_work,
+            batch: BatchLimits {
+                max_lines: args.batch_lines.max(1),
+                max_bytes: BatchLimits::DEFAULT.max_bytes,
+                max_delay: Duration::from_millis(args.batch_millis),
+            },
+            evidence,
+        },
+        reporter.clone(),
+    );
+    let summary = worker.run(shutdown).await;
+    signals.abort();
+    if own_work_dir && !args.keep_work {
+        // Only removes it when empty: a job directory still there was meant to be kept.
+        let _ = std::fs::remove_dir(&work_dir);
+    }
+    let count = |wanted: &str| {
+        summary
+            .jobs
+            .iter()
+            .filter(|job| match &job.outcome {
+                JobOutcome::Completed { status, .. } => status.as_str() == wanted,
+                JobOutcome::NotCompleted { .. } => wanted == "not_completed",
+            })
+            .count()
+    };
+    reporter.info(
+        "runner.stopped",
+        &format!(
+            "stopped: {} claimed, {} refused, {} succeeded, {} failed, {} cancelled, {} not completed",
+            summary.claimed,
+            summary.refused,
+            count("succeeded"),
+            count("failed"),
+            count("cancelled"),
+            count("not_completed"),
+        ),
+        json!({
+            "claimed": summary.claimed,
+            "refused": summary.refused,
+            "succeeded": count("succeeded"),
+            "failed": count("failed"),
+            "cancelled": count("cancelled"),
+            "notCompleted": count("not_completed"),
+        }),
+    );
+    match summary.fatal {
+        Some(_) => Err(CliError::Reported),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Exchanges the first session (waiting while an admin has not approved a key-pair runner)
+/// and reads the runner's record. `None` when shutdown was asked for while waiting.
+async fn connect(
+    client: &RunnerClient,
+    model: &str,
+    reporter: &Reporter,
+    mut shutdown: watch::Receiver<ShutdownState>,
+    poll: Duration,
+) -> Result<Option<Value>, CliError> {
+    let mut waiting_reported = false;
+    let wait = poll.clamp(Duration::from_secs(1), Duration::from_secs(10));
+    loop {
+        match client.whoami().await {
+            Ok(record) => return Ok(Some(record)),
+            Err(error) if error.code() == Some("RUNNER_PENDING_APPROVAL") => {
+                if !waiting_reported {
+                    let fingerprint = client
+                        .credentials()
+                        .fingerprint()
+                        .map(|f| f.to_string())
+                        .unwrap_or_default();
+                    reporter.warn(
+                        "runner.pending_approval",
+                        &format!(
+                            "waiting for an admin to approve this runner (fingerprint {fingerprint})"
+                        ),
+                        json!({ "fingerprint": fingerprint }),
+                    );
+                    waiting_reported = true;
+                }
+            }
+            Err(error) if error.is_transient() => reporter.warn(
+                "runner.unreachable",
+                &format!("cannot reach the server yet: {error}"),
+                json!({}),
+            ),
+            Err(error) => {
+                return Err(CliError::Failed(format!(
+                    "cannot connect as a {model} runner: {}",
+                    explain(&error)
+                )))
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() != ShutdownState::Running {
+                return Ok(None);
+            },
+        }
+    }
+}
+
+fn explain(error: &ClientError) -> String {
+    match (error.status(), error.code()) {
+        (Some(401), _) => format!(
+            "{error} (check EVALGATE_RUNNER_ID and EVALGATE_RUNNER_BOOTSTRAP_TOKEN: the token may \
+             have been rotated, or the runner revoked)"
+        ),
+        (_, Some("RUNNER_REVOKED")) => {
+            format!("{error} (revocation is permanent: enroll a new identity)")
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// First SIGINT/SIGTERM: drain (no new claims; running jobs finish). Second signal, or the
+/// drain timeout: give running jobs back.
+fn spawn_signal_handler(
+    shutdown: watch::Sender<ShutdownState>,
+    drain_timeout: Option<Duration>,
+    reporter: Reporter,
+) -> Result<tokio::task::JoinHandle<()>, CliError> {
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|error| CliError::Failed(format!("cannot watch SIGINT: {error}")))?;
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|error| CliError::Failed(format!("cannot watch SIGTERM: {error}")))?;
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        reporter.info(
+            "runner.draining",
+            "shutting down: no new claims; running jobs finish (signal again to give them back)",
+            json!({}),
+        );
+        shutdown.send_replace(ShutdownState::Draining);
+        let timeout = async {
+            match drain_timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+            () = timeout => {}
+        }
+        reporter.info(
+            "runner.giving_back",
+            "giving back running jobs: stopping them; their leases lapse and the server requeues them",
+            json!({}),
+        );
+        shutdown.send_replace(ShutdownState::GivingBack);
+        // Keep the sender alive so receivers see the final state rather than a closed channel.
+        std::future::pending::<()>().await;
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn served_targets_parse_version_and_hash() {
+        let hash = "a".repeat(64);
+        let target = parse_served_target(&format!("7:{hash}")).expect("parsed");
+        assert_eq!(target.version_id, 7);
+        assert!(parse_served_target("7").is_err());
+        assert!(parse_served_target("x:abc").is_err());
+    }
+
+    #[test]
+    fn durations_are_seconds_with_fractions() {
+        assert_eq!(seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert!(seconds("-1").is_err());
+        assert!(seconds("soon").is_err());
+    }
+}

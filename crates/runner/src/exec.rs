@@ -1,0 +1,382 @@
+//! Running one job's command.
+//!
+//! The command runs as `sh -c '<command>'` in a process group of its own, with stdin closed
+//! and stdout and stderr read line by line. Stopping it — wall time exceeded, cancellation
+//! requested, claim lost, runner giving work back — always goes the same way: `SIGTERM` to
+//! the whole group, [`ExecSpec::grace`] to exit, then `SIGKILL` to the group. When the shell
+//! itself exits, whatever it left running in its group is killed too, so that no stray
+//! process keeps writing into a finished job's pipes.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use edgerunner_protocol::stable_json::Sha256Hex;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::stream::{LogLine, OutputStream};
+
+/// What to run and within which bounds.
+#[derive(Clone, Debug)]
+pub struct ExecSpec {
+    /// Given to `sh -c`.
+    pub command: String,
+    /// Added to the runner's own environment.
+    pub env: Vec<(String, String)>,
+    pub workdir: PathBuf,
+    /// Stop the command after this long (the job's `limits.wallSeconds`).
+    pub wall_limit: Option<Duration>,
+    /// How long a stopped command has between `SIGTERM` and `SIGKILL`.
+    pub grace: Duration,
+}
+
+/// Why a command must stop before it is done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopRequest {
+    /// The job's cancellation was requested (reason as the operator gave it).
+    Cancel { reason: Option<String> },
+    /// The claim is no longer this runner's.
+    Lost { reason: String },
+    /// The runner is shutting down and gives the job back.
+    Shutdown,
+}
+
+/// How the command ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// On its own.
+    Exited,
+    /// Stopped at the wall-time limit.
+    WallTimeExceeded,
+    /// Stopped on request.
+    Stopped(StopRequest),
+}
+
+impl Ending {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Exited => "exited",
+            Self::WallTimeExceeded => "wall_time_exceeded",
+            Self::Stopped(StopRequest::Cancel { .. }) => "cancelled",
+            Self::Stopped(StopRequest::Lost { .. }) => "claim_lost",
+            Self::Stopped(StopRequest::Shutdown) => "given_back",
+        }
+    }
+}
+
+/// What running the command produced.
+#[derive(Clone, Debug)]
+pub struct ExecOutcome {
+    pub ending: Ending,
+    /// The exit code, when the command exited rather than died of a signal.
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Whether it had to be killed after the grace period.
+    pub killed: bool,
+    /// SHA-256 of everything it wrote to stdout.
+    pub stdout_sha256: Sha256Hex,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub elapsed: Duration,
+}
+
+/// Why the command could not be run at all.
+#[derive(Debug)]
+pub struct ExecError(pub String);
+
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ExecError {}
+
+/// Runs `spec`, sending each output line to `lines`, until the command ends or `stop` asks it
+/// to. `lines` closes when this returns.
+pub async fn run(
+    spec: &ExecSpec,
+    lines: mpsc::Sender<LogLine>,
+    mut stop: watch::Receiver<Option<StopRequest>>,
+) -> Result<ExecOutcome, ExecError> {
+    let started = Instant::now();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(&spec.command)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .current_dir(&spec.workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| ExecError(format!("cannot start `sh -c {:?}`: {error}", spec.command)))?;
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
+        .ok_or_else(|| ExecError("the command exited before it could be watched".into()))?;
+
+    let stdout = child
+        .stdout
+        .take()
+        .map(|out| tokio::spawn(read_lines(out, OutputStream::Stdout, lines.clone(), true)));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|err| tokio::spawn(read_lines(err, OutputStream::Stderr, lines.clone(), false)));
+    drop(lines);
+
+    let deadline = spec.wall_limit.map(|limit| started + limit);
+    let wall = async {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
+    let requested = async {
+        let request = stop
+            .wait_for(Option::is_some)
+            .await
+            .map(|request| request.clone());
+        match request {
+            Ok(request) => request,
+            // The sender is gone: nobody can ask any more.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let (status, ending, killed) = tokio::select! {
+        status = child.wait() => (status, Ending::Exited, false),
+        () = wall => {
+            let (status, killed) = terminate(&mut child, group, spec.grace).await;
+            (status, Ending::WallTimeExceeded, killed)
+        }
+        request = requested => {
+            let (status, killed) = terminate(&mut child, group, spec.grace).await;
+            (status, Ending::Stopped(request.unwrap_or(StopRequest::Shutdown)), killed)
+        }
+    };
+    let status = status.map_err(|error| ExecError(format!("waiting for the command: {error}")))?;
+    // Sweep what the shell left in its group; ESRCH (nothing left) is the usual answer.
+    let _ = killpg(group, Signal::SIGKILL);
+    let elapsed = started.elapsed();
+
+    let (stdout_bytes, stdout_sha256) = match stdout {
+        Some(task) => finish_reader(task).await,
+        None => (0, Sha256Hex::from_digest(Sha256::digest(b"").into())),
+    };
+    let (stderr_bytes, _) = match stderr {
+        Some(task) => finish_reader(task).await,
+        None => (0, Sha256Hex::from_digest(Sha256::digest(b"").into())),
+    };
+    Ok(ExecOutcome {
+        ending,
+        exit_code: status.code(),
+        signal: status.signal(),
+        killed,
+        stdout_sha256,
+        stdout_bytes,
+        stderr_bytes,
+        elapsed,
+    })
+}
+
+/// `SIGTERM` to the group, `grace` to exit, then `SIGKILL`. Returns the status and whether
+/// the kill was needed.
+async fn terminate(
+    child: &mut Child,
+    group: Pid,
+    grace: Duration,
+) -> (std::io::Result<ExitStatus>, bool) {
+    let _ = killpg(group, Signal::SIGTERM);
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => (status, false),
+        Err(_) => {
+            let _ = killpg(group, Signal::SIGKILL);
+            (child.wait().await, true)
+        }
+    }
+}
+
+type ReaderResult = (u64, Sha256Hex);
+
+async fn finish_reader(task: tokio::task::JoinHandle<ReaderResult>) -> ReaderResult {
+    // The group is dead, so its pipes close; a process that left the group (setsid) could keep
+    // one open, and is not waited for beyond a few seconds.
+    let abort = task.abort_handle();
+    match tokio::time::timeout(Duration::from_secs(5), task).await {
+        Ok(Ok(result)) => result,
+        _ => {
+            abort.abort();
+            (0, Sha256Hex::from_digest(Sha256::digest(b"").into()))
+        }
+    }
+}
+
+/// The most bytes of one line held in memory; a longer line is forwarded in pieces of this
+/// size (each then cut to [`crate::stream::MAX_LINE_BYTES`] in its chunk).
+const MAX_PENDING_LINE: usize = 64 * 1024;
+
+/// Reads `pipe` to its end, line by line; hashes the bytes when `hash` is set.
+async fn read_lines(
+    pipe: impl AsyncRead + Unpin,
+    stream: OutputStream,
+    lines: mpsc::Sender<LogLine>,
+    hash: bool,
+) -> ReaderResult {
+    let mut reader = BufReader::new(pipe);
+    let mut digest = Sha256::new();
+    let mut total: u64 = 0;
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let available = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(available) => available,
+        };
+        let (taken, complete) = match available.iter().position(|&b| b == b'\n') {
+            Some(newline) => (newline + 1, true),
+            None => (available.len().min(MAX_PENDING_LINE - pending.len()), false),
+        };
+        if hash {
+            digest.update(&available[..taken]);
+        }
+        pending.extend_from_slice(&available[..taken]);
+        reader.consume(taken);
+        total += taken as u64;
+        if complete || pending.len() >= MAX_PENDING_LINE {
+            forward(&mut pending, stream, &lines).await;
+        }
+    }
+    if !pending.is_empty() {
+        forward(&mut pending, stream, &lines).await;
+    }
+    (total, Sha256Hex::from_digest(digest.finalize().into()))
+}
+
+/// Sends `pending` as one line (without its newline) and empties it.
+async fn forward(pending: &mut Vec<u8>, stream: OutputStream, lines: &mpsc::Sender<LogLine>) {
+    let mut text = &pending[..];
+    if let Some(rest) = text.strip_suffix(b"\n") {
+        text = rest.strip_suffix(b"\r").unwrap_or(rest);
+    }
+    let line = LogLine {
+        stream,
+        line: String::from_utf8_lossy(text).into_owned(),
+    };
+    pending.clear();
+    // A closed receiver only means nobody forwards lines any more; keep draining the pipe.
+    let _ = lines.send(line).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(command: &str) -> ExecSpec {
+        ExecSpec {
+            command: command.to_owned(),
+            env: vec![("GREETING".into(), "hello".into())],
+            workdir: std::env::temp_dir(),
+            wall_limit: None,
+            grace: Duration::from_millis(300),
+        }
+    }
+
+    async fn collect(
+        spec: ExecSpec,
+        stop: watch::Receiver<Option<StopRequest>>,
+    ) -> (ExecOutcome, Vec<LogLine>) {
+        let (tx, mut rx) = mpsc::channel(64);
+        let collector = tokio::spawn(async move {
+            let mut all = Vec::new();
+            while let Some(line) = rx.recv().await {
+                all.push(line);
+            }
+            all
+        });
+        let outcome = run(&spec, tx, stop).await.expect("runs");
+        (outcome, collector.await.expect("collector"))
+    }
+
+    #[tokio::test]
+    async fn output_lines_exit_code_and_stdout_hash() {
+        let (_keep, stop) = watch::channel(None);
+        let (outcome, lines) = collect(
+            spec("echo \"$GREETING\"; echo oops >&2; printf 'no newline'; exit 3"),
+            stop,
+        )
+        .await;
+        assert_eq!(outcome.ending, Ending::Exited);
+        assert_eq!(outcome.exit_code, Some(3));
+        assert_eq!(
+            outcome.stdout_sha256,
+            Sha256Hex::from_digest(Sha256::digest(b"hello\nno newline").into())
+        );
+        assert_eq!(outcome.stdout_bytes, 16);
+        let stdout: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.stream == OutputStream::Stdout)
+            .map(|l| l.line.as_str())
+            .collect();
+        assert_eq!(stdout, ["hello", "no newline"]);
+        assert!(lines
+            .iter()
+            .any(|l| l.stream == OutputStream::Stderr && l.line == "oops"));
+    }
+
+    #[tokio::test]
+    async fn a_line_without_end_is_forwarded_in_bounded_pieces_and_hashed_whole() {
+        let (_keep, stop) = watch::channel(None);
+        let (outcome, lines) = collect(spec("head -c 200000 /dev/zero | tr '\\0' x"), stop).await;
+        assert_eq!(outcome.stdout_bytes, 200_000);
+        assert_eq!(
+            outcome.stdout_sha256,
+            Sha256Hex::from_digest(Sha256::digest(vec![b'x'; 200_000]).into())
+        );
+        assert!(lines.iter().all(|l| l.line.len() <= MAX_PENDING_LINE));
+        assert_eq!(lines.iter().map(|l| l.line.len()).sum::<usize>(), 200_000);
+    }
+
+    #[tokio::test]
+    async fn the_wall_time_limit_terminates_the_whole_group() {
+        let (_keep, stop) = watch::channel(None);
+        let mut spec = spec("sleep 30 & sleep 30; echo never");
+        spec.wall_limit = Some(Duration::from_millis(300));
+        let started = Instant::now();
+        let (outcome, lines) = collect(spec, stop).await;
+        assert_eq!(outcome.ending, Ending::WallTimeExceeded);
+        assert_eq!(outcome.signal, Some(15));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(lines.iter().all(|l| l.line != "never"));
+    }
+
+    #[tokio::test]
+    async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
+        let (stop_tx, stop) = watch::channel(None);
+        let spec = spec("trap '' TERM; echo ready; while true; do sleep 0.1; done");
+        let handle = tokio::spawn(async move { collect(spec, stop).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop_tx
+            .send(Some(StopRequest::Cancel {
+                reason: Some("test".into()),
+            }))
+            .expect("sent");
+        let (outcome, _) = handle.await.expect("joined");
+        assert_eq!(
+            outcome.ending,
+            Ending::Stopped(StopRequest::Cancel {
+                reason: Some("test".into())
+            })
+        );
+        assert!(outcome.killed);
+        assert_eq!(outcome.signal, Some(9));
+    }
+}

@@ -1,0 +1,651 @@
+//! The SDK and the `edgerunner` binary against a server double on a loopback port.
+//!
+//! - A claim answer that fails local verification is refused before anything runs: the double
+//!   hands out a real session (with a job-signing key derived as the server derives it), then
+//!   one claim answer spoiled in one way, then `204`. The binary must report the refusal, never
+//!   run the command, and never ask for the input, heartbeat, stream or complete. Each spoiled
+//!   answer is one of the checks the SDK makes: payload hash, signature, key id, organization,
+//!   claim identity, validity window; a replayed nonce is checked through the library.
+//! - Sessions are exchanged again before they expire, and once after a `401`.
+//! - Retries happen only where they are safe, and re-send exactly the same bytes: a chunk whose
+//!   answer was lost counts as stored when the server says it already has it; a completion
+//!   re-sent after a transient failure is the same completion; a claim that may have reached
+//!   the server is never repeated.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use edgerunner::client::{Decision, RunnerClient};
+use edgerunner::heartbeat::{ClaimStatus, Heartbeat, HeartbeatConfig};
+use edgerunner::http::{ClientError, Http};
+use edgerunner::retry::RetryPolicy;
+use edgerunner::session::{BootstrapToken, Credentials};
+use edgerunner::stream::ChunkStream;
+use edgerunner_protocol::chunk::{ChunkIdentity, ChunkKind};
+use edgerunner_protocol::completion::{Evidence, EvidenceId};
+use edgerunner_protocol::envelope::{
+    sign, ArtifactId, ClaimId, CredentialGeneration, DispatchAttempt, EnvelopeRequirements,
+    Environment, IdempotencyKey, JobEnvelope, JobId, JobSigning, MasterSigningSecret, Nonce,
+    OrganizationId, RunnerId, Subject, SubjectKind,
+};
+use edgerunner_protocol::stable_json;
+use edgerunner_protocol::state::CompletionStatus;
+use edgerunner_protocol::time::{Timestamp, UnixMillis};
+use serde_json::{json, Value};
+
+const RUNNER: &str = "run_double";
+const ORG: &str = "org_double";
+
+fn now() -> UnixMillis {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    UnixMillis::new(i64::try_from(millis).expect("fits")).expect("representable")
+}
+
+fn later(seconds: i64) -> Timestamp {
+    Timestamp::from_instant(now().checked_add_seconds(seconds).expect("representable"))
+}
+
+fn signing(master: &str) -> JobSigning {
+    JobSigning::derive(
+        &MasterSigningSecret::new(master.repeat(32)).expect("long enough"),
+        &RunnerId::parse(RUNNER).expect("id"),
+        CredentialGeneration(1),
+    )
+}
+
+fn envelope(nonce: u8) -> JobEnvelope {
+    JobEnvelope {
+        organization_id: OrganizationId::parse(ORG).expect("id"),
+        job_id: JobId::parse("job_double").expect("id"),
+        claim_id: ClaimId::parse("clm_double").expect("id"),
+        runner_id: RunnerId::parse(RUNNER).expect("id"),
+        dispatch_attempt: DispatchAttempt::FIRST,
+        idempotency_key: IdempotencyKey::parse("idem").expect("id"),
+        subject: Subject {
+            kind: SubjectKind::parse("prompt").expect("kind"),
+            artifact_id: ArtifactId::parse("art_1").expect("id"),
+            version_id: 1,
+            content_hash: stable_json::hash(&json!({"template": "t"})),
+            environment: Environment::Staging,
+        },
+        input_hash: stable_json::hash(&json!({"question": "2+2"})),
+        requirements: EnvelopeRequirements::from_value(json!({
+            "executionKind": "prompt", "runtime": "python3.12",
+            "limits": {"cpuSeconds": 60, "memoryMb": 512, "wallSeconds": 30, "outputBytes": 1048576},
+        }))
+        .expect("requirements"),
+        issued_at: later(0),
+        expires_at: later(300),
+        nonce: Nonce::from_random([nonce; 32]),
+    }
+}
+
+/// A claim answer for `envelope`, signed with `key`.
+fn assignment(envelope: &JobEnvelope, key: &JobSigning) -> Value {
+    let signed = sign(envelope, &key.secret, &key.key_id);
+    json!({
+        "claim": {
+            "id": envelope.claim_id.as_str(),
+            "jobId": envelope.job_id.as_str(),
+            "runnerId": RUNNER,
+            "dispatchAttempt": envelope.dispatch_attempt.get(),
+            "issuedAt": envelope.issued_at.as_str(),
+            "expiresAt": envelope.expires_at.as_str(),
+            "leaseExpiresAt": later(60).as_str(),
+        },
+        "signedJob": signed.to_json(),
+    })
+}
+
+/// The server's genuine key and the spoiled answers, each named by the refusal it must cause.
+fn spoiled() -> Vec<(&'static str, Value)> {
+    let key = signing("k");
+    let mut altered = assignment(&envelope(1), &key);
+    altered["signedJob"]["envelope"]["requirements"]["runtime"] = "python3.13".into();
+
+    let mut rehashed = assignment(&envelope(2), &key);
+    rehashed["signedJob"]["envelope"]["inputHash"] =
+        stable_json::hash(&json!("other")).as_str().into();
+    rehashed["signedJob"]["payloadHash"] = stable_json::hash(&rehashed["signedJob"]["envelope"])
+        .as_str()
+        .into();
+
+    let foreign_key = assignment(&envelope(3), &signing("x"));
+
+    let mut other_org = envelope(4);
+    other_org.organization_id = OrganizationId::parse("org_elsewhere").expect("id");
+    let other_org = assignment(&other_org, &key);
+
+    let mut other_claim = assignment(&envelope(5), &key);
+    other_claim["claim"]["id"] = "clm_someone_else".into();
+
+    let mut expired = envelope(6);
+    expired.issued_at = later(-600);
+    expired.expires_at = later(-300);
+    let expired = assignment(&expired, &key);
+
+    vec![
+        ("PAYLOAD_HASH_MISMATCH", altered),
+        ("SIGNATURE_INVALID", rehashed),
+        ("SIGNING_KEY_MISMATCH", foreign_key),
+        ("ORGANIZATION_MISMATCH", other_org),
+        ("CLAIM_ID_MISMATCH", other_claim),
+        ("CLAIM_EXPIRED", expired),
+    ]
+}
+
+/// One request the double received.
+#[derive(Clone, Debug)]
+struct Received {
+    path: String,
+    bearer: Option<String>,
+    body: String,
+}
+
+type Handler = dyn Fn(&Received, usize) -> (u16, Option<Value>) + Send + Sync;
+
+/// A server double on a loopback port. `handler` answers each request, given how many
+/// requests to the same path came before it.
+struct Double {
+    url: String,
+    requests: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Double {
+    fn start(handler: Box<Handler>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let url = format!("http://{}", listener.local_addr().expect("bound"));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        let handler: Arc<Handler> = Arc::from(handler);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let seen = Arc::clone(&seen);
+                let handler = Arc::clone(&handler);
+                std::thread::spawn(move || serve(stream, &seen, handler.as_ref()));
+            }
+        });
+        Self { url, requests }
+    }
+
+    /// A session, then the given claim answers in order, then `204`; `200` to anything else.
+    fn with_claims(claims: Vec<Value>) -> Self {
+        Self::start(Box::new(move |request, nth| match request.path.as_str() {
+            "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+            "/api/remote-runners/self" => (200, Some(self_answer())),
+            "/api/remote-runners/claim" => match claims.get(nth) {
+                Some(answer) => (200, Some(answer.clone())),
+                None => (204, None),
+            },
+            _ => (200, Some(json!({"cancelRequested": false}))),
+        }))
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.requests.lock().expect("lock").clone()
+    }
+
+    fn paths(&self) -> Vec<String> {
+        self.received().into_iter().map(|r| r.path).collect()
+    }
+
+    fn count(&self, path: &str) -> usize {
+        self.paths().iter().filter(|p| p.as_str() == path).count()
+    }
+}
+
+fn session_answer(token: &str, expires_in: i64) -> Value {
+    json!({
+        "token": token,
+        "claims": {
+            "runnerId": RUNNER, "organizationId": ORG, "scopes": ["runner:claim"],
+            "issuedAt": later(0).as_str(), "expiresAt": later(expires_in).as_str(),
+        },
+        "jobSigning": signing("k").to_json(),
+    })
+}
+
+fn self_answer() -> Value {
+    json!({"id": RUNNER, "name": "double", "state": "active", "maxConcurrentJobs": 1})
+}
+
+fn serve(mut stream: TcpStream, seen: &Mutex<Vec<Received>>, handler: &Handler) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = request_line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .to_owned();
+        let mut length = 0;
+        let mut bearer = None;
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            if header == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                if name.eq_ignore_ascii_case("authorization") {
+                    bearer = value.trim().strip_prefix("Bearer ").map(str::to_owned);
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let received = Received {
+            path: path.clone(),
+            bearer,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        };
+        let nth = {
+            let mut seen = seen.lock().expect("lock");
+            let nth = seen.iter().filter(|r| r.path == path).count();
+            seen.push(received.clone());
+            nth
+        };
+        let (status, answer) = handler(&received, nth);
+        let text = answer.map(|a| a.to_string()).unwrap_or_default();
+        let head = format!(
+            "HTTP/1.1 {status} Double\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            text.len()
+        );
+        if stream.write_all(head.as_bytes()).is_err() || stream.write_all(text.as_bytes()).is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn scratch() -> PathBuf {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("random");
+    let dir = std::env::temp_dir().join(format!("edgerunner-double-{}", hex::encode(bytes)));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+#[test]
+fn a_spoiled_assignment_is_refused_and_never_run() {
+    for (code, answer) in spoiled() {
+        let double = Double::with_claims(vec![answer]);
+        let dir = scratch();
+        let marker = dir.join("ran");
+        let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+            .args([
+                "runner",
+                "start",
+                "--exit-when-idle",
+                "--poll-interval",
+                "0.1",
+            ])
+            .args(["--log-format", "json", "--exec"])
+            .arg(format!("touch {}", marker.display()))
+            .arg("--work-dir")
+            .arg(dir.join("work"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("XDG_CONFIG_HOME", &dir)
+            .env("EVALGATE_BASE_URL", &double.url)
+            .env("EVALGATE_RUNNER_ID", RUNNER)
+            .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
+            .stdin(Stdio::null())
+            .output()
+            .expect("edgerunner runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{code}: {stderr}");
+        let refusal = stderr
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|event| event["event"] == "claim.refused")
+            .unwrap_or_else(|| panic!("{code}: no claim.refused event in\n{stderr}"));
+        assert_eq!(refusal["code"], code, "{stderr}");
+        assert!(
+            refusal["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("it was not run")),
+            "{refusal}"
+        );
+        assert!(!marker.exists(), "{code}: the command ran");
+        let paths = double.paths();
+        for forbidden in ["/input", "/artifact", "/heartbeat", "/stream", "/complete"] {
+            assert!(
+                paths.iter().all(|path| !path.ends_with(forbidden)),
+                "{code}: the runner called {forbidden} after refusing: {paths:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_nonce_is_refused_by_the_sdk() {
+    let genuine = assignment(&envelope(9), &signing("k"));
+    let double = Double::with_claims(vec![genuine.clone(), genuine]);
+    let client = RunnerClient::new(
+        Http::new(&double.url).expect("url"),
+        Credentials::Bootstrap {
+            runner_id: RunnerId::parse(RUNNER).expect("id"),
+            token: BootstrapToken::new("erb_double").expect("token"),
+        },
+    )
+    .with_retry(RetryPolicy::NONE);
+    let first = client.claim().await.expect("the first is genuine");
+    assert_eq!(
+        first.map(|a| a.job_id().as_str().to_owned()),
+        Some("job_double".into())
+    );
+    match client.claim().await {
+        Err(ClientError::Refused(error)) => assert_eq!(error.code(), "NONCE_REPLAYED"),
+        other => panic!("expected a refused replay, got {other:?}"),
+    }
+    assert!(matches!(client.claim().await, Ok(None)));
+}
+
+fn client(double: &Double) -> RunnerClient {
+    RunnerClient::new(
+        Http::new(&double.url).expect("url"),
+        Credentials::Bootstrap {
+            runner_id: RunnerId::parse(RUNNER).expect("id"),
+            token: BootstrapToken::new("erb_double").expect("token"),
+        },
+    )
+    .with_retry(RetryPolicy {
+        attempts: 3,
+        initial: std::time::Duration::from_millis(5),
+        max: std::time::Duration::from_millis(10),
+    })
+}
+
+#[tokio::test]
+async fn a_session_is_exchanged_again_thirty_seconds_before_it_expires() {
+    // The first session expires in 20 s (inside the 30 s margin), the second in 10 minutes.
+    let double = Double::start(Box::new(|request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" if nth == 0 => (200, Some(session_answer("erc_short", 20))),
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_long", 600))),
+        _ => (200, Some(self_answer())),
+    }));
+    let client = client(&double);
+    for _ in 0..3 {
+        client.whoami().await.expect("an answer");
+    }
+    assert_eq!(double.count("/api/remote-runners/session"), 2);
+    let bearers: Vec<Option<String>> = double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/self")
+        .map(|r| r.bearer)
+        .collect();
+    assert_eq!(
+        bearers,
+        vec![
+            Some("erc_short".to_owned()),
+            Some("erc_long".to_owned()),
+            Some("erc_long".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_401_exchanges_a_new_session_and_repeats_the_request_once() {
+    let double = Double::start(Box::new(|request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (
+            200,
+            Some(session_answer(
+                if nth == 0 { "erc_revoked" } else { "erc_fresh" },
+                600,
+            )),
+        ),
+        _ if request.bearer.as_deref() == Some("erc_revoked") => (
+            401,
+            Some(
+                json!({"error": {"code": "AUTHENTICATION_FAILED", "message": "generation moved"}}),
+            ),
+        ),
+        _ => (200, Some(self_answer())),
+    }));
+    let client = client(&double);
+    client.whoami().await.expect("answered after a new session");
+    assert_eq!(
+        double.paths(),
+        vec![
+            "/api/remote-runners/session",
+            "/api/remote-runners/self",
+            "/api/remote-runners/session",
+            "/api/remote-runners/self"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_chunk_whose_answer_was_lost_is_resent_identically_and_counts_as_stored() {
+    let double = Double::start(Box::new(|request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        // The first chunk is stored but its answer is lost (502); the retry finds it stored.
+        "/api/remote-runners/stream" if nth == 0 => (502, None),
+        "/api/remote-runners/stream" if nth == 1 => (
+            409,
+            Some(json!({"error": {"code": "STREAM_DUPLICATE_CHECKSUM", "message": "stored"}})),
+        ),
+        _ => (200, Some(json!({"accepted": true}))),
+    }));
+    let client = Arc::new(client(&double));
+    let identity = ChunkIdentity {
+        job_id: JobId::parse("job_double").expect("id"),
+        claim_id: ClaimId::parse("clm_double").expect("id"),
+        dispatch_attempt: DispatchAttempt::FIRST,
+    };
+    let mut stream = ChunkStream::new(Arc::clone(&client), identity);
+    let first = stream
+        .send(
+            ChunkKind::Log,
+            json!({"lines": [{"stream": "stdout", "line": "a"}]}),
+        )
+        .await
+        .expect("stored");
+    stream
+        .send(
+            ChunkKind::Log,
+            json!({"lines": [{"stream": "stdout", "line": "b"}]}),
+        )
+        .await
+        .expect("stored");
+    let sent: Vec<Value> = double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/stream")
+        .map(|r| serde_json::from_str(&r.body).expect("JSON"))
+        .collect();
+    assert_eq!(sent.len(), 3);
+    assert_eq!(
+        sent[0], sent[1],
+        "the retry is the same chunk, byte for byte"
+    );
+    assert_eq!(sent[2]["sequence"], 1);
+    assert_eq!(sent[2]["previousChecksum"], first.as_str());
+    assert_eq!(stream.len(), 2);
+}
+
+#[tokio::test]
+async fn a_completion_is_resent_unchanged_and_a_duplicate_decision_settles_it() {
+    let genuine = assignment(&envelope(11), &signing("k"));
+    let double = Double::start(Box::new(move |request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        "/api/remote-runners/claim" => (200, Some(genuine.clone())),
+        "/api/remote-runners/complete" if nth == 0 => (503, None),
+        "/api/remote-runners/complete" => (
+            200,
+            Some(
+                json!({"decision": "duplicate", "rationale": "exact replay", "jobState": "succeeded"}),
+            ),
+        ),
+        _ => (200, Some(json!({}))),
+    }));
+    let client = client(&double);
+    let assignment = client.claim().await.expect("verified").expect("a job");
+    let completion = assignment.completion(
+        CompletionStatus::Succeeded,
+        Some(stable_json::hash(&json!({"exitCode": 0}))),
+        None,
+        Evidence {
+            evaluation_run_id: EvidenceId::Text("evr_1".into()),
+            test_result_ids: vec![],
+            cost_record_ids: vec![],
+            model_call_ids: vec![],
+            trace_id: None,
+            extra: serde_json::Map::new(),
+        },
+    );
+    let answer = client.complete(&completion).await.expect("decided");
+    assert_eq!(answer.decision, Decision::Duplicate);
+    assert!(answer.is_settled());
+    let bodies: Vec<String> = double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/complete")
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[0], bodies[1], "never a different completion");
+    let sent: Value = serde_json::from_str(&bodies[0]).expect("JSON");
+    assert_eq!(sent["completionChecksum"], completion.checksum().as_str());
+}
+
+#[tokio::test]
+async fn a_claim_that_may_have_reached_the_server_is_not_repeated() {
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        _ => (502, None),
+    }));
+    let client = client(&double);
+    let error = client.claim().await.expect_err("no answer");
+    assert_eq!(error.status(), Some(502));
+    assert_eq!(double.count("/api/remote-runners/claim"), 1);
+}
+
+#[tokio::test]
+async fn chunks_of_unknown_fate_are_kept_in_order_and_refused_ones_leave_the_chain() {
+    // Three tries of the first chunk get no useful answer; later everything is stored, except
+    // the chunk whose payload says "refuse me".
+    let double = Double::start(Box::new(|request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        "/api/remote-runners/stream" if nth < 3 => (502, None),
+        "/api/remote-runners/stream" if request.body.contains("refuse me") => (
+            422,
+            Some(json!({"error": {"code": "STREAM_PAYLOAD_TOO_LARGE", "message": "too big"}})),
+        ),
+        _ => (200, Some(json!({"accepted": true}))),
+    }));
+    let client = Arc::new(client(&double));
+    let identity = ChunkIdentity {
+        job_id: JobId::parse("job_double").expect("id"),
+        claim_id: ClaimId::parse("clm_double").expect("id"),
+        dispatch_attempt: DispatchAttempt::FIRST,
+    };
+    let mut stream = ChunkStream::new(Arc::clone(&client), identity);
+    let error = stream
+        .send(ChunkKind::Log, json!({"n": 0}))
+        .await
+        .expect_err("no answer after the retries");
+    assert!(error.is_transient());
+    assert_eq!(stream.unsettled(), 1, "kept to be sent again");
+    let second = stream
+        .send(ChunkKind::Log, json!({"n": 1}))
+        .await
+        .expect("both stored");
+    assert_eq!(stream.unsettled(), 0);
+    assert!(stream
+        .send(ChunkKind::Log, json!({"n": "refuse me"}))
+        .await
+        .is_err());
+    assert_eq!(stream.len(), 2, "the refused chunk left the chain");
+    assert_eq!(stream.final_checksum(), Some(second.clone()));
+    stream
+        .send(ChunkKind::Log, json!({"n": 3}))
+        .await
+        .expect("stored");
+
+    let sent: Vec<Value> = double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/stream")
+        .map(|r| serde_json::from_str(&r.body).expect("JSON"))
+        .collect();
+    let sequences: Vec<u64> = sent
+        .iter()
+        .map(|c| c["sequence"].as_u64().expect("n"))
+        .collect();
+    assert_eq!(sequences, vec![0, 0, 0, 0, 1, 2, 2]);
+    assert!(
+        sent[..4].iter().all(|chunk| chunk == &sent[0]),
+        "the same chunk each time"
+    );
+    assert_eq!(sent[6]["payload"], json!({"n": 3}));
+    assert_eq!(sent[6]["previousChecksum"], second.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_go_on_while_the_job_hogs_its_thread_and_cancellation_surfaces() {
+    let double = Double::start(Box::new(|request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        "/api/remote-runners/heartbeat" => (
+            200,
+            Some(json!({
+                "cancelRequested": nth >= 4,
+                "cancelReason": "operator asked",
+                "state": if nth >= 4 { "cancel_requested" } else { "running" },
+                "leaseExpiresAt": later(60).as_str(),
+            })),
+        ),
+        _ => (200, Some(json!({}))),
+    }));
+    let client = Arc::new(client(&double));
+    let heartbeat = Heartbeat::spawn(
+        Arc::clone(&client),
+        ClaimId::parse("clm_double").expect("id"),
+        HeartbeatConfig {
+            interval: std::time::Duration::from_millis(50),
+            extend_seconds: 60,
+        },
+        ClaimStatus::default(),
+    );
+    let mut status = heartbeat.status();
+    // A job that never yields: it blocks this task's thread outright.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert!(
+        double.count("/api/remote-runners/heartbeat") >= 5,
+        "heartbeats kept going: {}",
+        double.count("/api/remote-runners/heartbeat")
+    );
+    let seen = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        status.wait_for(|s| s.cancel_requested.is_some()),
+    )
+    .await
+    .expect("cancellation surfaced")
+    .expect("heartbeat alive")
+    .clone();
+    assert_eq!(
+        seen.cancel_requested,
+        Some(Some("operator asked".to_owned()))
+    );
+    assert!(seen.beats >= 5);
+}

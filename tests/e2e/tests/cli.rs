@@ -1,0 +1,849 @@
+//! The `edgerunner` binary end to end, against a real local server: it enrolls a key-pair
+//! runner and, separately, starts with a bootstrap token; runs real shell jobs whose output
+//! arrives as a valid chain; terminates a job cancelled mid-run and records it cancelled;
+//! stops a job over its wall time and reports it failed; drains on SIGTERM and gives work back
+//! on a second signal; and `edgerunner verify` accepts a real custody bundle and names the
+//! broken link in a tampered one. (A tampered envelope served by a test double is refused
+//! before execution: `crates/runner/tests/tampered_envelope.rs`.)
+//!
+//! The binary is `EDGERUNNER_BIN` (scripts/test builds it and sets it); every test fails
+//! without it or without `BASE_URL`. Each test makes its own organization and scratch
+//! directory; every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use edgerunner_e2e::jobs::*;
+use edgerunner_e2e::*;
+use edgerunner_protocol::chunk::{payload_hash, StreamChunk};
+use edgerunner_protocol::stable_json;
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------------------------------------
+// The binary
+// ---------------------------------------------------------------------------------------------
+
+fn bin() -> PathBuf {
+    PathBuf::from(required_env("EDGERUNNER_BIN"))
+}
+
+/// A scratch directory removed at the end of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(unique(&format!("edgerunner-cli-{name}")));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Self(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `edgerunner ARGS` with a clean environment (none of the caller's EVALGATE_* or config).
+fn command(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(bin());
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_CONFIG_HOME", scratch.path("xdg"))
+        .stdin(Stdio::null());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command
+}
+
+fn run(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Output {
+    command(scratch, args, env)
+        .output()
+        .expect("edgerunner runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `edgerunner admin --json ARGS` with the org's admin key; the answer's JSON.
+fn admin(scratch: &Scratch, org: &Org, args: &[&str]) -> Value {
+    let base = base_url();
+    let mut all = vec!["admin", "--server", base.as_str(), "--json"];
+    all.extend_from_slice(args);
+    let output = run(scratch, &all, &[("EDGERUNNER_API_KEY", &org.admin_key)]);
+    assert!(
+        output.status.success(),
+        "edgerunner {args:?}: {}",
+        text(&output)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "edgerunner {args:?} printed non-JSON ({e}): {}",
+            text(&output)
+        )
+    })
+}
+
+/// A running `edgerunner runner start`, its stderr (JSON lines) in a file.
+struct RunnerProcess {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl RunnerProcess {
+    fn start(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let stderr = scratch.path(&unique("runner-stderr"));
+        let work = scratch.path("work");
+        let mut all = vec![
+            "runner",
+            "start",
+            "--log-format",
+            "json",
+            "--poll-interval",
+            "0.2",
+            "--work-dir",
+            work.to_str().expect("UTF-8 path"),
+        ];
+        all.extend_from_slice(args);
+        let child = command(scratch, &all, env)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("edgerunner starts");
+        Self { child, stderr }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.log()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    fn has_event(&self, name: &str) -> bool {
+        self.events().iter().any(|event| event["event"] == name)
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    async fn exit(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "edgerunner did not exit within {limit:?}; its log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for RunnerProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `check` every 100 ms until it holds, at most `limit`.
+async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn job_in_state(org: &Org, job_id: &str, states: &[&str], limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let job = job(&org.admin_key, job_id).await;
+        if states.iter().any(|state| job["state"] == *state) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job_id} is {} after {limit:?}, not one of {states:?}: {job}",
+            job["state"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn pid_alive(pid: &str) -> bool {
+    Path::new("/proc").join(pid.trim()).exists()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+struct Setup {
+    org: Org,
+    release: Release,
+    scratch: Scratch,
+}
+
+impl Setup {
+    async fn new(name: &str) -> Self {
+        let org = bootstrap_org(&format!("cli-{name}"));
+        let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
+        Self {
+            org,
+            release,
+            scratch: Scratch::new(name),
+        }
+    }
+
+    /// Registers a bootstrap-token runner with the CLI; returns its id and token.
+    fn register(&self, capacity: u32) -> (String, String) {
+        let name = unique("cli-runner");
+        let capacity = capacity.to_string();
+        let answer = admin(
+            &self.scratch,
+            &self.org,
+            &[
+                "runners",
+                "register",
+                "--name",
+                &name,
+                "--runner-key",
+                &name,
+                "--execution-kind",
+                "prompt",
+                "--runtime",
+                RUNTIME,
+                "--max-concurrent-jobs",
+                &capacity,
+            ],
+        );
+        let id = answer["runner"]["id"]
+            .as_str()
+            .expect("runner id")
+            .to_owned();
+        let token = answer["bootstrapToken"].as_str().expect("token").to_owned();
+        (id, token)
+    }
+
+    async fn enqueue(&self, input: &Value, requirements: &Value) -> String {
+        let job = enqueue_job(&self.org.admin_key, &self.release, input, requirements).await;
+        job["id"].as_str().expect("job id").to_owned()
+    }
+
+    /// The bootstrap-token environment of runner `id`, with the org's key for evidence.
+    fn env<'a>(&'a self, base: &'a str, id: &'a str, token: &'a str) -> Vec<(&'a str, &'a str)> {
+        vec![
+            ("EVALGATE_BASE_URL", base),
+            ("EVALGATE_RUNNER_ID", id),
+            ("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", token),
+            ("EDGERUNNER_EVIDENCE_API_KEY", self.org.admin_key.as_str()),
+        ]
+    }
+
+    /// The job's custody bundle, fetched with `edgerunner admin jobs bundle -o FILE`.
+    fn bundle(&self, job_id: &str) -> (PathBuf, Value) {
+        let path = self.scratch.path(&format!("{job_id}.bundle.json"));
+        let base = base_url();
+        let output = run(
+            &self.scratch,
+            &[
+                "admin",
+                "--server",
+                &base,
+                "jobs",
+                "bundle",
+                job_id,
+                "-o",
+                path.to_str().expect("UTF-8"),
+            ],
+            &[("EDGERUNNER_API_KEY", &self.org.admin_key)],
+        );
+        assert!(output.status.success(), "bundle: {}", text(&output));
+        let bundle = serde_json::from_str(&std::fs::read_to_string(&path).expect("bundle file"))
+            .expect("bundle JSON");
+        (path, bundle)
+    }
+
+    fn verify(&self, path: &Path, extra: &[&str]) -> Output {
+        let mut args = vec!["verify", path.to_str().expect("UTF-8")];
+        args.extend_from_slice(extra);
+        run(&self.scratch, &args, &[])
+    }
+}
+
+fn requirements_with_wall(wall_seconds: u64) -> Value {
+    let mut requirements = requirements("prompt");
+    requirements["limits"] = limits(60, 512, wall_seconds, 1_048_576);
+    requirements
+}
+
+/// The payloads of the bundle's stream chunks (one attempt), in order.
+fn payloads(bundle: &Value) -> Vec<Value> {
+    bundle["stream"]
+        .as_array()
+        .expect("stream")
+        .iter()
+        .map(|chunk| chunk["payload"].clone())
+        .collect()
+}
+
+/// Every output line the stream carries for `stream` ("stdout" or "stderr"), in order.
+fn lines_of(bundle: &Value, stream: &str) -> Vec<String> {
+    payloads(bundle)
+        .iter()
+        .filter_map(|payload| payload["lines"].as_array().cloned())
+        .flatten()
+        .filter(|line| line["stream"] == stream)
+        .map(|line| line["line"].as_str().expect("line text").to_owned())
+        .collect()
+}
+
+fn exited(bundle: &Value) -> Value {
+    let payloads = payloads(bundle);
+    let last = payloads.last().expect("a stream").clone();
+    assert_eq!(
+        last["event"], "exited",
+        "the stream ends with the exit: {last}"
+    );
+    last
+}
+
+fn accepted(job: &Value) -> Value {
+    let completions = job["completions"].as_array().expect("completions");
+    assert_eq!(completions.len(), 1, "one completion: {job}");
+    assert_eq!(completions[0]["decision"], "accepted", "{job}");
+    completions[0].clone()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_bootstrap_token_runner_streams_real_shell_output_as_a_valid_chain() {
+    let setup = Setup::new("bootstrap").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(2);
+    let input = lexical(r#"{"label": "été ✨", "weight": 1.50, "tiny": 1e-07}"#);
+    let ok = setup.enqueue(&input, &requirements("prompt")).await;
+    let bad = setup
+        .enqueue(&json!({"fail": true}), &requirements("prompt"))
+        .await;
+    let command = r#"echo "job=$EDGERUNNER_JOB_ID attempt=$EDGERUNNER_ATTEMPT"; cat "$EDGERUNNER_INPUT"; echo; test -f "$EDGERUNNER_ARTIFACT" && echo artifact-ok; if grep -q '"fail"' "$EDGERUNNER_INPUT"; then echo failing >&2; exit 3; fi; i=0; while [ $i -lt 60 ]; do echo "line $i"; i=$((i+1)); done; echo done >&2"#;
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &["--exec", command, "--exit-when-idle"],
+        &setup.env(&base, &runner_id, &token),
+    );
+    let status = runner.exit(Duration::from_secs(90)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    let completed: Vec<Value> = runner
+        .events()
+        .into_iter()
+        .filter(|event| event["event"] == "job.completed")
+        .collect();
+    assert_eq!(completed.len(), 2, "{}", runner.log());
+
+    // The successful job: its output, batched, chained and closed by the completion.
+    let job_ok = job(&setup.org.admin_key, &ok).await;
+    assert_eq!(job_ok["state"], "succeeded", "{job_ok}");
+    let completion = accepted(&job_ok);
+    assert_eq!(completion["status"], "succeeded");
+    let (path, bundle) = setup.bundle(&ok);
+    let payloads = payloads(&bundle);
+    assert_eq!(payloads[0]["event"], "started", "{}", payloads[0]);
+    let stdout = lines_of(&bundle, "stdout");
+    assert_eq!(stdout[0], format!("job={ok} attempt=1"));
+    let served: Value = serde_json::from_str(&stdout[1]).expect("the input file is JSON");
+    assert_eq!(
+        h(&served),
+        h(&input),
+        "the command read the input as enqueued"
+    );
+    assert_eq!(stdout[2], "artifact-ok");
+    let expected: Vec<String> = (0..60).map(|i| format!("line {i}")).collect();
+    assert_eq!(stdout[3..], expected[..]);
+    assert_eq!(lines_of(&bundle, "stderr"), vec!["done".to_owned()]);
+    let log_chunks: Vec<&Value> = payloads.iter().filter(|p| p["lines"].is_array()).collect();
+    assert!(
+        log_chunks.len() >= 2,
+        "64 lines take more than one chunk of 50"
+    );
+    assert!(log_chunks
+        .iter()
+        .all(|p| p["lines"].as_array().map_or(0, Vec::len) <= 50));
+    let exit = exited(&bundle);
+    assert_eq!(exit["exitCode"], 0);
+    let stdout_bytes = format!("{}\n", stdout.join("\n"));
+    let stdout_sha256 = sha256_hex(stdout_bytes.as_bytes());
+    assert_eq!(exit["stdoutSha256"], stdout_sha256.as_str());
+    assert_eq!(
+        completion["resultHash"],
+        h(&json!({"exitCode": 0, "stdoutSha256": stdout_sha256})).as_str(),
+        "resultHash = H({{exitCode, stdoutSha256}})"
+    );
+    let last = bundle["stream"]
+        .as_array()
+        .and_then(|s| s.last())
+        .expect("chunks");
+    assert_eq!(completion["finalStreamChecksum"], last["checksum"]);
+    let verified = setup.verify(&path, &[]);
+    assert!(verified.status.success(), "{}", text(&verified));
+    assert!(String::from_utf8_lossy(&verified.stdout).starts_with("OK job "));
+
+    // Its evidence: a run the runner made, with the outcome recorded as a test result.
+    let evidence = &completion["evidence"];
+    let run_id = evidence["evaluationRunId"].as_str().expect("run id");
+    let test_result = evidence["testResultIds"][0]
+        .as_str()
+        .expect("a test result");
+    let run = get(
+        &format!("/api/evidence/runs/{run_id}"),
+        &setup.org.admin_key,
+    )
+    .await
+    .expect(200);
+    assert_eq!(run["testResults"][0]["id"], test_result);
+    assert_eq!(run["testResults"][0]["status"], "passed");
+    assert_eq!(run["attachedTo"]["jobId"], ok.as_str());
+
+    // The failing job: exit 3 is `failed`, with its stderr streamed.
+    let job_bad = job(&setup.org.admin_key, &bad).await;
+    assert_eq!(job_bad["state"], "failed", "{job_bad}");
+    assert_eq!(accepted(&job_bad)["status"], "failed");
+    let (_, bundle) = setup.bundle(&bad);
+    assert_eq!(exited(&bundle)["exitCode"], 3);
+    assert_eq!(exited(&bundle)["ending"], "exited");
+    assert!(lines_of(&bundle, "stderr").contains(&"failing".to_owned()));
+}
+
+#[tokio::test]
+async fn a_key_pair_runner_enrolls_waits_for_approval_then_runs_its_job() {
+    let setup = Setup::new("keypair").await;
+    let base = base_url();
+    let run_id = evaluation_run(&setup.org.admin_key).await;
+    let job_id = setup
+        .enqueue(
+            &json!({"evaluationRunId": run_id.to_json(), "task": "keypair"}),
+            &requirements("prompt"),
+        )
+        .await;
+    let config = setup.scratch.path("config/runner.json");
+    let config_arg = config.to_str().expect("UTF-8").to_owned();
+    let name = unique("cli-keypair");
+    let enroll_args = [
+        "runner",
+        "enroll",
+        "--server",
+        base.as_str(),
+        "--organization",
+        setup.org.id.as_str(),
+        "--config",
+        config_arg.as_str(),
+        "--name",
+        name.as_str(),
+        "--execution-kind",
+        "prompt",
+        "--runtime",
+        RUNTIME,
+        "--json",
+    ];
+    let output = run(&setup.scratch, &enroll_args, &[]);
+    assert!(output.status.success(), "{}", text(&output));
+    let enrolled: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        enrolled["runner"]["state"], "pending_approval",
+        "{enrolled}"
+    );
+    assert_eq!(enrolled["keyCreated"], true);
+    let runner_id = enrolled["runner"]["id"].as_str().expect("id").to_owned();
+    let fingerprint = enrolled["fingerprint"]
+        .as_str()
+        .expect("fingerprint")
+        .to_owned();
+    let key_file = PathBuf::from(enrolled["keyFile"].as_str().expect("key file"));
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |path: &Path| {
+        std::fs::metadata(path)
+            .expect("exists")
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&key_file), 0o600, "the key is owner-only");
+    assert_eq!(mode(&config), 0o600, "the config is owner-only");
+    let record = runner_record(&setup.org.admin_key, &runner_id).await;
+    assert_eq!(
+        record["fingerprint"],
+        fingerprint.as_str(),
+        "the admin sees the same fingerprint"
+    );
+    assert_eq!(record["identityModel"], "keypair");
+
+    // The same key twice is refused, and the key is not replaced.
+    let again = run(&setup.scratch, &enroll_args, &[]);
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already enrolled"),
+        "{}",
+        text(&again)
+    );
+
+    // It waits for approval, then claims, runs and completes with the job's own evidence.
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &[
+            "--config",
+            config_arg.as_str(),
+            "--exec",
+            "echo hello from $EDGERUNNER_JOB_ID",
+            "--exit-when-idle",
+        ],
+        &[],
+    );
+    eventually(
+        "the runner reports that it awaits approval",
+        Duration::from_secs(30),
+        || runner.has_event("runner.pending_approval"),
+    )
+    .await;
+    assert_eq!(job(&setup.org.admin_key, &job_id).await["state"], "queued");
+    let approved = admin(
+        &setup.scratch,
+        &setup.org,
+        &[
+            "runners",
+            "approve",
+            &runner_id,
+            "--reason",
+            "fingerprint checked by e2e",
+        ],
+    );
+    assert_eq!(approved["state"], "active", "{approved}");
+    let status = runner.exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    let job = job(&setup.org.admin_key, &job_id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let completion = accepted(&job);
+    assert_eq!(completion["runnerId"], runner_id.as_str());
+    assert_eq!(completion["evidence"]["evaluationRunId"], run_id.to_json());
+    let (_, bundle) = setup.bundle(&job_id);
+    assert_eq!(
+        lines_of(&bundle, "stdout"),
+        vec![format!("hello from {job_id}")]
+    );
+
+    // A key that others could read is not used.
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let refused = run(
+        &setup.scratch,
+        &["runner", "whoami", "--config", config_arg.as_str()],
+        &[],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("others could read it"),
+        "{}",
+        text(&refused)
+    );
+}
+
+#[tokio::test]
+async fn a_job_cancelled_mid_run_is_terminated_and_recorded_cancelled() {
+    let setup = Setup::new("cancel").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(1);
+    let job_id = setup
+        .enqueue(&json!({"task": "cancel"}), &requirements("prompt"))
+        .await;
+    let pid_file = setup.scratch.path("pid");
+    // Ignores SIGTERM, so the runner must kill it after the grace period.
+    let command = format!(
+        "trap '' TERM; echo $$ > {}; echo started; while true; do sleep 0.2; done",
+        pid_file.display()
+    );
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &[
+            "--exec",
+            &command,
+            "--exit-when-idle",
+            "--heartbeat-interval",
+            "0.5",
+            "--grace",
+            "1",
+        ],
+        &setup.env(&base, &runner_id, &token),
+    );
+    eventually("the command starts", Duration::from_secs(60), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
+    })
+    .await;
+    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    assert!(pid_alive(&pid));
+    let cancelled_at = Instant::now();
+    let answer = admin(
+        &setup.scratch,
+        &setup.org,
+        &[
+            "jobs",
+            "cancel",
+            &job_id,
+            "--reason",
+            "e2e: no longer needed",
+        ],
+    );
+    assert_eq!(answer["state"], "cancel_requested", "{answer}");
+    let status = runner.exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(20),
+        "cancellation surfaced promptly"
+    );
+    assert!(!pid_alive(&pid), "the command was terminated");
+
+    let job = job_in_state(&setup.org, &job_id, &["cancelled"], Duration::from_secs(10)).await;
+    assert_eq!(accepted(&job)["status"], "cancelled");
+    let (path, bundle) = setup.bundle(&job_id);
+    let exit = exited(&bundle);
+    assert_eq!(exit["ending"], "cancelled", "{exit}");
+    assert_eq!(
+        exit["killed"], true,
+        "SIGTERM was ignored, so it was killed: {exit}"
+    );
+    assert_eq!(exit["cancelReason"], "e2e: no longer needed");
+    assert_eq!(lines_of(&bundle, "stdout"), vec!["started".to_owned()]);
+    let verified = setup.verify(&path, &[]);
+    assert!(verified.status.success(), "{}", text(&verified));
+}
+
+#[tokio::test]
+async fn a_job_over_its_wall_time_is_stopped_and_reported_failed() {
+    let setup = Setup::new("walltime").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(1);
+    let job_id = setup
+        .enqueue(&json!({"task": "slow"}), &requirements_with_wall(2))
+        .await;
+    let pid_file = setup.scratch.path("pid");
+    let command = format!(
+        "echo $$ > {}; echo sleeping; sleep 30; echo never",
+        pid_file.display()
+    );
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &["--exec", &command, "--exit-when-idle", "--grace", "1"],
+        &setup.env(&base, &runner_id, &token),
+    );
+    let status = runner.exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    let pid = std::fs::read_to_string(&pid_file).expect("the command ran");
+    assert!(!pid_alive(&pid), "the command was stopped");
+
+    let job = job(&setup.org.admin_key, &job_id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(accepted(&job)["status"], "failed");
+    let (_, bundle) = setup.bundle(&job_id);
+    let exit = exited(&bundle);
+    assert_eq!(exit["ending"], "wall_time_exceeded", "{exit}");
+    assert_eq!(exit["exitCode"], Value::Null, "ended by a signal: {exit}");
+    let duration = exit["durationMs"].as_u64().expect("duration");
+    assert!(
+        (2000..15_000).contains(&duration),
+        "stopped at the limit: {exit}"
+    );
+    assert_eq!(lines_of(&bundle, "stdout"), vec!["sleeping".to_owned()]);
+}
+
+#[tokio::test]
+async fn verify_accepts_a_real_bundle_and_names_the_broken_link_in_a_tampered_one() {
+    let setup = Setup::new("verify").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(1);
+    let job_id = setup
+        .enqueue(&json!({"task": "verify"}), &requirements("prompt"))
+        .await;
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &["--exec", "echo one; echo two", "--exit-when-idle"],
+        &setup.env(&base, &runner_id, &token),
+    );
+    let status = runner.exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    let (path, bundle) = setup.bundle(&job_id);
+    assert!(
+        bundle["stream"].as_array().map_or(0, Vec::len) >= 3,
+        "{bundle}"
+    );
+
+    let verified = setup.verify(&path, &[]);
+    assert!(verified.status.success(), "{}", text(&verified));
+    // With the runner's job-signing secret, the envelope's HMAC is checked too.
+    let session = jobs::Runner::connect(&runner_id, &token).await;
+    let secret = session.signing.secret.expose().to_owned();
+    let signed = setup.verify(&path, &["--signing-secret", &secret]);
+    assert!(signed.status.success(), "{}", text(&signed));
+    assert!(
+        String::from_utf8_lossy(&signed.stdout).contains("1 signature verified"),
+        "{}",
+        text(&signed)
+    );
+    let json_report = setup.verify(&path, &["--json"]);
+    let report: Value = serde_json::from_slice(&json_report.stdout).expect("JSON report");
+    assert_eq!(report["valid"], true, "{report}");
+
+    // A forged log chunk, re-hashed so that it is consistent in itself: the next link breaks.
+    let mut forged = bundle.clone();
+    forged["stream"][1]["payload"]["lines"][0]["line"] = "forged".into();
+    let mut chunk = StreamChunk::from_json(&forged["stream"][1]).expect("a chunk");
+    chunk.payload_hash = payload_hash(&chunk.payload);
+    chunk.checksum = chunk.expected_checksum();
+    forged["stream"][1] = chunk.to_json();
+    let forged_path = setup.scratch.path("forged.json");
+    std::fs::write(&forged_path, forged.to_string()).expect("write");
+    let refused = setup.verify(&forged_path, &[]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert!(stdout.starts_with("FAILED job "), "{}", text(&refused));
+    assert!(
+        stdout.contains(
+            "stream attempt 1 sequence 2: previousChecksum does not match sequence 1's checksum"
+        ),
+        "{}",
+        text(&refused)
+    );
+
+    // A changed envelope is named by its claim.
+    let mut altered = bundle.clone();
+    altered["claims"][0]["signedJob"]["envelope"]["inputHash"] =
+        stable_json::hash(&json!("another input")).as_str().into();
+    let altered_path = setup.scratch.path("altered.json");
+    std::fs::write(&altered_path, altered.to_string()).expect("write");
+    let refused = setup.verify(&altered_path, &[]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let claim_id = bundle["claims"][0]["id"].as_str().expect("claim id");
+    assert!(
+        String::from_utf8_lossy(&refused.stdout)
+            .contains(&format!("claim {claim_id} (attempt 1): payloadHash ")),
+        "{}",
+        text(&refused)
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drains_running_work_and_a_second_signal_gives_it_back() {
+    let setup = Setup::new("shutdown").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(1);
+    let env = setup.env(&base, &runner_id, &token);
+
+    // First: SIGTERM while a job runs lets it finish and complete, then the runner exits.
+    let finishing = setup
+        .enqueue(&json!({"task": "finish"}), &requirements("prompt"))
+        .await;
+    let pid_file = setup.scratch.path("pid-finishing");
+    let command = format!("echo $$ > {}; sleep 2; echo finished", pid_file.display());
+    let mut runner = RunnerProcess::start(&setup.scratch, &["--exec", &command], &env);
+    eventually("the first command starts", Duration::from_secs(60), || {
+        pid_file.exists()
+    })
+    .await;
+    runner.signal("TERM");
+    let status = runner.exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    assert!(runner.has_event("runner.draining"), "{}", runner.log());
+    let finished = job(&setup.org.admin_key, &finishing).await;
+    assert_eq!(
+        finished["state"], "succeeded",
+        "drained, not abandoned: {finished}"
+    );
+
+    // Then: a second signal stops the running command and gives the job back uncompleted;
+    // its lease lapses and the server requeues it.
+    let given_back = setup
+        .enqueue(&json!({"task": "give back"}), &requirements("prompt"))
+        .await;
+    let pid_file = setup.scratch.path("pid-stubborn");
+    let command = format!(
+        "trap '' TERM; echo $$ > {}; while true; do sleep 0.2; done",
+        pid_file.display()
+    );
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &[
+            "--exec",
+            &command,
+            "--grace",
+            "1",
+            "--lease-seconds",
+            "15",
+            "--heartbeat-interval",
+            "2",
+        ],
+        &env,
+    );
+    eventually("the second command starts", Duration::from_secs(60), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
+    })
+    .await;
+    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    runner.signal("TERM");
+    eventually("the runner drains", Duration::from_secs(10), || {
+        runner.has_event("runner.draining")
+    })
+    .await;
+    assert!(pid_alive(&pid), "draining lets the job run");
+    runner.signal("TERM");
+    let status = runner.exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    assert!(runner.has_event("job.given_back"), "{}", runner.log());
+    assert!(!pid_alive(&pid), "the command was stopped");
+    let held = job(&setup.org.admin_key, &given_back).await;
+    assert_eq!(
+        held["completions"].as_array().map(Vec::len),
+        Some(0),
+        "not completed: {held}"
+    );
+    let requeued = job_in_state(
+        &setup.org,
+        &given_back,
+        &["queued"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        requeued["dispatchAttempt"], 1,
+        "requeued for a new attempt: {requeued}"
+    );
+}
