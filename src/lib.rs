@@ -92,6 +92,12 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Get, ["api", "remote-runners", "jobs", id, "bundle"]) => {
             routes::jobs::bundle(req, &ctx, id).await
         }
+        (Post, ["api", "remote-runners", "jobs", id, "evidence", "runs"]) => {
+            routes::evidence::create_job_run(req, &ctx, id).await
+        }
+        (Post, ["api", "remote-runners", "jobs", id, "evidence", "runs", run, "test-results"]) => {
+            routes::evidence::create_job_test_result(req, &ctx, id, run).await
+        }
         (Get, ["api", "remote-runners", "jobs", id, "input"]) => {
             routes::jobs::input(req, &ctx, id).await
         }

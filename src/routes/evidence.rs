@@ -117,15 +117,26 @@ pub(crate) async fn create_test_result(
     ctx: &Ctx,
     run_id: &str,
 ) -> ApiResult<Response> {
-    let (caller, body) = writer(&mut req, ctx, &["name", "passed", "status", "score"]).await?;
-    let name = required_str(&body, "name", 500)?;
+    let (caller, body) = writer(&mut req, ctx, TEST_RESULT_FIELDS).await?;
+    test_result_in(ctx, &caller.organization_id, run_id, &body).await
+}
+
+const TEST_RESULT_FIELDS: &[&str] = &["name", "passed", "status", "score"];
+
+async fn test_result_in(
+    ctx: &Ctx,
+    organization_id: &str,
+    run_id: &str,
+    body: &Map<String, Value>,
+) -> ApiResult<Response> {
+    let name = required_str(body, "name", 500)?;
     let passed = match body.get("passed") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(passed)) => Some(*passed),
         Some(_) => return Err(invalid("passed must be a boolean")),
     };
     // `passed` is the short form; `status` (the schema's four outcomes) the long one.
-    let status = match (passed, optional_str(&body, "status", 16)?) {
+    let status = match (passed, optional_str(body, "status", 16)?) {
         (None, None) => {
             return Err(ApiError::unprocessable(
                 "MISSING_FIELD",
@@ -163,7 +174,7 @@ pub(crate) async fn create_test_result(
     let id = random_id("tst")?;
     let row = evidence::NewTestResult {
         id: &id,
-        organization_id: &caller.organization_id,
+        organization_id,
         evaluation_run_id: run_id,
         name,
         status,
@@ -373,4 +384,84 @@ pub(crate) async fn get_run(req: Request, ctx: &Ctx, run_id: &str) -> ApiResult<
         );
     }
     json_response(200, &value).map_err(ApiError::from)
+}
+
+// ------------------------------------------------------------------------------------------
+// The runner's side: evidence for the job it holds
+// ------------------------------------------------------------------------------------------
+
+/// The runner holding `job_id`'s active claim, with the request body (unknown fields refused).
+async fn job_holder(
+    req: &mut Request,
+    ctx: &Ctx,
+    job_id: &str,
+    allowed: &[&str],
+) -> ApiResult<(auth::RunnerCaller, Map<String, Value>)> {
+    let caller = auth::runner(req, ctx).await?;
+    crate::store::jobs::held_job_data(
+        &ctx.db,
+        caller.organization_id(),
+        job_id,
+        caller.runner_id(),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("no such job held by this runner"))?;
+    let body = json_object(req).await?;
+    refuse_unknown(&body, allowed)?;
+    Ok((caller, body))
+}
+
+/// `POST /api/remote-runners/jobs/{jobId}/evidence/runs`: an evaluation run for the job the
+/// runner holds, so a runner can complete with evidence without an API key. The run records
+/// which job and runner it was made for; a runner may add rows only to such runs.
+pub(crate) async fn create_job_run(
+    mut req: Request,
+    ctx: &Ctx,
+    job_id: &str,
+) -> ApiResult<Response> {
+    let (caller, body) = job_holder(&mut req, ctx, job_id, &["name"]).await?;
+    let name = optional_str(&body, "name", 200)?;
+    let metadata = evidence::run_metadata(
+        name,
+        Some(serde_json::json!({ "jobId": job_id, "runnerId": caller.runner_id() })),
+    );
+    let id = random_id("evr")?;
+    let row = evidence::NewRun {
+        id: &id,
+        organization_id: caller.organization_id(),
+        evaluation_id: None,
+        metadata_json: metadata.as_deref(),
+        now: ctx.now,
+    };
+    let changed = evidence::insert_run(&ctx.db, &row).await?;
+    store::expect_one(changed, || {
+        ApiError::internal("evaluation run insert changed no row")
+    })?;
+    let run = evidence::RunRow {
+        id,
+        evaluation_id: None,
+        status: "running".to_owned(),
+        metadata,
+        created_at: ctx.now,
+        finished_at: None,
+        attached_completion_id: None,
+        attached_job_id: None,
+        attached_at: None,
+    };
+    created(&run.to_json())
+}
+
+/// `POST /api/remote-runners/jobs/{jobId}/evidence/runs/{runId}/test-results`: a test result in
+/// a run made for the job the runner holds.
+pub(crate) async fn create_job_test_result(
+    mut req: Request,
+    ctx: &Ctx,
+    job_id: &str,
+    run_id: &str,
+) -> ApiResult<Response> {
+    let (caller, body) = job_holder(&mut req, ctx, job_id, TEST_RESULT_FIELDS).await?;
+    if !evidence::run_is_for_job(&ctx.db, caller.organization_id(), run_id, job_id).await? {
+        return Err(run_not_found());
+    }
+    test_result_in(ctx, caller.organization_id(), run_id, &body).await
 }

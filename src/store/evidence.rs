@@ -505,3 +505,25 @@ pub(crate) async fn traces_of(
     )
     .await
 }
+
+/// Whether `run` was made for `job` through the runner's side (its metadata names the job).
+pub(crate) async fn run_is_for_job(
+    db: &D1Database,
+    org: &str,
+    run: &str,
+    job: &str,
+) -> ApiResult<bool> {
+    #[derive(Deserialize)]
+    struct Found {
+        #[allow(dead_code)]
+        id: String,
+    }
+    let found: Option<Found> = first(
+        db,
+        "SELECT id FROM evaluation_runs WHERE id = ?2 AND organization_id = ?1 \
+           AND json_extract(metadata, '$.metadata.jobId') = ?3",
+        &[org.into(), run.into(), job.into()],
+    )
+    .await?;
+    Ok(found.is_some())
+}

@@ -327,6 +327,26 @@ impl RunnerClient {
         answer.json(&format!("GET {path}"))
     }
 
+    /// `POST` to a job-bound evidence route of the job this runner holds
+    /// (`/api/remote-runners/jobs/{job}/evidence/…`). Creating evidence is not idempotent, so only
+    /// a request that never left is repeated.
+    pub async fn job_evidence(
+        &self,
+        job_id: &JobId,
+        rest: &str,
+        body: &Value,
+    ) -> Result<Value, ClientError> {
+        let path = format!(
+            "/api/remote-runners/jobs/{}/evidence/{rest}",
+            job_id.as_str()
+        );
+        let (_, answer) = retry(self.retry, ClientError::never_sent, || {
+            self.runner_request(Method::POST, &path, Some(body))
+        })
+        .await?;
+        answer.json(&format!("POST {path}"))
+    }
+
     /// `GET /api/remote-runners/self`: this runner's record.
     pub async fn whoami(&self) -> Result<Value, ClientError> {
         let (_, answer) = retry(self.retry, ClientError::is_transient, || {

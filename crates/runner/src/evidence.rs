@@ -3,15 +3,16 @@
 //! The server accepts a completion only if it names an existing evaluation run of the job's
 //! organization, and attaches each run to one accepted completion at most. Creating a run
 //! (`POST /api/evidence/runs`) takes an API key with `runs:write`; a runner credential cannot.
-//! So each job's run comes from one of two places, tried in this order:
+//! Each job's run comes from one of three places, tried in this order:
 //!
 //! 1. **The job input**: when the input is an object with the configured field (default
 //!    `evaluationRunId`), that run is used. The enqueuer creates it with the job.
 //! 2. **An evidence API key** given to the runner (`--evidence-api-key`,
 //!    `EDGERUNNER_EVIDENCE_API_KEY`): the runner creates one run per job before running it, and
 //!    records the outcome in it as a test result before completing.
-//!
-//! With neither, the job is not run: a job that cannot be completed must not be executed.
+//! 3. **The runner's own credential**: the holder of a job's active claim may create a run for
+//!    that job (`POST /api/remote-runners/jobs/{job}/evidence/runs`) and add test results to it.
+//!    This is the default: no API key ever needs to reach a runner machine.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use edgerunner_protocol::state::CompletionStatus;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use crate::client::Assignment;
+use crate::client::{Assignment, RunnerClient};
 use crate::http::{ClientError, Http};
 use crate::retry::{retry, RetryPolicy};
 
@@ -56,14 +57,26 @@ impl std::fmt::Debug for EvidenceApi {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreparedEvidence {
     pub evaluation_run_id: EvidenceId,
-    /// Whether this runner created the run (and so records the outcome in it).
-    pub created: bool,
+    /// Who made the run (a run this runner made gets the outcome recorded in it).
+    pub made_by: MadeBy,
+}
+
+/// Where a job's evaluation run came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MadeBy {
+    /// The enqueuer, named in the job input.
+    Enqueuer,
+    /// This runner, through the evidence API key.
+    ApiKey,
+    /// This runner, through its own credential and the job it holds.
+    Runner,
 }
 
 impl EvidenceSource {
     /// Finds or creates the job's evaluation run.
     pub async fn prepare(
         &self,
+        client: &RunnerClient,
         assignment: &Assignment,
         input: &Value,
     ) -> Result<PreparedEvidence, ClientError> {
@@ -74,7 +87,7 @@ impl EvidenceSource {
                     return evidence_id(value)
                         .map(|evaluation_run_id| PreparedEvidence {
                             evaluation_run_id,
-                            created: false,
+                            made_by: MadeBy::Enqueuer,
                         })
                         .ok_or_else(|| {
                             ClientError::Config(format!(
@@ -84,17 +97,27 @@ impl EvidenceSource {
                 }
             }
         }
+        let name = format!(
+            "edgerunner job {} attempt {}",
+            assignment.job_id(),
+            assignment.attempt()
+        );
         let Some(api) = &self.api else {
-            return Err(ClientError::Config(format!(
-                "no evaluation run for job {}: the input has no {:?} field and no evidence API key \
-                 is configured (--evidence-api-key or EDGERUNNER_EVIDENCE_API_KEY); the job was \
-                 not run",
-                assignment.job_id(),
-                self.input_field.as_deref().unwrap_or("evaluationRunId"),
-            )));
+            let created = client
+                .job_evidence(assignment.job_id(), "runs", &json!({ "name": name }))
+                .await?;
+            let evaluation_run_id =
+                evidence_id(&created["id"]).ok_or_else(|| ClientError::Malformed {
+                    what: "POST …/evidence/runs".into(),
+                    detail: "the answer has no run id".into(),
+                })?;
+            return Ok(PreparedEvidence {
+                evaluation_run_id,
+                made_by: MadeBy::Runner,
+            });
         };
         let mut body = json!({
-            "name": format!("edgerunner job {} attempt {}", assignment.job_id(), assignment.attempt()),
+            "name": name,
             "metadata": {
                 "jobId": assignment.job_id().as_str(),
                 "claimId": assignment.claim_id().as_str(),
@@ -113,7 +136,7 @@ impl EvidenceSource {
             })?;
         Ok(PreparedEvidence {
             evaluation_run_id,
-            created: true,
+            made_by: MadeBy::ApiKey,
         })
     }
 
@@ -121,6 +144,7 @@ impl EvidenceSource {
     /// outcome first; if that fails, the completion names the run alone (and `warning` says so).
     pub async fn finish(
         &self,
+        client: &RunnerClient,
         prepared: &PreparedEvidence,
         assignment: &Assignment,
         status: CompletionStatus,
@@ -133,23 +157,32 @@ impl EvidenceSource {
             trace_id: None,
             extra: Map::new(),
         };
-        let (true, Some(api)) = (prepared.created, &self.api) else {
+        if prepared.made_by == MadeBy::Enqueuer {
             return (evidence, None);
-        };
+        }
         let outcome = match status {
             CompletionStatus::Succeeded => "passed",
             CompletionStatus::Failed => "failed",
             CompletionStatus::Cancelled => "skipped",
         };
-        let path = format!(
-            "/api/evidence/runs/{}/test-results",
-            prepared.evaluation_run_id.key()
-        );
         let body = json!({
             "name": format!("job {} attempt {}", assignment.job_id(), assignment.attempt()),
             "status": outcome,
         });
-        match api.post(&path, &body).await {
+        let run = prepared.evaluation_run_id.key();
+        let (path, answer) = match (&self.api, prepared.made_by) {
+            (Some(api), MadeBy::ApiKey) => {
+                let path = format!("/api/evidence/runs/{run}/test-results");
+                let answer = api.post(&path, &body).await;
+                (path, answer)
+            }
+            _ => {
+                let rest = format!("runs/{run}/test-results");
+                let answer = client.job_evidence(assignment.job_id(), &rest, &body).await;
+                (format!("…/evidence/{rest}"), answer)
+            }
+        };
+        match answer {
             Ok(row) => match evidence_id(&row["id"]) {
                 Some(id) => {
                     evidence.test_result_ids.push(id);

@@ -402,7 +402,12 @@ impl JobRun {
                 )
             }
         };
-        let prepared = match self.config.evidence.prepare(assignment, &input).await {
+        let prepared = match self
+            .config
+            .evidence
+            .prepare(&self.client, assignment, &input)
+            .await
+        {
             Ok(prepared) => prepared,
             Err(error) => {
                 return self.not_completed(
@@ -474,7 +479,7 @@ impl JobRun {
         let (evidence, warning) = self
             .config
             .evidence
-            .finish(&prepared, assignment, status)
+            .finish(&self.client, &prepared, assignment, status)
             .await;
         if let Some(warning) = warning {
             self.reporter.warn(

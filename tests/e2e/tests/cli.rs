@@ -261,13 +261,13 @@ impl Setup {
         job["id"].as_str().expect("job id").to_owned()
     }
 
-    /// The bootstrap-token environment of runner `id`, with the org's key for evidence.
+    /// The bootstrap-token environment of runner `id`. No API key: the runner makes each job's
+    /// evaluation run with its own credential, through the job it holds.
     fn env<'a>(&'a self, base: &'a str, id: &'a str, token: &'a str) -> Vec<(&'a str, &'a str)> {
         vec![
             ("EVALGATE_BASE_URL", base),
             ("EVALGATE_RUNNER_ID", id),
             ("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", token),
-            ("EDGERUNNER_EVIDENCE_API_KEY", self.org.admin_key.as_str()),
         ]
     }
 

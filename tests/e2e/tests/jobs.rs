@@ -1916,3 +1916,82 @@ async fn an_expired_lease_refuses_appends_and_heartbeats() {
     );
     assert_eq!(shown["state"], "running", "{shown}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Evidence made by the runner holding the job
+// ---------------------------------------------------------------------------------------------
+
+/// A runner can make the evaluation run (and its test results) for the job it holds, and
+/// complete with them, without an API key; nobody else can add to that run.
+#[tokio::test]
+async fn the_holder_of_a_job_makes_its_evidence_and_completes_with_it() {
+    let f = Fixture::new("jobs-runner-evidence").await;
+    let job = f.enqueue(&json!({ "evidence": "by the runner" })).await;
+    let other_job = f.enqueue(&json!({ "evidence": "elsewhere" })).await;
+    let mut holder = f.runner(2).await;
+    let mut bystander = f.runner(1).await;
+    let claimed = claim_running(&mut holder).await;
+    let job_id = claimed.job_id();
+    assert_eq!(job_id, str_of(&job, "id"));
+    let other = bystander.claim_job().await;
+    assert_eq!(other.job_id(), str_of(&other_job, "id"));
+
+    let runs = format!("/api/remote-runners/jobs/{job_id}/evidence/runs");
+    // Only the holder: another runner, and an API key, are refused.
+    post(&runs, Some(&bystander.token), &json!({}))
+        .await
+        .expect_error(404, "NOT_FOUND");
+    post(&runs, Some(f.key()), &json!({}))
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    let run = post(
+        &runs,
+        Some(&holder.token),
+        &json!({ "name": "by the runner" }),
+    )
+    .await
+    .expect(201);
+    let run_id = str_of(&run, "id").to_owned();
+    let results = format!("{runs}/{run_id}/test-results");
+    let result = post(
+        &results,
+        Some(&holder.token),
+        &json!({ "name": "exit 0", "status": "passed" }),
+    )
+    .await
+    .expect(201);
+    // The bystander cannot add to it through the job it holds either.
+    let sideways = format!(
+        "/api/remote-runners/jobs/{}/evidence/runs/{run_id}/test-results",
+        other.job_id()
+    );
+    post(
+        &sideways,
+        Some(&bystander.token),
+        &json!({ "name": "x", "status": "passed" }),
+    )
+    .await
+    .expect_error(404, "NOT_FOUND");
+
+    let evidence = Evidence {
+        evaluation_run_id: EvidenceId::Text(run_id.clone()),
+        test_result_ids: vec![EvidenceId::Text(str_of(&result, "id").to_owned())],
+        cost_record_ids: Vec::new(),
+        model_call_ids: Vec::new(),
+        trace_id: None,
+        extra: serde_json::Map::new(),
+    };
+    let fields = claimed.fields(
+        CompletionStatus::Succeeded,
+        Some(stable_json::hash(&json!("done"))),
+        None,
+        evidence,
+    );
+    let answer = holder
+        .complete(&Completion::seal(fields).to_json())
+        .await
+        .expect(200);
+    assert_eq!(answer["decision"], "accepted", "{answer}");
+    let shown = get_job(f.key(), &job_id).await.expect(200);
+    assert_eq!(array_of(&shown, "evidence").len(), 2, "{shown}");
+}
