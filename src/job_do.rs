@@ -213,14 +213,16 @@ struct Snapshot {
 
 impl Snapshot {
     async fn load(db: &D1Database, job_id: &str) -> ApiResult<Self> {
-        let results = db
-            .batch(vec![
+        let results = store::read_batch(
+            db,
+            vec![
                 jobs::select_job(db, job_id)?,
                 jobs::select_claims(db, job_id)?,
                 jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS)?,
                 jobs::select_accepted(db, job_id)?,
-            ])
-            .await?;
+            ],
+        )
+        .await?;
         let [job, claims, head, accepted] = results.as_slice() else {
             return Err(ApiError::internal(
                 "job snapshot batch returned the wrong number of results",

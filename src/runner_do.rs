@@ -216,7 +216,10 @@ impl Ranges {
             })
             .collect::<ApiResult<Vec<_>>>()?;
         let mut page = Vec::new();
-        for (&i, result) in open.iter().zip(db.batch(statements).await?) {
+        for (&i, result) in open
+            .iter()
+            .zip(crate::store::read_batch(db, statements).await?)
+        {
             let rows = result.results::<jobs::Candidate>()?;
             let range = &mut self.ranges[i];
             range.done = i64::try_from(rows.len()).unwrap_or(0) < CANDIDATES_PER_RANGE;

@@ -213,10 +213,7 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     let job = jobs::get(&ctx.db, org, id)
         .await?
         .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let claims = ctx
-        .db
-        .batch(vec![jobs::select_claims(&ctx.db, id)?])
-        .await?;
+    let claims = store::read_batch(&ctx.db, vec![jobs::select_claims(&ctx.db, id)?]).await?;
     let claims: Vec<jobs::ClaimRow> = claims
         .first()
         .map(|r| r.results())

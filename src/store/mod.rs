@@ -75,8 +75,8 @@ pub(crate) async fn first<T: DeserializeOwned>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> ApiResult<Option<T>> {
-    stmt(db, sql, args)?
-        .first::<T>(None)
+    let statement = stmt(db, sql, args)?;
+    retry_busy(|| statement.first::<T>(None))
         .await
         .map_err(ApiError::from)
 }
@@ -86,8 +86,8 @@ pub(crate) async fn all<T: DeserializeOwned>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> ApiResult<Vec<T>> {
-    stmt(db, sql, args)?
-        .all()
+    let statement = stmt(db, sql, args)?;
+    retry_busy(|| statement.all())
         .await?
         .results::<T>()
         .map_err(ApiError::from)
@@ -95,8 +95,8 @@ pub(crate) async fn all<T: DeserializeOwned>(
 
 /// Runs one statement and returns how many rows it changed.
 pub(crate) async fn run(db: &D1Database, sql: &str, args: &[Arg<'_>]) -> ApiResult<usize> {
-    let result = stmt(db, sql, args)?
-        .run()
+    let statement = stmt(db, sql, args)?;
+    let result = retry_busy(|| statement.run())
         .await
         .map_err(constraint_or_internal)?;
     changes(&result)
@@ -107,8 +107,45 @@ pub(crate) async fn batch(
     db: &D1Database,
     statements: Vec<D1PreparedStatement>,
 ) -> ApiResult<Vec<usize>> {
-    let results = db.batch(statements).await.map_err(constraint_or_internal)?;
+    let results = read_batch(db, statements)
+        .await
+        .map_err(constraint_or_internal)?;
     results.iter().map(changes).collect()
+}
+
+/// `db.batch` (one transaction), retried like every statement here when the database is busy.
+pub(crate) async fn read_batch(
+    db: &D1Database,
+    statements: Vec<D1PreparedStatement>,
+) -> worker::Result<Vec<D1Result>> {
+    retry_busy(|| db.batch(statements.clone())).await
+}
+
+/// Local D1 (`wrangler dev`) shares its SQLite file with `wrangler d1 execute` (operator
+/// scripts such as `scripts/bootstrap-admin`, and tests). A statement that meets that process's
+/// lock fails with `SQLITE_BUSY` *without applying*, so it is safe to run again: we do, a few
+/// times with a short growing pause. Nothing else is retried here.
+async fn retry_busy<T, F, Fut>(mut attempt: F) -> worker::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = worker::Result<T>>,
+{
+    const ATTEMPTS: u64 = 6;
+    let mut tried = 1;
+    loop {
+        match attempt().await {
+            Err(err) if tried < ATTEMPTS && is_busy(&err) => {
+                worker::Delay::from(std::time::Duration::from_millis(20 * tried)).await;
+                tried += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+fn is_busy(err: &worker::Error) -> bool {
+    let text = err.to_string();
+    text.contains("SQLITE_BUSY") || text.contains("database is locked")
 }
 
 pub(crate) fn changes(result: &D1Result) -> ApiResult<usize> {
