@@ -100,7 +100,8 @@ free_port() {
 }
 
 # Starts `wrangler dev` in the background on fresh or given state and waits until /healthz
-# answers. Sets SERVER_PID, SERVER_LOG and BASE_URL. The worker must already be built.
+# answers. Sets SERVER_PID, SERVER_LOG and BASE_URL. The worker must already be built (into
+# build/, or $EDGERUNNER_BUILD_DIR when set).
 start_local_server() {
   local state_dir="$1" port="$2" attempt env_args=()
   if [ -n "${EDGERUNNER_DEV_VARS:-}" ]; then env_args=(--env-file "$EDGERUNNER_DEV_VARS"); fi
@@ -110,11 +111,11 @@ start_local_server() {
     || { cat "$state_dir/migrations.log" >&2; die "D1 migrations failed"; }
   # A copy of the config without [build]: the worker is already built, and a test server must
   # not rebuild and restart mid-run because someone saved a source file.
-  awk -v root="$ROOT" '
+  awk -v root="$ROOT" -v out="${EDGERUNNER_BUILD_DIR:-build}" '
     /^\[build\]/ { skip = 1; next }
     /^\[/ { skip = 0 }
     skip { next }
-    /^main = / { print "main = \"" root "/build/index.js\""; next }
+    /^main = / { print "main = \"" root "/" out "/index.js\""; next }
     /^migrations_dir = / { print "migrations_dir = \"" root "/migrations\""; next }
     { print }
   ' "$ROOT/wrangler.toml" > "$state_dir/wrangler.toml"

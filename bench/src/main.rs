@@ -1,0 +1,1154 @@
+//! `edgerunner-bench`: the load generator behind `scripts/bench`.
+//!
+//! It drives a local `wrangler dev` (built with the `bench-floor` feature) through the runner
+//! SDK on tokio, seeds the queue in bulk through `wrangler d1 execute`, runs the scenarios of
+//! BENCHMARKS.md, measures its own CPU use (`/proc/self/stat`), and writes the Markdown table
+//! and a JSON file. Every latency is compared with the floor (`POST /__bench/floor`: one hop,
+//! one Durable Object round trip, one D1 batch write) measured in the same run, interleaved or
+//! right beside the scenario, so that a machine under other load still gives fair ratios.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use edgerunner::admin::AdminClient;
+use edgerunner::client::RunnerClient;
+use edgerunner::http::Http;
+use edgerunner::session::{BootstrapToken, Credentials};
+use edgerunner::stream::ChunkStream;
+use edgerunner_protocol::chunk::ChunkKind;
+use edgerunner_protocol::completion::{Evidence, EvidenceId};
+use edgerunner_protocol::envelope::RunnerId;
+use edgerunner_protocol::stable_json;
+use edgerunner_protocol::state::CompletionStatus;
+use serde_json::{json, Map, Value};
+
+type Res<T> = Result<T, String>;
+
+#[derive(Parser, Debug)]
+#[command(about = "edgerunner benchmark harness (run it through scripts/bench)")]
+struct Args {
+    /// The local server, e.g. http://127.0.0.1:8787 (built with the bench-floor feature).
+    #[arg(long)]
+    server: String,
+    /// An admin API key (scripts/bootstrap-admin --state DIR).
+    #[arg(long, env = "EDGERUNNER_BENCH_API_KEY")]
+    api_key: String,
+    /// The `--persist-to` directory of the running server (for `wrangler d1 execute`).
+    #[arg(long)]
+    state: PathBuf,
+    /// Tiny sizes: every scenario in a few seconds.
+    #[arg(long)]
+    smoke: bool,
+    /// Where to write the Markdown report.
+    #[arg(long)]
+    markdown: PathBuf,
+    /// Where to write the JSON results.
+    #[arg(long)]
+    json: PathBuf,
+    /// The command line to print in the report.
+    #[arg(long, default_value = "scripts/bench")]
+    command: String,
+    /// Size of the production build's wasm module from `wrangler deploy --dry-run`.
+    #[arg(long)]
+    wasm_bytes: u64,
+    /// The same module, gzip -9.
+    #[arg(long)]
+    wasm_gzip_bytes: u64,
+    /// The claim's matching query (src/store/queries/claim_candidates.sql).
+    #[arg(long)]
+    claim_query: PathBuf,
+}
+
+struct Sizes {
+    queue_levels: [u64; 3],
+    claim_reps: usize,
+    lifecycle: [(usize, usize); 3],
+    stream: [(usize, usize); 3],
+    recovery: usize,
+}
+
+const FULL: Sizes = Sizes {
+    queue_levels: [100, 10_000, 100_000],
+    claim_reps: 60,
+    lifecycle: [(1, 20), (8, 5), (32, 2)],
+    stream: [(0, 200), (4096, 100), (65536, 40)],
+    recovery: 1000,
+};
+
+const SMOKE: Sizes = Sizes {
+    queue_levels: [10, 30, 60],
+    claim_reps: 5,
+    lifecycle: [(1, 2), (8, 1), (32, 1)],
+    stream: [(0, 10), (4096, 5), (65536, 3)],
+    recovery: 20,
+};
+
+/// Requests in one lifecycle: session, claim, heartbeat, 10 chunks, complete.
+const LIFECYCLE_REQUESTS: usize = 14;
+const RUNTIME: &str = "python3.12";
+
+// ---------------------------------------------------------------------------------------------
+// Measuring
+// ---------------------------------------------------------------------------------------------
+
+/// This process's user + system CPU time (`/proc/self/stat`, clock ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return f64::NAN;
+    };
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
+}
+
+/// Wall and CPU time of one phase.
+struct Phase {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl Phase {
+    fn start() -> Self {
+        Self {
+            wall: Instant::now(),
+            cpu: cpu_seconds(),
+        }
+    }
+
+    /// (wall seconds, client CPU as a fraction of one core).
+    fn end(&self) -> (f64, f64) {
+        let wall = self.wall.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - self.cpu;
+        (wall, if wall > 0.0 { cpu / wall } else { 0.0 })
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Nearest-rank percentile of `samples` (milliseconds).
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn stats(samples: &[f64]) -> Value {
+    json!({
+        "n": samples.len(),
+        "p50Ms": round(percentile(samples, 50.0)),
+        "p99Ms": round(percentile(samples, 99.0)),
+    })
+}
+
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server: admin API, floor, runners, D1
+// ---------------------------------------------------------------------------------------------
+
+struct Bench {
+    server: String,
+    api_key: String,
+    state: PathBuf,
+    admin: AdminClient,
+    http: reqwest::Client,
+    template_job: String,
+    org: String,
+    seeded_batches: u32,
+}
+
+fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl Bench {
+    async fn post(&self, path: &str, body: &Value) -> Res<Value> {
+        let answer = self
+            .http
+            .post(format!("{}{path}", self.server))
+            .bearer_auth(&self.api_key)
+            .json(body)
+            .send()
+            .await
+            .map_err(err(path))?;
+        let status = answer.status();
+        let text = answer.text().await.map_err(err(path))?;
+        if !status.is_success() {
+            return Err(format!("POST {path}: {status}: {text}"));
+        }
+        serde_json::from_str(&text).map_err(err(path))
+    }
+
+    /// One floor request (`POST /__bench/floor`), its latency.
+    async fn floor(http: &reqwest::Client, server: &str) -> Res<Duration> {
+        let start = Instant::now();
+        let answer = http
+            .post(format!("{server}/__bench/floor"))
+            .body("{}")
+            .send()
+            .await
+            .map_err(err("floor"))?;
+        let status = answer.status();
+        answer.bytes().await.map_err(err("floor"))?;
+        if !status.is_success() {
+            return Err(format!(
+                "POST /__bench/floor: {status} (is the build without bench-floor?)"
+            ));
+        }
+        Ok(start.elapsed())
+    }
+
+    /// `wrangler d1 execute DB --local` with `--command` or `--file`, answered as JSON.
+    fn d1(&self, how: &str, what: &str) -> Res<Value> {
+        let output = Command::new("wrangler")
+            .args([
+                "d1",
+                "execute",
+                "DB",
+                "--local",
+                "--yes",
+                "--json",
+                "--persist-to",
+            ])
+            .arg(&self.state)
+            .args([how, what])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(err("cannot run wrangler"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            return Err(format!(
+                "wrangler d1 execute failed: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        serde_json::from_str(&stdout).map_err(|e| format!("wrangler d1 answer: {e}: {stdout}"))
+    }
+
+    fn d1_rows(&self, sql: &str) -> Res<Vec<Value>> {
+        let answer = self.d1("--command", sql)?;
+        Ok(answer
+            .as_array()
+            .and_then(|a| a.last())
+            .and_then(|r| r["results"].as_array())
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn register_runners(&self, n: usize, max_jobs: u32) -> Res<Vec<Credentials>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = format!("bench-{}-{}", now_ms(), out.len());
+            let answer = self
+                .admin
+                .register_runner(&json!({
+                    "name": key,
+                    "runnerKey": key,
+                    "capabilities": { "executionKinds": ["prompt"], "runtimes": [RUNTIME] },
+                    "maxConcurrentJobs": max_jobs,
+                }))
+                .await
+                .map_err(err("register runner"))?;
+            let id = answer["runner"]["id"].as_str().ok_or("runner without id")?;
+            let token = answer["bootstrapToken"]
+                .as_str()
+                .ok_or("no bootstrap token")?;
+            out.push(Credentials::Bootstrap {
+                runner_id: RunnerId::parse(id).map_err(err("runner id"))?,
+                token: BootstrapToken::new(token).map_err(err("token"))?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn client(&self, credentials: &Credentials) -> Res<Arc<RunnerClient>> {
+        let http = Http::new(&self.server).map_err(err("http"))?;
+        Ok(Arc::new(RunnerClient::new(http, credentials.clone())))
+    }
+
+    /// `n` fresh evaluation runs (a completion takes custody of one run), 8 at a time.
+    async fn evaluation_runs(&self, n: usize) -> Res<Vec<EvidenceId>> {
+        let mut out = Vec::with_capacity(n);
+        let stamp = now_ms();
+        for chunk in (0..n).collect::<Vec<_>>().chunks(8) {
+            let mut tasks = Vec::new();
+            for i in chunk {
+                let (http, url, key) = (
+                    self.http.clone(),
+                    format!("{}/api/evidence/runs", self.server),
+                    self.api_key.clone(),
+                );
+                let body = json!({ "evaluationId": format!("bench-{stamp}-{i}"), "metadata": {} });
+                tasks.push(tokio::spawn(async move {
+                    let answer = http
+                        .post(url)
+                        .bearer_auth(key)
+                        .json(&body)
+                        .send()
+                        .await
+                        .map_err(err("evaluation run"))?;
+                    let status = answer.status();
+                    let text = answer.text().await.map_err(err("evaluation run"))?;
+                    if !status.is_success() {
+                        return Err(format!("POST /api/evidence/runs: {status}: {text}"));
+                    }
+                    serde_json::from_str::<Value>(&text).map_err(err("evaluation run"))
+                }));
+            }
+            for task in tasks {
+                let run = task.await.map_err(err("task"))??;
+                out.push(match &run["id"] {
+                    Value::Number(n) => EvidenceId::Integer(n.as_u64().ok_or("run id")?),
+                    Value::String(s) => EvidenceId::Text(s.clone()),
+                    other => return Err(format!("evaluation run id {other}")),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds `count` queued jobs in one statement: a recursive CTE copies the template job's
+    /// intent (same subject, input, hashes, requirements) under new ids and idempotency keys.
+    fn seed(&mut self, count: u64) -> Res<Duration> {
+        if count == 0 {
+            return Ok(Duration::ZERO);
+        }
+        self.seeded_batches += 1;
+        let batch = self.seeded_batches;
+        let base = now_ms();
+        let sql = format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
+INSERT INTO jobs (id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id,
+                  subject_version_id, subject_content_hash, subject_environment, input, input_hash,
+                  requirements, execution_kind, runtime, external, problem_type, tags, created_at, updated_at)
+SELECT printf('job_bench%02d_%07d', {batch}, i), t.organization_id, printf('bench-%02d-%07d', {batch}, i),
+       t.intent_hash, t.subject_kind, t.subject_artifact_id, t.subject_version_id, t.subject_content_hash,
+       t.subject_environment, t.input, t.input_hash, t.requirements, t.execution_kind, t.runtime,
+       t.external, t.problem_type, t.tags, {base} + i, {base} + i
+  FROM n, jobs AS t WHERE t.id = '{template}';\n",
+            template = self.template_job
+        );
+        let file = self.state.join(format!("seed-{batch}.sql"));
+        std::fs::write(&file, sql).map_err(err("write seed file"))?;
+        let start = Instant::now();
+        self.d1("--file", &file.to_string_lossy())?;
+        Ok(start.elapsed())
+    }
+
+    fn queued(&self) -> Res<u64> {
+        let rows = self.d1_rows(&format!(
+            "SELECT count(*) AS n FROM jobs WHERE organization_id = '{}' AND state = 'queued'",
+            self.org
+        ))?;
+        rows.first()
+            .and_then(|r| r["n"].as_u64())
+            .ok_or_else(|| "count of queued jobs".to_owned())
+    }
+}
+
+fn evidence(run: EvidenceId) -> Evidence {
+    Evidence {
+        evaluation_run_id: run,
+        test_result_ids: Vec::new(),
+        cost_record_ids: Vec::new(),
+        model_call_ids: Vec::new(),
+        trace_id: None,
+        extra: Map::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------------------------
+
+/// Scenario 1: claim latency at three queue depths, each claim interleaved with one floor request.
+async fn claim_latency(bench: &mut Bench, sizes: &Sizes) -> Res<Value> {
+    let mut levels = Vec::new();
+    let mut queued = bench.queued()?;
+    for level in sizes.queue_levels {
+        let want = level + sizes.claim_reps as u64;
+        let seed_time = bench.seed(want.saturating_sub(queued))?;
+        queued = bench.queued()?;
+        eprintln!(
+            "claim latency: {queued} queued (seeded in {:.1} s)",
+            seed_time.as_secs_f64()
+        );
+        let runner = bench.register_runners(1, 1).await?;
+        let client = bench.client(&runner[0])?;
+        client.session().await.map_err(err("session"))?;
+        let runs = bench.evaluation_runs(sizes.claim_reps).await?;
+        let floor_http = reqwest::Client::new();
+        Bench::floor(&floor_http, &bench.server).await?;
+        let (mut claims, mut floors) = (Vec::new(), Vec::new());
+        let phase = Phase::start();
+        for run in runs {
+            floors.push(ms(Bench::floor(&floor_http, &bench.server).await?));
+            let start = Instant::now();
+            let assignment = client
+                .claim()
+                .await
+                .map_err(err("claim"))?
+                .ok_or("no job to claim")?;
+            claims.push(ms(start.elapsed()));
+            let done = assignment.completion(
+                CompletionStatus::Succeeded,
+                Some(stable_json::hash(&json!({ "ok": true }))),
+                None,
+                evidence(run),
+            );
+            client.complete(&done).await.map_err(err("complete"))?;
+        }
+        let (wall, cpu) = phase.end();
+        levels.push(json!({
+            "depth": level,
+            "queued": queued,
+            "seedSeconds": round(seed_time.as_secs_f64()),
+            "claim": stats(&claims),
+            "floor": stats(&floors),
+            "p50Ratio": round(percentile(&claims, 50.0) / percentile(&floors, 50.0)),
+            "p99Ratio": round(percentile(&claims, 99.0) / percentile(&floors, 99.0)),
+            "wallSeconds": round(wall),
+            "clientCpu": round(cpu),
+        }));
+        queued = bench.queued()?;
+    }
+    Ok(Value::Array(levels))
+}
+
+/// Scenario 2: full lifecycles with C concurrent runners, bracketed by the floor at the same
+/// concurrency and the same number of requests.
+async fn lifecycle(bench: &Bench, sizes: &Sizes) -> Res<Value> {
+    let most = sizes.lifecycle.iter().map(|(c, _)| *c).max().unwrap_or(1);
+    let runners = bench.register_runners(most, 1).await?;
+    let mut out = Vec::new();
+    for (concurrency, per_runner) in sizes.lifecycle {
+        let total = concurrency * per_runner;
+        let mut runs = bench.evaluation_runs(total).await?;
+        let floor_before =
+            floor_throughput(bench, concurrency, per_runner * LIFECYCLE_REQUESTS).await?;
+        let phase = Phase::start();
+        let mut tasks = Vec::new();
+        for credentials in runners.iter().take(concurrency) {
+            let mine: Vec<EvidenceId> = runs.drain(..per_runner).collect();
+            let server = bench.server.clone();
+            let credentials = credentials.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                for run in mine {
+                    let start = Instant::now();
+                    one_lifecycle(&server, &credentials, run).await?;
+                    latencies.push(ms(start.elapsed()));
+                }
+                Ok::<_, String>(latencies)
+            }));
+        }
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await.map_err(err("task"))??);
+        }
+        let (wall, cpu) = phase.end();
+        let floor_after =
+            floor_throughput(bench, concurrency, per_runner * LIFECYCLE_REQUESTS).await?;
+        let floor_rps = (floor_before + floor_after) / 2.0;
+        let rps = (total * LIFECYCLE_REQUESTS) as f64 / wall;
+        eprintln!(
+            "lifecycle x{concurrency}: {:.1} lifecycles/s, floor {floor_rps:.0} req/s",
+            total as f64 / wall
+        );
+        out.push(json!({
+            "runners": concurrency,
+            "lifecycles": total,
+            "lifecycle": stats(&latencies),
+            "lifecyclesPerSecond": round(total as f64 / wall),
+            "requestsPerSecond": round(rps),
+            "floorRequestsPerSecond": round(floor_rps),
+            "floorRequestsPerSecondBefore": round(floor_before),
+            "floorRequestsPerSecondAfter": round(floor_after),
+            "floorLifecyclesPerSecond": round(floor_rps / LIFECYCLE_REQUESTS as f64),
+            "throughputRatio": round(rps / floor_rps),
+            "wallSeconds": round(wall),
+            "clientCpu": round(cpu),
+        }));
+    }
+    Ok(Value::Array(out))
+}
+
+/// Session, claim, heartbeat, ten chunks, complete: as a runner process would, from a fresh
+/// client (so the session exchange is part of it).
+async fn one_lifecycle(server: &str, credentials: &Credentials, run: EvidenceId) -> Res<()> {
+    let client = Arc::new(RunnerClient::new(
+        Http::new(server).map_err(err("http"))?,
+        credentials.clone(),
+    ));
+    client.session().await.map_err(err("session"))?;
+    let assignment = client
+        .claim()
+        .await
+        .map_err(err("claim"))?
+        .ok_or("no job to claim")?;
+    client
+        .heartbeat(assignment.claim_id(), 60)
+        .await
+        .map_err(err("heartbeat"))?;
+    let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
+    for i in 0..10 {
+        stream
+            .send(
+                ChunkKind::Log,
+                json!({ "lines": [{ "stream": "stdout", "line": format!("line {i}") }] }),
+            )
+            .await
+            .map_err(err("stream"))?;
+    }
+    let done = assignment.completion(
+        CompletionStatus::Succeeded,
+        Some(stable_json::hash(&json!({ "ok": true }))),
+        stream.final_checksum(),
+        evidence(run),
+    );
+    let answer = client.complete(&done).await.map_err(err("complete"))?;
+    if !answer.is_settled() {
+        return Err(format!("completion not accepted: {}", answer.rationale));
+    }
+    Ok(())
+}
+
+/// Floor requests per second with `concurrency` tasks of `each` sequential requests.
+async fn floor_throughput(bench: &Bench, concurrency: usize, each: usize) -> Res<f64> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let server = bench.server.clone();
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for _ in 0..each {
+                Bench::floor(&http, &server).await?;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(err("task"))??;
+    }
+    Ok((concurrency * each) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Scenario 3: appends into one job's stream, one after another (the chain is sequential).
+async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
+    let runner = bench.register_runners(1, 1).await?;
+    let client = bench.client(&runner[0])?;
+    let assignment = client
+        .claim()
+        .await
+        .map_err(err("claim"))?
+        .ok_or("no job to claim")?;
+    let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
+    let floor_http = reqwest::Client::new();
+    let mut out = Vec::new();
+    for (size, count) in sizes.stream {
+        client
+            .heartbeat(assignment.claim_id(), 120)
+            .await
+            .map_err(err("heartbeat"))?;
+        let mut floors = Vec::new();
+        for _ in 0..count.min(50) {
+            floors.push(ms(Bench::floor(&floor_http, &bench.server).await?));
+        }
+        let payload = if size == 0 {
+            json!({ "lines": [{ "stream": "stdout", "line": "ok" }] })
+        } else {
+            json!({ "data": "x".repeat(size) })
+        };
+        let payload_bytes = serde_json::to_string(&payload).map_err(err("json"))?.len();
+        let mut latencies = Vec::new();
+        let phase = Phase::start();
+        for _ in 0..count {
+            let start = Instant::now();
+            stream
+                .send(ChunkKind::Log, payload.clone())
+                .await
+                .map_err(err("stream"))?;
+            latencies.push(ms(start.elapsed()));
+        }
+        let (wall, cpu) = phase.end();
+        eprintln!("stream {size} B: {:.1} appends/s", count as f64 / wall);
+        out.push(json!({
+            "payload": if size == 0 { "one log line".to_owned() } else { format!("{} KiB", size / 1024) },
+            "payloadBytes": payload_bytes,
+            "appends": count,
+            "append": stats(&latencies),
+            "appendsPerSecond": round(count as f64 / wall),
+            "bytesPerSecond": round((count * payload_bytes) as f64 / wall),
+            "floor": stats(&floors),
+            "p50Ratio": round(percentile(&latencies, 50.0) / percentile(&floors, 50.0)),
+            "wallSeconds": round(wall),
+            "clientCpu": round(cpu),
+        }));
+    }
+    let runs = bench.evaluation_runs(1).await?;
+    let done = assignment.completion(
+        CompletionStatus::Succeeded,
+        Some(stable_json::hash(&json!({ "ok": true }))),
+        stream.final_checksum(),
+        evidence(runs.into_iter().next().ok_or("no run")?),
+    );
+    client.complete(&done).await.map_err(err("complete"))?;
+    Ok(Value::Array(out))
+}
+
+/// Scenario 4, recovery: `n` claimed jobs whose leases are pushed into the past through D1, then
+/// timed admin reap passes (limit 500) until `more` is false.
+async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
+    let per_runner = 250.min(n).max(1);
+    let runner_count = n.div_ceil(per_runner);
+    let runners = bench
+        .register_runners(runner_count, per_runner as u32)
+        .await?;
+    let claim_phase = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, credentials) in runners.iter().enumerate() {
+        let client = bench.client(credentials)?;
+        let mine = per_runner.min(n - i * per_runner);
+        tasks.push(tokio::spawn(async move {
+            // A claim whose answer was lost may still have been granted: it is counted from D1
+            // below, so a transport error here only costs a retry.
+            let (mut got, mut errors) = (0, 0);
+            while got < mine {
+                match client.claim().await {
+                    Ok(Some(_)) => got += 1,
+                    Ok(None) => return Err("no job to claim".to_owned()),
+                    Err(error) if errors < 20 => {
+                        errors += 1;
+                        eprintln!("recovery: claim failed, retrying: {error}");
+                    }
+                    Err(error) => return Err(format!("claim: {error}")),
+                }
+            }
+            Ok::<_, String>(errors)
+        }));
+    }
+    let mut claim_errors = 0;
+    for task in tasks {
+        claim_errors += task.await.map_err(err("task"))??;
+    }
+    let claim_seconds = claim_phase.elapsed().as_secs_f64();
+    let leased = |bench: &Bench| -> Res<u64> {
+        bench
+            .d1_rows(&format!(
+                "SELECT count(*) AS n FROM jobs WHERE organization_id = '{}' AND state IN ('claimed', 'running', 'cancel_requested')",
+                bench.org
+            ))?
+            .first()
+            .and_then(|r| r["n"].as_u64())
+            .ok_or_else(|| "count of leased jobs".to_owned())
+    };
+    let leases = leased(bench)?;
+    let past = now_ms().saturating_sub(120_000);
+    bench.d1_rows(&format!(
+        "UPDATE jobs SET lease_expires_at = {past} WHERE organization_id = '{}' AND state IN ('claimed', 'running', 'cancel_requested')",
+        bench.org
+    ))?;
+    let phase = Phase::start();
+    let (mut passes, mut requeued, mut ended, mut examined) = (0u64, 0u64, 0u64, 0u64);
+    let mut pass_ms = Vec::new();
+    // A failed pass (the server answered an error) is recorded, not fatal: the next pass asks
+    // for half as many leases (down to 50), and the report lists every failure.
+    let (mut limit, mut failures) = (500u32, Vec::new());
+    loop {
+        let start = Instant::now();
+        let answer = bench.admin.reap(Some(limit)).await;
+        pass_ms.push(ms(start.elapsed()));
+        passes += 1;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(error) if failures.len() < 10 => {
+                eprintln!("recovery: reap pass with limit {limit} failed: {error}");
+                failures.push(format!(
+                    "limit {limit} after {:.0} ms: {error}",
+                    ms(start.elapsed())
+                ));
+                limit = (limit / 2).max(50);
+                continue;
+            }
+            Err(error) => return Err(format!("reap: {error}")),
+        };
+        requeued += answer["requeued"].as_u64().unwrap_or(0);
+        ended += answer["ended"].as_u64().unwrap_or(0);
+        examined += answer["examined"].as_u64().unwrap_or(0);
+        if answer["more"].as_bool() != Some(true) || passes > 200 {
+            break;
+        }
+    }
+    let (wall, cpu) = phase.end();
+    let still_leased = leased(bench)?;
+    eprintln!("recovery: {requeued} requeued in {wall:.1} s ({passes} passes)");
+    Ok(json!({
+        "leases": leases,
+        "claimErrors": claim_errors,
+        "runners": runner_count,
+        "claimSeconds": round(claim_seconds),
+        "seconds": round(wall),
+        "passes": passes,
+        "passMs": pass_ms.iter().map(|x| round(*x)).collect::<Vec<_>>(),
+        "examined": examined,
+        "requeued": requeued,
+        "ended": ended,
+        "stillLeased": still_leased,
+        "failedPasses": failures,
+        "leasesPerSecond": round(requeued as f64 / wall),
+        "clientCpu": round(cpu),
+    }))
+}
+
+/// The claim's matching query planned by local D1 itself: it must search jobs_queue and never
+/// scan the jobs table.
+fn explain_claim(bench: &Bench, query: &PathBuf) -> Res<Value> {
+    let text = std::fs::read_to_string(query).map_err(err("read the claim query"))?;
+    let mut sql: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (param, literal) in [
+        ("?7", "10".to_owned()),
+        ("?6", "''".to_owned()),
+        ("?5", "0".to_owned()),
+        ("?4", "0".to_owned()),
+        ("?3", format!("'{RUNTIME}'")),
+        ("?2", "'prompt'".to_owned()),
+        ("?1", format!("'{}'", bench.org)),
+    ] {
+        sql = sql.replace(param, &literal);
+    }
+    let rows = bench.d1_rows(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+    let details: Vec<String> = rows
+        .iter()
+        .filter_map(|r| r["detail"].as_str().map(str::to_owned))
+        .collect();
+    let uses_index = details.iter().any(|d| d.contains("USING INDEX jobs_queue"));
+    let scans = details.iter().any(|d| d.contains("SCAN jobs"));
+    if !uses_index || scans {
+        return Err(format!(
+            "the claim query's plan on local D1 is not an index search: {details:?}"
+        ));
+    }
+    Ok(json!({ "plan": details, "usesJobsQueue": uses_index, "scansJobs": scans }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------------------
+
+fn shell(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("unknown")
+        .trim()
+        .to_owned();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .nth(1)
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .unwrap_or(0);
+    json!({
+        "cpu": model,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "memoryGiB": round(mem as f64 / 1024.0 / 1024.0),
+        "kernel": shell("uname", &["-sr"]),
+    })
+}
+
+fn versions() -> Value {
+    let workerd = std::fs::read_to_string("node_modules/workerd/package.json")
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v["version"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    json!({
+        "rustc": shell("rustc", &["--version"]),
+        "node": shell("node", &["--version"]),
+        "wrangler": shell("wrangler", &["--version"]),
+        "workerd": workerd,
+        "edgerunner": shell("git", &["rev-parse", "--short", "HEAD"]),
+    })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn markdown(report: &Value, analysis: &str) -> String {
+    let mut md = String::new();
+    let r = report;
+    md.push_str("# Benchmarks\n\n");
+    md.push_str(&format!(
+        "Produced by `{}` on {} (UTC). Results also in `benchmarks.json`.\n\n",
+        r["command"].as_str().unwrap_or(""),
+        r["date"].as_str().unwrap_or("")
+    ));
+    md.push_str("| | |\n|---|---|\n");
+    let m = &r["machine"];
+    md.push_str(&format!(
+        "| machine | {} × {} cores, {} GiB, {} |\n",
+        m["cpu"].as_str().unwrap_or(""),
+        m["cores"],
+        m["memoryGiB"],
+        m["kernel"].as_str().unwrap_or("")
+    ));
+    let v = &r["versions"];
+    md.push_str(&format!(
+        "| versions | {}; node {}; wrangler {}; workerd {}; edgerunner {} |\n",
+        v["rustc"].as_str().unwrap_or(""),
+        v["node"].as_str().unwrap_or(""),
+        v["wrangler"].as_str().unwrap_or(""),
+        v["workerd"].as_str().unwrap_or(""),
+        v["edgerunner"].as_str().unwrap_or("")
+    ));
+    md.push_str(&format!(
+        "| load average (start → end) | {} → {} |\n",
+        r["loadAverage"]["start"].as_str().unwrap_or(""),
+        r["loadAverage"]["end"].as_str().unwrap_or("")
+    ));
+    md.push_str(&format!(
+        "| sizes | {} |\n",
+        r["sizesNote"].as_str().unwrap_or("")
+    ));
+    md.push_str(&format!(
+        "| load generator CPU (whole run) | {:.0}% of one core |\n\n",
+        f(&r["clientCpu"]) * 100.0
+    ));
+
+    // Targets.
+    let claims = r["claim"].as_array().cloned().unwrap_or_default();
+    let first = claims.first().cloned().unwrap_or(Value::Null);
+    let last = claims.last().cloned().unwrap_or(Value::Null);
+    let lc32 = r["lifecycle"]
+        .as_array()
+        .and_then(|a| a.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let depth_ratio = f(&last["claim"]["p50Ms"]) / f(&first["claim"]["p50Ms"]);
+    // The same comparison with each depth divided by its own interleaved floor, which removes
+    // the drift of the machine's background load between the two measurements.
+    let depth_ratio_normalised = f(&last["p50Ratio"]) / f(&first["p50Ratio"]);
+    let gzip = f(&r["bundle"]["wasmGzipBytes"]);
+    md.push_str("## Targets\n\n| target | measured | |\n|---|---|---|\n");
+    md.push_str(&format!(
+        "| claim p50 ≤ 1.5× floor (at {} queued) | {:.2}× ({} ms vs {} ms) | {} |\n",
+        first["depth"],
+        f(&first["p50Ratio"]),
+        first["claim"]["p50Ms"],
+        first["floor"]["p50Ms"],
+        verdict(f(&first["p50Ratio"]) <= 1.5)
+    ));
+    md.push_str(&format!(
+        "| claim p99 ≤ 3× floor (at {} queued) | {:.2}× ({} ms vs {} ms) | {} |\n",
+        first["depth"],
+        f(&first["p99Ratio"]),
+        first["claim"]["p99Ms"],
+        first["floor"]["p99Ms"],
+        verdict(f(&first["p99Ratio"]) <= 3.0)
+    ));
+    md.push_str(&format!(
+        "| claim p50 at {} queued ≤ 1.2× at {} | {:.2}× (each divided by its own floor: {:.2}×) | {} |\n",
+        last["depth"],
+        first["depth"],
+        depth_ratio,
+        depth_ratio_normalised,
+        verdict(depth_ratio <= 1.2)
+    ));
+    md.push_str(&format!(
+        "| lifecycle throughput at {} runners ≥ 0.7× floor | {:.2}× ({} req/s vs {} req/s) | {} |\n",
+        lc32["runners"], f(&lc32["throughputRatio"]), lc32["requestsPerSecond"],
+        lc32["floorRequestsPerSecond"], verdict(f(&lc32["throughputRatio"]) >= 0.7)
+    ));
+    md.push_str(&format!(
+        "| wasm ≤ 1 MiB gzip | {:.0} KiB gzip ({:.0} KiB raw) | {} |\n\n",
+        gzip / 1024.0,
+        f(&r["bundle"]["wasmBytes"]) / 1024.0,
+        verdict(gzip <= 1024.0 * 1024.0)
+    ));
+
+    md.push_str("## 1. Claim latency by queue depth\n\nEach claim is preceded by one floor request (interleaved, so both see the same background load); the claimed job is then completed outside the timing. The queue is seeded to the depth plus the number of claims, so it never falls below the depth during the measurement.\n\n");
+    md.push_str("| depth | queued at start | claims | claim p50 ms | claim p99 ms | floor p50 ms | floor p99 ms | p50 ratio | p99 ratio | client CPU |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for c in &claims {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% |\n",
+            c["depth"],
+            c["queued"],
+            c["claim"]["n"],
+            c["claim"]["p50Ms"],
+            c["claim"]["p99Ms"],
+            c["floor"]["p50Ms"],
+            c["floor"]["p99Ms"],
+            c["p50Ratio"],
+            c["p99Ratio"],
+            f(&c["clientCpu"]) * 100.0
+        ));
+    }
+    md.push_str("\n## 2. Full lifecycle throughput\n\nA lifecycle is session exchange (fresh client), claim, heartbeat, 10 log chunks, complete: 14 requests. The floor runs at the same concurrency and the same number of requests right before and right after (mean shown); the ratio compares requests per second.\n\n");
+    md.push_str("| runners | lifecycles | lifecycles/s | requests/s | floor req/s | ratio | lifecycle p50 ms | lifecycle p99 ms | client CPU |\n|---|---|---|---|---|---|---|---|---|\n");
+    for l in r["lifecycle"].as_array().cloned().unwrap_or_default() {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% |\n",
+            l["runners"],
+            l["lifecycles"],
+            l["lifecyclesPerSecond"],
+            l["requestsPerSecond"],
+            l["floorRequestsPerSecond"],
+            l["throughputRatio"],
+            l["lifecycle"]["p50Ms"],
+            l["lifecycle"]["p99Ms"],
+            f(&l["clientCpu"]) * 100.0
+        ));
+    }
+    md.push_str("\n## 3. Stream appends into one job\n\nOne claim, chunks sent one after another through the SDK's `ChunkStream` (the chain is sequential by design). Floor: sequential floor requests right before each payload size.\n\n");
+    md.push_str("| payload | appends | appends/s | bytes/s | append p50 ms | append p99 ms | floor p50 ms | p50 ratio | client CPU |\n|---|---|---|---|---|---|---|---|---|\n");
+    for s in r["stream"].as_array().cloned().unwrap_or_default() {
+        md.push_str(&format!(
+            "| {} ({} B) | {} | {} | {:.0} | {} | {} | {} | {} | {:.0}% |\n",
+            s["payload"].as_str().unwrap_or(""),
+            s["payloadBytes"],
+            s["appends"],
+            s["appendsPerSecond"],
+            f(&s["bytesPerSecond"]),
+            s["append"]["p50Ms"],
+            s["append"]["p99Ms"],
+            s["floor"]["p50Ms"],
+            s["p50Ratio"],
+            f(&s["clientCpu"]) * 100.0
+        ));
+    }
+    let rec = &r["recovery"];
+    md.push_str(&format!(
+        "\n## 4. Recovery of expired leases\n\n{} jobs claimed (in {} s by {} runners in parallel; {} claim answers lost and retried), their leases moved 2 minutes into the past with one D1 `UPDATE`, then admin reap passes (`POST /api/remote-runners/jobs/reap`, limit 500) until `more` is false.\n\n| leases | time to requeue all | passes | pass ms | requeued | ended | still leased after |\n|---|---|---|---|---|---|---|\n| {} | {} s | {} | {} | {} | {} | {} |\n",
+        rec["leases"], rec["claimSeconds"], rec["runners"], rec["claimErrors"],
+        rec["leases"], rec["seconds"], rec["passes"],
+        rec["passMs"].as_array().map(|a| a.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")).unwrap_or_default(),
+        rec["requeued"], rec["ended"], rec["stillLeased"]
+    ));
+    if let Some(failures) = rec["failedPasses"].as_array().filter(|a| !a.is_empty()) {
+        md.push_str("\nFailed passes (the harness then halved the limit, down to 50):\n\n");
+        for failure in failures {
+            md.push_str(&format!("- {}\n", failure.as_str().unwrap_or("")));
+        }
+    }
+    md.push_str(&format!(
+        "\n## 5. Bundle\n\nThe production build (no `bench-floor`), from `wrangler deploy --dry-run --outdir`: {} bytes wasm, {} bytes gzip -9.\n",
+        r["bundle"]["wasmBytes"], r["bundle"]["wasmGzipBytes"]
+    ));
+    md.push_str(&format!(
+        "\n## Claim query plan on local D1\n\n`EXPLAIN QUERY PLAN` of src/store/queries/claim_candidates.sql (literal values) through `wrangler d1 execute --local`; the run fails unless it searches `jobs_queue` and never scans `jobs`:\n\n```\n{}\n```\n",
+        r["explain"]["plan"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n")).unwrap_or_default()
+    ));
+    md.push_str(&format!(
+        "\n## Seeding\n\n{}\n",
+        r["seedingNote"].as_str().unwrap_or("")
+    ));
+    md.push_str("\n## Analysis\n\n<!-- analysis: kept by the harness across runs -->\n");
+    md.push_str(analysis.trim());
+    md.push_str("\n<!-- /analysis -->\n");
+    md
+}
+
+fn kept_analysis(path: &PathBuf) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let open = "<!-- analysis: kept by the harness across runs -->";
+    match (text.find(open), text.find("<!-- /analysis -->")) {
+        (Some(a), Some(b)) if b > a => text[a + open.len()..b].to_owned(),
+        _ => "(not written yet)".to_owned(),
+    }
+}
+
+async fn run(args: Args) -> Res<()> {
+    let sizes = if args.smoke { &SMOKE } else { &FULL };
+    let started = Phase::start();
+    let load_start = loadavg();
+    let admin = AdminClient::new(Http::new(&args.server).map_err(err("http"))?, &args.api_key)
+        .map_err(err("admin"))?;
+    let mut bench = Bench {
+        server: args.server.trim_end_matches('/').to_owned(),
+        api_key: args.api_key.clone(),
+        state: args.state.clone(),
+        admin,
+        http: reqwest::Client::new(),
+        template_job: String::new(),
+        org: String::new(),
+        seeded_batches: 0,
+    };
+
+    // A promoted release and one real job, whose intent the seeded jobs copy.
+    let artifact = bench
+        .post(
+            "/api/releases/artifacts",
+            &json!({ "kind": "prompt", "name": format!("bench-{}", now_ms()) }),
+        )
+        .await?;
+    let artifact_id = artifact["id"].as_str().ok_or("artifact id")?.to_owned();
+    let version = bench
+        .post(
+            &format!("/api/releases/artifacts/{artifact_id}/versions"),
+            &json!({ "content": { "template": "{{question}}", "model": "bench" } }),
+        )
+        .await?;
+    let version_id = version["id"].as_u64().ok_or("version id")?;
+    bench
+        .post(
+            &format!("/api/releases/versions/{version_id}/promote"),
+            &json!({ "environment": "staging" }),
+        )
+        .await?;
+    let job = bench
+        .admin
+        .enqueue(&json!({
+            "idempotencyKey": format!("bench-template-{}", now_ms()),
+            "subject": { "kind": "prompt", "artifactId": artifact_id, "versionId": version_id, "environment": "staging" },
+            "input": { "question": "bench" },
+            "requirements": {
+                "executionKind": "prompt", "runtime": RUNTIME,
+                "limits": { "cpuSeconds": 60, "memoryMb": 512, "wallSeconds": 120, "outputBytes": 1_048_576 },
+                "network": { "mode": "deny_all" }, "streaming": true, "cancellation": true,
+            },
+        }))
+        .await
+        .map_err(err("enqueue"))?;
+    bench.template_job = job["id"].as_str().ok_or("job id")?.to_owned();
+    bench.org = job["organizationId"]
+        .as_str()
+        .ok_or("organization")?
+        .to_owned();
+    bench
+        .admin
+        .cancel_job(
+            &bench.template_job,
+            "bench template: its copies are the queue",
+        )
+        .await
+        .map_err(err("cancel template"))?;
+
+    let explain = explain_claim(&bench, &args.claim_query)?;
+    eprintln!("claim query plan on local D1: {:?}", explain["plan"]);
+
+    let claim = claim_latency(&mut bench, sizes).await?;
+    // Lifecycles, stream and recovery claim from the remaining queue; top it up.
+    let needed = sizes
+        .lifecycle
+        .iter()
+        .map(|(c, k)| (c * k) as u64)
+        .sum::<u64>()
+        + 1
+        + sizes.recovery as u64;
+    let queued = bench.queued()?;
+    bench.seed(needed.saturating_sub(queued))?;
+    let lifecycle = lifecycle(&bench, sizes).await?;
+    let stream = stream_rate(&bench, sizes).await?;
+    let recovery = recovery(&bench, sizes.recovery).await?;
+    let (wall, cpu) = started.end();
+
+    let report = json!({
+        "command": args.command,
+        "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]),
+        "smoke": args.smoke,
+        "machine": machine(),
+        "versions": versions(),
+        "loadAverage": { "start": load_start, "end": loadavg() },
+        "sizesNote": if args.smoke { "smoke sizes (tiny)" } else { "claim: 60 claims per depth; lifecycle: 20 at 1 runner, 40 at 8, 64 at 32; stream: 200 / 100 / 40 appends; recovery: 1,000 leases" },
+        "wallSeconds": round(wall),
+        "clientCpu": round(cpu),
+        "explain": explain,
+        "claim": claim,
+        "lifecycle": lifecycle,
+        "stream": stream,
+        "recovery": recovery,
+        "bundle": { "wasmBytes": args.wasm_bytes, "wasmGzipBytes": args.wasm_gzip_bytes },
+        "seedingNote": "The queue is seeded with one SQL statement per depth through `wrangler d1 execute DB --local --file`: a recursive CTE (`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < N) INSERT INTO jobs (...) SELECT ... FROM n, jobs AS t WHERE t.id = <template>`) copies a template job that was enqueued through the API (so the artifact, version and promotion the foreign keys require exist, and its intent and input hashes are real) under new ids (`job_benchBB_NNNNNNN`) and idempotency keys, state `queued`, attempt 0. The template itself is cancelled. Seeded jobs are valid queued jobs that the claim grants like any other.",
+    });
+    std::fs::write(
+        &args.json,
+        serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n",
+    )
+    .map_err(err("write json"))?;
+    let analysis = kept_analysis(&args.markdown);
+    std::fs::write(&args.markdown, markdown(&report, &analysis)).map_err(err("write markdown"))?;
+    eprintln!(
+        "bench done in {wall:.0} s; load generator CPU {:.0}% of one core",
+        cpu * 100.0
+    );
+    Ok(())
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: tokio: {error}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(error) = runtime.block_on(run(args)) {
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
