@@ -57,7 +57,7 @@ ensure_cargo_tools() {
 ensure_node_modules() {
   local stamp="$ROOT/node_modules/.edgerunner-lock"
   if [ ! -f "$stamp" ] || ! cmp -s "$ROOT/package-lock.json" "$stamp"; then
-    log "npm ci (wrangler, workerd, binaryen)"
+    log "npm ci (wrangler, workerd, binaryen, playwright-core)"
     npm ci --no-audit --no-fund --loglevel=error
     cp "$ROOT/package-lock.json" "$stamp"
   fi
@@ -86,6 +86,23 @@ ensure_dev_vars() {
       echo "CRON_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
     } > "$ROOT/.dev.vars"
   fi
+}
+
+# Debian's chromium for the panel's browser suite (playwright-core drives it; nothing downloads a
+# browser). Installed with apt-get when missing, as CI runs as root. Sets CHROMIUM_BIN.
+ensure_chromium() {
+  CHROMIUM_BIN="${CHROMIUM_BIN:-$(command -v chromium || true)}"
+  if [ -z "$CHROMIUM_BIN" ]; then
+    [ "$(id -u)" = 0 ] || die "chromium is missing: sudo apt-get install chromium fonts-dejavu-core"
+    log "installing Debian's chromium (for the panel's browser suite)"
+    local packages=(chromium fonts-dejavu-core)
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null; } \
+      || die "apt-get could not install chromium"
+    CHROMIUM_BIN="$(command -v chromium)"
+  fi
+  export CHROMIUM_BIN
 }
 
 ensure_all() {
@@ -117,6 +134,7 @@ start_local_server() {
     skip { next }
     /^main = / { print "main = \"" root "/" out "/index.js\""; next }
     /^migrations_dir = / { print "migrations_dir = \"" root "/migrations\""; next }
+    /^directory = "panel"/ { print "directory = \"" root "/panel\""; next }
     { print }
   ' "$ROOT/wrangler.toml" > "$state_dir/wrangler.toml"
   # Its own session and process group, so that stopping it also stops workerd.

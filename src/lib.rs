@@ -9,6 +9,7 @@
 //! - [`runner_do`]: `RunnerObject`, one Durable Object per runner, which serializes its claims.
 //! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
+//! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
 //! - [`objects`]: how the edge and the Durable Objects talk.
 //! - [`http`], [`platform`]: request parsing; the clock and randomness.
 //!
@@ -25,6 +26,7 @@ mod error;
 mod http;
 mod job_do;
 mod objects;
+mod panel;
 mod platform;
 mod reaper;
 mod routes;
@@ -59,6 +61,14 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
     if let (Method::Get, ["healthz"]) = (&method, segments.as_slice()) {
         return json_response(200, &serde_json::json!({ "status": "ok" })).map_err(ApiError::from);
     }
+    if let Some((&panel::PREFIX, rest)) = segments.split_first() {
+        return panel::serve(&req, &env, rest).await;
+    }
+    if let (Method::Get, [""]) = (&method, segments.as_slice()) {
+        let mut res = Response::empty()?.with_status(302);
+        res.headers_mut().set("location", "/remote-runners")?;
+        return Ok(res);
+    }
     let ctx = Ctx {
         db: env.d1("DB")?,
         env,
@@ -68,6 +78,7 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
     match (method, segments.as_slice()) {
         (Post, ["api", "developer", "api-keys"]) => api_keys::create(req, &ctx).await,
         (Get, ["api", "developer", "api-keys"]) => api_keys::list(req, &ctx).await,
+        (Get, ["api", "developer", "api-keys", "self"]) => api_keys::get_self(req, &ctx).await,
         (Delete, ["api", "developer", "api-keys", id]) => api_keys::revoke(req, &ctx, id).await,
 
         (Post, ["api", "remote-runners", "session"]) => identity::session(req, &ctx).await,
@@ -88,6 +99,9 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Get, ["api", "remote-runners", "jobs", id]) => routes::jobs::get(req, &ctx, id).await,
         (Post, ["api", "remote-runners", "jobs", id, "cancel"]) => {
             routes::jobs::cancel(req, &ctx, id).await
+        }
+        (Get, ["api", "remote-runners", "jobs", id, "stream"]) => {
+            routes::jobs::stream_read(req, &ctx, id).await
         }
         (Get, ["api", "remote-runners", "jobs", id, "bundle"]) => {
             routes::jobs::bundle(req, &ctx, id).await
@@ -118,6 +132,7 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Patch, ["api", "remote-runners", id]) => runners::patch(req, &ctx, id).await,
         (Post, ["api", "remote-runners", id, "rotate"]) => runners::rotate(req, &ctx, id).await,
         (Get, ["api", "remote-runners", id, "events"]) => runners::events(req, &ctx, id).await,
+        (Get, ["api", "remote-runners", id, "claims"]) => runners::claims(req, &ctx, id).await,
         (Get, ["api", "remote-runners", id, "files", name]) => {
             runners::file(req, &ctx, id, name).await
         }

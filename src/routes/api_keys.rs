@@ -152,3 +152,27 @@ pub(crate) async fn revoke(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     })?;
     json_response(200, &json!({ "id": id, "revokedAt": rfc3339(ctx.now) })).map_err(ApiError::from)
 }
+
+/// `GET /api/developer/api-keys/self`: the calling key and its organization, for any live key
+/// (the panel shows them and offers only the controls the key's scopes and role allow).
+pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    let row = api_keys::with_organization(&ctx.db, &caller.organization_id, &caller.key_id)
+        .await?
+        .ok_or_else(|| ApiError::internal("an authenticated key vanished"))?;
+    json_response(
+        200,
+        &json!({
+            "organization": { "id": row.organization_id, "name": row.organization_name },
+            "apiKey": {
+                "id": row.id,
+                "name": row.name,
+                "prefix": row.key_prefix,
+                "role": row.role,
+                "scopes": serde_json::from_str::<Value>(&row.scopes).unwrap_or(Value::Null),
+                "createdAt": rfc3339(row.created_at),
+            },
+        }),
+    )
+    .map_err(ApiError::from)
+}

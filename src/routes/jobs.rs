@@ -7,7 +7,7 @@ use edgerunner_protocol::stable_json::hash;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::{limit_param, refuse_unknown, required_str};
+use super::{limit_param, refuse_unknown, required_str, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{json_body, json_object};
@@ -194,16 +194,160 @@ fn parse_subject(subject: &Map<String, Value>) -> ApiResult<(&str, &str, i64, &s
     Ok((kind, artifact, version, environment))
 }
 
+/// Job states a list may be filtered by (the schema's CHECK list).
+const JOB_STATES: [&str; 8] = [
+    "queued",
+    "claimed",
+    "running",
+    "cancel_requested",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "lost",
+];
+
+/// `GET /api/remote-runners/jobs?limit=&state=&cursor=`: newest first, keyset-paged, with the
+/// organization's count of jobs in each state.
 pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
+    let org = caller.organization_id.as_str();
     let limit = limit_param(&req, 50, 500)?;
-    let rows = jobs::list(&ctx.db, &caller.organization_id, limit).await?;
+    let state = match crate::http::query_param(&req, "state") {
+        None => None,
+        Some(state) => Some(
+            JOB_STATES
+                .into_iter()
+                .find(|s| *s == state)
+                .ok_or_else(|| {
+                    ApiError::unprocessable(
+                        "INVALID_STATE",
+                        format!("state must be one of {}", JOB_STATES.join(", ")),
+                    )
+                })?,
+        ),
+    };
+    let cursor = Cursor::from_query(&req)?;
+    // One more than the page, to know whether another page follows.
+    let mut rows = jobs::page(
+        &ctx.db,
+        org,
+        state,
+        cursor.as_ref().map(|c| (c.at, c.id.as_str())),
+        limit + 1,
+    )
+    .await?;
+    let next_cursor = (rows.len() as i64 > limit).then(|| {
+        rows.truncate(limit as usize);
+        rows.last().map(|j| Cursor::encode(j.created_at, &j.id))
+    });
+    let mut counts = serde_json::Map::new();
+    for state in JOB_STATES {
+        counts.insert(state.into(), 0.into());
+    }
+    for row in jobs::state_counts(&ctx.db, org).await? {
+        counts.insert(row.state, row.count.into());
+    }
     json_response(
         200,
-        &json!({ "jobs": rows.iter().map(jobs::JobRow::to_json).collect::<Vec<_>>() }),
+        &json!({
+            "jobs": rows.iter().map(jobs::JobRow::to_json).collect::<Vec<_>>(),
+            "nextCursor": next_cursor.flatten(),
+            "counts": counts,
+        }),
     )
     .map_err(ApiError::from)
+}
+
+/// Chunks per page of `GET …/jobs/{id}/stream`, and the payload bytes a page stops at.
+const STREAM_PAGE_DEFAULT: i64 = 100;
+const STREAM_PAGE_MAX: i64 = 500;
+const STREAM_PAGE_BYTES: i64 = 1024 * 1024;
+
+/// `GET /api/remote-runners/jobs/{id}/stream?after=&attempt=&limit=`: the stored chunks with
+/// their payloads, in order (attempt, then sequence), after the cursor `"{attempt}.{sequence}"`.
+/// A page holds at most `limit` chunks and stops once 1 MiB of payload is reached, so
+/// following a running job's log costs one small read per poll.
+pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let org = caller.organization_id.as_str();
+    let limit = limit_param(&req, STREAM_PAGE_DEFAULT, STREAM_PAGE_MAX)?;
+    let after = match crate::http::query_param(&req, "after") {
+        None => (0, -1),
+        Some(text) => parse_stream_cursor(&text).ok_or_else(|| {
+            ApiError::unprocessable(
+                "INVALID_CURSOR",
+                "after must be a cursor this stream returned (\"{attempt}.{sequence}\")",
+            )
+        })?,
+    };
+    let attempts = match crate::http::query_param(&req, "attempt") {
+        None => (1, 3),
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (1..=3).contains(&n) => (n, n),
+            _ => {
+                return Err(ApiError::unprocessable(
+                    "INVALID_ATTEMPT",
+                    "attempt must be 1, 2 or 3",
+                ))
+            }
+        },
+    };
+    jobs::get(&ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    let page = jobs::StreamPage {
+        after,
+        attempts,
+        limit,
+        byte_budget: STREAM_PAGE_BYTES,
+        job: id,
+    };
+    let rows = jobs::stream_page(&ctx.db, org, &page).await?;
+    let in_range = rows.first().map_or(0, |r| r.page_rows);
+    let more = (rows.len() as i64) < in_range || in_range == limit;
+    let cursor = rows
+        .last()
+        .map_or(after, |c| (c.dispatch_attempt, c.sequence));
+    let chunks = rows
+        .iter()
+        .map(|c| {
+            Ok(json!({
+                "jobId": id,
+                "claimId": c.claim_id,
+                "dispatchAttempt": c.dispatch_attempt,
+                "sequence": c.sequence,
+                "kind": c.kind,
+                "previousChecksum": c.previous_checksum,
+                "payload": serde_json::from_str::<Value>(&c.payload).map_err(ApiError::internal)?,
+                "payloadHash": c.payload_hash,
+                "checksum": c.checksum,
+                "emittedAt": c.emitted_at,
+                "receivedAt": crate::platform::rfc3339(c.received_at),
+            }))
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    json_response(
+        200,
+        &json!({
+            "chunks": chunks,
+            "cursor": format!("{}.{}", cursor.0, cursor.1),
+            "more": more,
+        }),
+    )
+    .map_err(ApiError::from)
+}
+
+/// `"{attempt}.{sequence}"`, attempt 0–3 and sequence ≥ -1 (`"0.-1"` is the stream's start).
+fn parse_stream_cursor(text: &str) -> Option<(i64, i64)> {
+    let (attempt, sequence) = text.split_once('.')?;
+    let attempt = attempt
+        .parse::<i64>()
+        .ok()
+        .filter(|a| (0..=3).contains(a))?;
+    let sequence = sequence.parse::<i64>().ok().filter(|s| *s >= -1)?;
+    Some((attempt, sequence))
 }
 
 pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {

@@ -71,3 +71,63 @@ pub(crate) fn limit_param(req: &worker::Request, default: i64, max: i64) -> ApiR
         },
     }
 }
+
+/// A keyset cursor `"{time}.{id}"`: the sort key of the last row of the previous page.
+/// Opaque to clients, who pass back the `nextCursor` they were given.
+pub(crate) struct Cursor {
+    pub(crate) at: i64,
+    pub(crate) id: String,
+}
+
+impl Cursor {
+    pub(crate) fn encode(at: i64, id: &str) -> String {
+        format!("{at}.{id}")
+    }
+
+    /// `?cursor=`, or `None` for the first page.
+    pub(crate) fn from_query(req: &worker::Request) -> ApiResult<Option<Self>> {
+        let Some(text) = crate::http::query_param(req, "cursor") else {
+            return Ok(None);
+        };
+        Self::parse(&text).map(Some).ok_or_else(|| {
+            ApiError::unprocessable(
+                "INVALID_CURSOR",
+                "cursor must be a nextCursor this list returned",
+            )
+        })
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let (at, id) = text.split_once('.')?;
+        let at = at.parse::<i64>().ok()?;
+        let plain = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+        (at >= 0 && !id.is_empty() && id.len() <= 100 && id.bytes().all(plain)).then(|| Self {
+            at,
+            id: id.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn a_cursor_reads_back_what_it_encoded() {
+        let text = Cursor::encode(1_764_581_234_567, "job_0a1b");
+        let cursor = Cursor::parse(&text).expect("parses");
+        assert_eq!(
+            (cursor.at, cursor.id.as_str()),
+            (1_764_581_234_567, "job_0a1b")
+        );
+    }
+
+    #[test]
+    fn anything_else_is_not_a_cursor() {
+        for text in [
+            "", ".", "12", "12.", ".job", "-1.job", "x.job", "12.job 1", "12.jo'b", "12.a.b",
+        ] {
+            assert!(Cursor::parse(text).is_none(), "{text:?}");
+        }
+    }
+}

@@ -5,7 +5,7 @@ use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::{limit_param, optional_str, refuse_unknown, required_str};
+use super::{limit_param, optional_str, refuse_unknown, required_str, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
@@ -170,13 +170,40 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
     .map_err(ApiError::from)
 }
 
+/// `GET /api/remote-runners?limit=&cursor=`: registration order, keyset-paged.
 pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
     let limit = limit_param(&req, 100, 1000)?;
-    let rows = runners::list(&ctx.db, &caller.organization_id, limit).await?;
+    let cursor = Cursor::from_query(&req)?;
+    let mut rows = runners::page(
+        &ctx.db,
+        &caller.organization_id,
+        cursor.as_ref().map(|c| (c.at, c.id.as_str())),
+        limit + 1,
+    )
+    .await?;
+    let next_cursor = (rows.len() as i64 > limit).then(|| {
+        rows.truncate(limit as usize);
+        rows.last().map(|r| Cursor::encode(r.registered_at, &r.id))
+    });
     let runners: Vec<Value> = rows.iter().map(|r| r.to_json(&[])).collect();
-    json_response(200, &json!({ "runners": runners })).map_err(ApiError::from)
+    json_response(
+        200,
+        &json!({ "runners": runners, "nextCursor": next_cursor.flatten() }),
+    )
+    .map_err(ApiError::from)
+}
+
+/// `GET /api/remote-runners/{id}/claims?limit=`: the runner's claims, newest first.
+pub(crate) async fn claims(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let limit = limit_param(&req, 50, 500)?;
+    load(ctx, &caller.organization_id, id).await?;
+    let rows = runners::claims(&ctx.db, &caller.organization_id, id, limit).await?;
+    let claims: Vec<Value> = rows.iter().map(runners::RunnerClaimRow::to_json).collect();
+    json_response(200, &json!({ "claims": claims })).map_err(ApiError::from)
 }
 
 async fn load(ctx: &Ctx, org: &str, id: &str) -> ApiResult<runners::RunnerRow> {
@@ -197,7 +224,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     let caller = auth::admin(&req, ctx).await?;
     caller.require_admin()?;
     let body = json_object(&mut req).await?;
-    refuse_unknown(&body, &["status", "tags", "reason"])?;
+    refuse_unknown(&body, &["status", "tags", "reason", "fingerprint"])?;
     let reason = match optional_str(&body, "reason", 1000) {
         Ok(Some(reason)) => reason,
         _ => {
@@ -218,7 +245,19 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
             "give a status, tags, or both",
         ));
     }
+    let confirmed_fingerprint = optional_str(&body, "fingerprint", 200)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
+    // The admin may name the fingerprint they compared with the runner's own print-out (the
+    // panel always does when approving a key-pair runner): a different one changes nothing.
+    // The key is public, so a plain comparison leaks nothing.
+    if let Some(fingerprint) = confirmed_fingerprint {
+        if runner.fingerprint.as_deref() != Some(fingerprint) {
+            return Err(ApiError::conflict(
+                "FINGERPRINT_MISMATCH",
+                "the fingerprint given is not this runner's; compare it again with the runner's",
+            ));
+        }
+    }
     let actor = caller.actor();
     let mut statements = Vec::new();
 
@@ -241,7 +280,11 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
                 now: ctx.now,
                 key_id: None,
             };
-            let detail = json!({ "from": current.as_str(), "to": next.as_str() }).to_string();
+            let mut detail = json!({ "from": current.as_str(), "to": next.as_str() });
+            if let Some(fingerprint) = confirmed_fingerprint {
+                detail["fingerprintConfirmed"] = fingerprint.into();
+            }
+            let detail = detail.to_string();
             let event = events::NewEvent {
                 organization_id: &caller.organization_id,
                 job_id: None,

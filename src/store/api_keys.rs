@@ -87,3 +87,32 @@ pub(crate) fn revoke(
         &[org.into(), id.into(), now.into()],
     )
 }
+
+/// A key together with its organization's name: what the panel shows of its signed-in key.
+#[derive(Deserialize)]
+pub(crate) struct KeyWithOrganization {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) key_prefix: String,
+    pub(crate) role: String,
+    pub(crate) scopes: String,
+    pub(crate) created_at: i64,
+    pub(crate) organization_id: String,
+    pub(crate) organization_name: String,
+}
+
+pub(crate) async fn with_organization(
+    db: &D1Database,
+    org: &str,
+    id: &str,
+) -> ApiResult<Option<KeyWithOrganization>> {
+    first(
+        db,
+        "SELECT k.id, k.name, k.key_prefix, k.role, k.scopes, k.created_at, \
+                o.id AS organization_id, o.name AS organization_name \
+         FROM api_keys AS k JOIN organizations AS o ON o.id = k.organization_id \
+         WHERE k.id = ?2 AND k.organization_id = ?1",
+        &[org.into(), id.into()],
+    )
+    .await
+}

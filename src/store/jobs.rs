@@ -97,11 +97,97 @@ pub(crate) async fn by_idempotency_key(
     .await
 }
 
-pub(crate) async fn list(db: &D1Database, org: &str, limit: i64) -> ApiResult<Vec<JobRow>> {
+/// One page of the organization's jobs, newest first, after `cursor` (`(created_at, id)` of
+/// the last job of the previous page), of one state when `state` is given.
+pub(crate) async fn page(
+    db: &D1Database,
+    org: &str,
+    state: Option<&str>,
+    cursor: Option<(i64, &str)>,
+    limit: i64,
+) -> ApiResult<Vec<JobRow>> {
+    // Past every row: ids are ASCII, and times stay below 2^53 (bind values are f64).
+    let (at, id) = cursor.unwrap_or((MAX_SAFE_INTEGER, "~"));
+    match state {
+        None => {
+            all(
+                db,
+                include_str!("queries/jobs_page.sql"),
+                &[org.into(), at.into(), id.into(), limit.into()],
+            )
+            .await
+        }
+        Some(state) => {
+            all(
+                db,
+                include_str!("queries/jobs_page_in_state.sql"),
+                &[org.into(), at.into(), id.into(), state.into(), limit.into()],
+            )
+            .await
+        }
+    }
+}
+
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+#[derive(Deserialize)]
+pub(crate) struct StateCount {
+    pub(crate) state: String,
+    pub(crate) count: i64,
+}
+
+pub(crate) async fn state_counts(db: &D1Database, org: &str) -> ApiResult<Vec<StateCount>> {
     all(
         db,
-        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"),
-        &[org.into(), limit.into()],
+        include_str!("queries/job_state_counts.sql"),
+        &[org.into()],
+    )
+    .await
+}
+
+/// A stored chunk with its payload (the stored JSON text, as received).
+#[derive(Deserialize)]
+pub(crate) struct ChunkWithPayload {
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) sequence: i64,
+    pub(crate) kind: String,
+    pub(crate) claim_id: String,
+    pub(crate) previous_checksum: Option<String>,
+    pub(crate) payload: String,
+    pub(crate) payload_hash: String,
+    pub(crate) checksum: String,
+    pub(crate) emitted_at: String,
+    pub(crate) received_at: i64,
+    /// How many chunks the page's range held before the byte budget cut it.
+    pub(crate) page_rows: i64,
+}
+
+pub(crate) struct StreamPage<'a> {
+    pub(crate) after: (i64, i64),
+    pub(crate) attempts: (i64, i64),
+    pub(crate) limit: i64,
+    pub(crate) byte_budget: i64,
+    pub(crate) job: &'a str,
+}
+
+pub(crate) async fn stream_page(
+    db: &D1Database,
+    org: &str,
+    page: &StreamPage<'_>,
+) -> ApiResult<Vec<ChunkWithPayload>> {
+    all(
+        db,
+        include_str!("queries/stream_page.sql"),
+        &[
+            org.into(),
+            page.job.into(),
+            page.after.0.into(),
+            page.after.1.into(),
+            page.attempts.0.into(),
+            page.attempts.1.into(),
+            page.limit.into(),
+            page.byte_budget.into(),
+        ],
     )
     .await
 }

@@ -123,11 +123,63 @@ pub(crate) async fn by_fingerprint(
     .await
 }
 
-pub(crate) async fn list(db: &D1Database, org: &str, limit: i64) -> ApiResult<Vec<RunnerRow>> {
+/// One page of the organization's runners in registration order, after `cursor`
+/// (`(registered_at, id)` of the last runner of the previous page).
+pub(crate) async fn page(
+    db: &D1Database,
+    org: &str,
+    cursor: Option<(i64, &str)>,
+    limit: i64,
+) -> ApiResult<Vec<RunnerRow>> {
+    let (at, id) = cursor.unwrap_or((i64::MIN / 2, ""));
     all(
         db,
-        &format!("SELECT {COLUMNS} FROM runners WHERE organization_id = ?1 ORDER BY registered_at, id LIMIT ?2"),
-        &[org.into(), limit.into()],
+        include_str!("queries/runners_page.sql"),
+        &[org.into(), at.into(), id.into(), limit.into()],
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct RunnerClaimRow {
+    pub(crate) id: String,
+    pub(crate) job_id: String,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) state: String,
+    pub(crate) issued_at: i64,
+    pub(crate) lease_expires_at: i64,
+    pub(crate) started_at: Option<i64>,
+    pub(crate) ended_at: Option<i64>,
+    pub(crate) end_reason: Option<String>,
+}
+
+impl RunnerClaimRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "jobId": self.job_id,
+            "dispatchAttempt": self.dispatch_attempt,
+            "state": self.state,
+            "issuedAt": rfc3339(self.issued_at),
+            "leaseExpiresAt": rfc3339(self.lease_expires_at),
+            "startedAt": self.started_at.and_then(rfc3339),
+            "endedAt": self.ended_at.and_then(rfc3339),
+            "endReason": self.end_reason,
+        })
+    }
+}
+
+/// The runner's claims, newest first.
+pub(crate) async fn claims(
+    db: &D1Database,
+    org: &str,
+    runner: &str,
+    limit: i64,
+) -> ApiResult<Vec<RunnerClaimRow>> {
+    all(
+        db,
+        include_str!("queries/runner_claims.sql"),
+        &[org.into(), runner.into(), limit.into()],
     )
     .await
 }

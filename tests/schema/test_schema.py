@@ -1657,6 +1657,104 @@ class QueryPlanTests(SchemaTest):
         org = self.populate()
         self.assertUsesIndex(self.ORG_REAPER_QUERY, (org, NOW + LEASE_MS, 100), "jobs_lease_expiry_by_organization")
 
+    # The panel's lists (migrations/0002_panel_reads.sql): keyset pages, never scan and sort.
+    JOBS_PAGE = (QUERIES / "jobs_page.sql").read_text()
+    JOBS_PAGE_IN_STATE = (QUERIES / "jobs_page_in_state.sql").read_text()
+    JOB_STATE_COUNTS = (QUERIES / "job_state_counts.sql").read_text()
+    RUNNERS_PAGE = (QUERIES / "runners_page.sql").read_text()
+    RUNNER_CLAIMS = (QUERIES / "runner_claims.sql").read_text()
+    STREAM_PAGE = (QUERIES / "stream_page.sql").read_text()
+    PAST_EVERY_JOB = (2**53 - 1, "~")
+
+    def test_jobs_pages_walk_newest_first_on_the_index_without_overlap(self):
+        org = self.populate()
+        for n in range(4):
+            self.w.job(org, created_at=NOW + 1000 + n)
+        expected = [r[0] for r in self.execute(
+            "SELECT id FROM jobs WHERE organization_id = ? ORDER BY created_at DESC, id DESC", org)]
+        self.assertEqual(len(expected), 12)
+        seen, cursor = [], self.PAST_EVERY_JOB
+        for _ in range(10):  # bounded: 12 jobs in pages of 5
+            params = (org, *cursor, 5)
+            self.assertUsesIndex(self.JOBS_PAGE, params, "jobs_by_organization")
+            rows = self.execute(self.JOBS_PAGE, *params).fetchall()
+            if not rows:
+                break
+            seen += [r[0] for r in rows]
+            cursor = (rows[-1][16], rows[-1][0])  # created_at, id
+        self.assertEqual(seen, expected)
+
+    def test_jobs_page_of_one_state_uses_the_state_index(self):
+        org = self.populate()
+        params = (org, *self.PAST_EVERY_JOB, "queued", 50)
+        self.assertUsesIndex(self.JOBS_PAGE_IN_STATE, params, "jobs_by_organization_state")
+        rows = self.execute(self.JOBS_PAGE_IN_STATE, *params).fetchall()
+        self.assertEqual(len(rows), 5)
+        self.assertTrue(all(r[11] == "queued" for r in rows))
+
+    def test_job_state_counts_read_only_the_covering_index(self):
+        org = self.populate()
+        self.assertUsesIndex(self.JOB_STATE_COUNTS, (org,), "jobs_by_organization_state")
+        plan = " | ".join(query_plan(self.conn, self.JOB_STATE_COUNTS, (org,)))
+        self.assertIn("COVERING INDEX", plan)
+        counts = dict(self.execute(self.JOB_STATE_COUNTS, org).fetchall())
+        self.assertEqual(counts, {"queued": 5, "claimed": 3})
+
+    def test_runners_pages_walk_registration_order_on_the_index(self):
+        org = self.w.org()
+        ids = [self.w.runner(org, registered_at=NOW + n // 2) for n in range(5)]  # ties on time
+        expected = [r[0] for r in self.execute(
+            "SELECT id FROM runners WHERE organization_id = ? ORDER BY registered_at, id", org)]
+        self.assertEqual(sorted(expected), sorted(ids))
+        seen, cursor = [], (-(2**62), "")
+        for _ in range(10):
+            params = (org, *cursor, 2)
+            self.assertUsesIndex(self.RUNNERS_PAGE, params, "runners_page_order")
+            rows = self.execute(self.RUNNERS_PAGE, *params).fetchall()
+            if not rows:
+                break
+            seen += [r[0] for r in rows]
+            cursor = (rows[-1][25], rows[-1][0])  # registered_at, id
+        self.assertEqual(seen, expected)
+
+    def test_runner_claims_come_newest_first_from_their_index(self):
+        org = self.w.org()
+        runner = self.w.runner(org, max_concurrent_jobs=50)
+        for _ in range(3):
+            self.claimed_job(org=org, runner=runner)
+        params = (org, runner, 50)
+        self.assertUsesIndex(self.RUNNER_CLAIMS, params, "job_claims_by_runner_issued")
+        self.assertEqual(len(self.execute(self.RUNNER_CLAIMS, *params).fetchall()), 3)
+
+    def test_stream_page_reads_the_key_range_and_stops_at_its_byte_budget(self):
+        org, _, job, claim = self.claimed_job()
+        previous = None
+        for sequence in range(6):
+            payload = {"lines": [{"stream": "stdout", "line": "x" * 1000}]}
+            previous = self.w.append(self.w.chunk(job, claim, 1, sequence, previous, payload=payload))
+        plan = " | ".join(query_plan(self.conn, self.STREAM_PAGE, (org, job, 0, -1, 1, 3, 100, 10**6)))
+        self.assertIn("SEARCH stream_chunks USING INDEX sqlite_autoindex_stream_chunks_1", plan)
+        self.assertNotIn("SCAN stream_chunks", plan)
+
+        def page(after, limit, budget):
+            return self.execute(self.STREAM_PAGE, org, job, *after, 1, 3, limit, budget).fetchall()
+
+        everything = page((0, -1), 100, 10**6)
+        self.assertEqual([r[1] for r in everything], list(range(6)))
+        self.assertEqual({r[10] for r in everything}, {6})  # page_rows: the range held six
+        # After a cursor, only what follows it.
+        self.assertEqual([r[1] for r in page((1, 3), 100, 10**6)], [4, 5])
+        # A budget of 2.5 chunks' bytes: chunks start while the bytes before them are under it,
+        # so three come back, and page_rows says the range held more.
+        size = len(everything[0][5].encode())
+        cut = page((0, -1), 100, int(size * 2.5))
+        self.assertEqual([r[1] for r in cut], [0, 1, 2])
+        self.assertEqual(cut[0][10], 6)
+        # The first chunk always comes, whatever the budget, so a reader always moves forward.
+        self.assertEqual([r[1] for r in page((0, -1), 100, 1)], [0])
+        # And the limit bounds the range read.
+        self.assertEqual([r[1] for r in page((0, -1), 2, 10**6)], [0, 1])
+
     def test_service_lookups_use_an_index(self):
         self.populate()
         lookups = [
@@ -1667,7 +1765,7 @@ class QueryPlanTests(SchemaTest):
             ("runner by key", "SELECT id FROM runners WHERE organization_id = ? AND runner_key = ?",
              ("o", "k"), ("runners", ("organization_id", "runner_key"))),
             ("runners of an organization", "SELECT id FROM runners WHERE organization_id = ?"
-             " ORDER BY registered_at LIMIT 50", ("o",), "runners_by_organization"),
+             " ORDER BY registered_at LIMIT 50", ("o",), "runners_page_order"),
             ("challenge by hash", "SELECT id, runner_id, expires_at, consumed_at FROM runner_challenges"
              " WHERE challenge_hash = ?", ("h",), ("runner_challenges", ("challenge_hash",))),
             ("credentials of a runner", "SELECT id FROM runner_credentials WHERE runner_id = ?"
