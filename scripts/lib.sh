@@ -1,15 +1,30 @@
 # Shared setup for the project's scripts. Sourced, never run.
 #
-# Everything the scripts install lands inside the checkout (ignored by git): cargo tools in
-# .tools/, npm packages in node_modules/, the Python venv in .venv/, caches in .cache/. Each
-# install is skipped when the pinned version is already there, so a second run is fast.
+# What the scripts install lands inside the checkout (ignored by git): npm packages in
+# node_modules/, the Python venv in .venv/, caches in .cache/. The two cargo tools, which take
+# minutes to build, land outside it, one folder per pinned version under
+# ${XDG_CACHE_HOME:-~/.cache}/edgerunner/tools (or $EDGERUNNER_TOOLS_HOME), so that every clone on
+# a machine shares them. Each install is skipped when the pinned version is already there, so a
+# second run — and a fresh clone on a machine that has run this before — is fast.
 
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-export PATH="$ROOT/.tools/bin:$ROOT/node_modules/.bin:$PATH"
+WORKER_BUILD_VERSION=0.8.7
+
+# The wasm-bindgen CLI must be exactly the version of the library in Cargo.lock.
+wasm_bindgen_version() {
+  awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"
+}
+
+TOOLS_HOME="${EDGERUNNER_TOOLS_HOME:-${XDG_CACHE_HOME:-${HOME:-$ROOT}/.cache}/edgerunner/tools}"
+mkdir -p "$TOOLS_HOME" 2>/dev/null && [ -w "$TOOLS_HOME" ] || TOOLS_HOME="$ROOT/.tools"
+export EDGERUNNER_TOOLS_HOME="$TOOLS_HOME"
+WORKER_BUILD_ROOT="$TOOLS_HOME/worker-build-$WORKER_BUILD_VERSION"
+WASM_BINDGEN_ROOT="$TOOLS_HOME/wasm-bindgen-cli-$(wasm_bindgen_version)"
+export PATH="$WORKER_BUILD_ROOT/bin:$WASM_BINDGEN_ROOT/bin:$ROOT/node_modules/.bin:$PATH"
 # worker-build and wrangler keep caches and logs under XDG dirs: keep them in the project.
 export XDG_CACHE_HOME="$ROOT/.cache"
 mkdir -p "$XDG_CACHE_HOME"
@@ -19,16 +34,10 @@ export WRANGLER_SEND_METRICS=false
 export CLOUDFLARE_CF_FETCH_ENABLED=false
 export WRANGLER_LOG_PATH="$ROOT/.cache/wrangler-logs"
 
-WORKER_BUILD_VERSION=0.8.7
 PYTHON_SDK_REQUIREMENTS="$ROOT/tests/interop/requirements.txt"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
-
-# The wasm-bindgen CLI must be exactly the version of the library in Cargo.lock.
-wasm_bindgen_version() {
-  awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"
-}
 
 ensure_rust_target() {
   if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
@@ -40,17 +49,17 @@ ensure_rust_target() {
 ensure_cargo_tools() {
   local want have
   if [ "$(worker-build --version 2>/dev/null || true)" != "$WORKER_BUILD_VERSION" ]; then
-    log "installing worker-build $WORKER_BUILD_VERSION into .tools (takes a few minutes once)"
-    cargo install --quiet --root "$ROOT/.tools" worker-build --version "$WORKER_BUILD_VERSION" --locked
+    log "installing worker-build $WORKER_BUILD_VERSION into $WORKER_BUILD_ROOT (takes a few minutes once per machine)"
+    cargo install --quiet --root "$WORKER_BUILD_ROOT" worker-build --version "$WORKER_BUILD_VERSION" --locked
   fi
   want="$(wasm_bindgen_version)"
   [ -n "$want" ] || die "no wasm-bindgen in Cargo.lock"
   have="$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)"
   if [ "$have" != "$want" ]; then
-    log "installing wasm-bindgen-cli $want into .tools (Cargo.lock pins wasm-bindgen $want)"
+    log "installing wasm-bindgen-cli $want into $WASM_BINDGEN_ROOT (Cargo.lock pins wasm-bindgen $want)"
     # Not --locked: the CLI's own lockfile pins crates the registry index no longer has.
-    cargo install --quiet --root "$ROOT/.tools" wasm-bindgen-cli --version "$want" \
-      || die "could not install wasm-bindgen-cli $want; run: cargo install --root .tools wasm-bindgen-cli --version $want"
+    cargo install --quiet --root "$WASM_BINDGEN_ROOT" wasm-bindgen-cli --version "$want" \
+      || die "could not install wasm-bindgen-cli $want; run: cargo install --root $WASM_BINDGEN_ROOT wasm-bindgen-cli --version $want"
   fi
 }
 
