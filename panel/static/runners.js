@@ -1,0 +1,658 @@
+// The Runners tab: the list, a runner's page, registration and every status action.
+
+import { get, post, patch, getText, query, enc } from './api.js';
+import {
+  h, replace, clear, timeAgo, badge, mono, hash, facts, card, emptyState, richText, errorBox,
+  jsonText, formatBytes, formatSeconds, formatMb, table, row, keepFocus, poller, chips, yesNo,
+} from './dom.js';
+import { openDialog, reasonDialog, copyBlock } from './dialog.js';
+
+const PAGE_SIZE = 50;
+const POLL_MS = 5000;
+
+export const DEFAULT_LIMITS = {
+  cpuSeconds: 3600,
+  memoryMb: 65536,
+  wallSeconds: 86400,
+  outputBytes: 104857600,
+};
+
+const EXECUTION_KINDS = ['prompt', 'scorer', 'tool', 'workflow', 'agent'];
+
+export function runnerHref(base, id) {
+  return `${base}/runners/${enc(id)}`;
+}
+
+// ------------------------------------------------------------------------------------------
+// The list
+// ------------------------------------------------------------------------------------------
+
+const LIST_COLUMNS = ['Name', 'Runner key', 'Identity', 'State', 'Capacity', 'Last heartbeat', 'Last seen', 'Product', 'Tags'];
+
+function runnerRow(base, runner) {
+  const capacity = `${runner.activeClaims ?? 0} / ${runner.maxConcurrentJobs ?? '—'}`;
+  const full = (runner.activeClaims ?? 0) >= (runner.maxConcurrentJobs ?? Infinity);
+  return row([
+    h('a.strong', { href: runnerHref(base, runner.id), testid: 'runner-name', dataset: { key: runner.id } }, runner.name || runner.id),
+    mono(runner.runnerKey, { testid: 'runner-key' }),
+    h('span.ident', { testid: 'runner-identity' }, runner.identityModel === 'keypair' ? 'key pair' : 'bootstrap token'),
+    h('div.state-cell',
+      badge(runner.state, 'runner-state'),
+      runner.stateReason ? h('div.reason.muted', { title: runner.stateReason, testid: 'runner-state-reason' }, runner.stateReason) : null),
+    h('span', { class: full ? 'capacity capacity-full' : 'capacity', testid: 'runner-capacity' }, capacity),
+    timeAgo(runner.lastHeartbeatAt, 'runner-heartbeat'),
+    timeAgo(runner.lastSeenAt, 'runner-last-seen'),
+    runner.product || runner.version
+      ? h('span', { testid: 'runner-product' }, [runner.product, runner.version].filter(Boolean).join(' '))
+      : h('span.muted', '—'),
+    chips(runner.tags, '—'),
+  ], { testid: 'runner-row', dataset: { runnerId: runner.id, sig: JSON.stringify(runner) } }, LIST_COLUMNS);
+}
+
+export function runnersView(ctx) {
+  const { session, base } = ctx;
+  const cursors = [null];
+  let nextCursor = null;
+  let destroyed = false;
+  let loadedOnce = false;
+
+  const tbody = h('tbody', { testid: 'runners-body' });
+  const tableEl = table(LIST_COLUMNS, tbody, 'runners-table');
+  const status = h('div.status-area', { 'aria-live': 'polite' });
+  const empty = h('div');
+  const prev = h('button.btn', { type: 'button', testid: 'runners-prev', disabled: true }, '← Previous');
+  const next = h('button.btn', { type: 'button', testid: 'runners-next', disabled: true }, 'Next →');
+  const pageLabel = h('span.muted', { testid: 'runners-page' }, '');
+  const summary = h('span.muted.head-note', { testid: 'runners-summary' }, '');
+
+  const register = session.canAdmin
+    ? h('button.btn.btn-primary', { type: 'button', testid: 'register-runner' }, 'Register runner')
+    : null;
+
+  const el = h('div.view.view-runners', { testid: 'runners-view' },
+    h('div.page-head',
+      h('div', h('h1', 'Runners'), summary),
+      h('div.page-actions', register)),
+    status,
+    empty,
+    tableEl,
+    h('div.pager', prev, pageLabel, next));
+
+  async function load({ quiet = false } = {}) {
+    const cursor = cursors[cursors.length - 1];
+    let data;
+    try {
+      data = await get(`/api/remote-runners${query({ limit: PAGE_SIZE, cursor })}`);
+    } catch (error) {
+      if (!destroyed) replace(status, errorBox(error));
+      if (!quiet) throw error;
+      return;
+    }
+    if (destroyed) return;
+    clear(status);
+    loadedOnce = true;
+    nextCursor = data.nextCursor || null;
+    const runners = data.runners || [];
+    renderRows(runners);
+    prev.disabled = cursors.length <= 1;
+    next.disabled = !nextCursor;
+    pageLabel.textContent = `Page ${cursors.length}`;
+    const counts = {};
+    for (const r of runners) counts[r.state] = (counts[r.state] || 0) + 1;
+    summary.textContent = runners.length
+      ? `${runners.length} runner${runners.length === 1 ? '' : 's'}${nextCursor || cursors.length > 1 ? ' on this page' : ''} · ${Object.entries(counts).map(([s, n]) => `${n} ${s.replace(/_/g, ' ')}`).join(' · ')}`
+      : '';
+  }
+
+  function renderRows(runners) {
+    if (runners.length === 0 && cursors.length === 1) {
+      tableEl.hidden = true;
+      replace(empty, emptyState(richText(session.canAdmin
+        ? 'No runners yet. Choose Register runner, or enroll one with `edgerunner runner enroll`.'
+        : 'No runners yet. An admin can register one, or a machine can enroll itself with `edgerunner runner enroll`.')));
+      return;
+    }
+    tableEl.hidden = false;
+    clear(empty);
+    keepFocus(tbody, () => {
+      // Update rows in place: keep a row whose data did not change, replace the ones that did.
+      const existing = new Map([...tbody.rows].map((tr) => [tr.dataset.runnerId, tr]));
+      let position = 0;
+      for (const runner of runners) {
+        const old = existing.get(runner.id);
+        const sig = JSON.stringify(runner);
+        let tr = old;
+        if (!old || old.dataset.sig !== sig) tr = runnerRow(base, runner);
+        existing.delete(runner.id);
+        const at = tbody.rows[position];
+        if (at !== tr) {
+          if (old && old !== tr) old.replaceWith(tr);
+          if (tbody.rows[position] !== tr) tbody.insertBefore(tr, tbody.rows[position] || null);
+        }
+        position += 1;
+      }
+      for (const leftover of existing.values()) leftover.remove();
+    });
+  }
+
+  prev.addEventListener('click', async () => {
+    if (cursors.length <= 1) return;
+    cursors.pop();
+    clear(tbody);
+    await load().catch(() => {});
+    prev.focus();
+  });
+  next.addEventListener('click', async () => {
+    if (!nextCursor) return;
+    cursors.push(nextCursor);
+    clear(tbody);
+    await load().catch(() => {});
+    (next.disabled ? prev : next).focus();
+  });
+  if (register) {
+    register.addEventListener('click', () => registerDialog({ onRegistered: () => load({ quiet: true }) }));
+  }
+
+  load().catch(() => {});
+  const stop = poller(() => load({ quiet: true }), POLL_MS);
+  return {
+    el,
+    destroy() {
+      destroyed = true;
+      stop();
+    },
+    get loaded() {
+      return loadedOnce;
+    },
+  };
+}
+
+// ------------------------------------------------------------------------------------------
+// Registration and the one-time token
+// ------------------------------------------------------------------------------------------
+
+function field(label, control, help, id) {
+  return h('div.field',
+    h('label', { htmlFor: id }, label),
+    control,
+    help ? h('div.help', help) : null);
+}
+
+export function registerDialog({ onRegistered }) {
+  const name = h('input#reg-name', { type: 'text', required: true, testid: 'register-name', maxLength: 200, autocomplete: 'off' });
+  const key = h('input#reg-key', { type: 'text', required: true, testid: 'register-key', maxLength: 200, autocomplete: 'off', spellcheck: false });
+  const runtimes = h('input#reg-runtimes', { type: 'text', required: true, testid: 'register-runtimes', placeholder: 'python3.12 nodejs20', autocomplete: 'off', spellcheck: false });
+  const max = h('input#reg-max', { type: 'number', min: 1, max: 1000, step: 1, value: '1', testid: 'register-max', required: true });
+  const kinds = EXECUTION_KINDS.map((kind) => h('input', { type: 'checkbox', value: kind, id: `reg-kind-${kind}`, testid: `register-kind-${kind}` }));
+  const kindsField = h('fieldset.field.kinds',
+    h('legend', 'Execution kinds (at least one)'),
+    h('div.checks', kinds.map((box) => h('label.check', { htmlFor: box.id }, box, ' ', box.value))));
+
+  const narrow = {};
+  const limitRows = [
+    ['cpuSeconds', 'CPU seconds', DEFAULT_LIMITS.cpuSeconds, formatSeconds(DEFAULT_LIMITS.cpuSeconds)],
+    ['memoryMb', 'Memory (MB)', DEFAULT_LIMITS.memoryMb, formatMb(DEFAULT_LIMITS.memoryMb)],
+    ['wallSeconds', 'Wall seconds', DEFAULT_LIMITS.wallSeconds, formatSeconds(DEFAULT_LIMITS.wallSeconds)],
+    ['outputBytes', 'Output bytes', DEFAULT_LIMITS.outputBytes, `${formatBytes(DEFAULT_LIMITS.outputBytes)} (${DEFAULT_LIMITS.outputBytes} bytes)`],
+  ].map(([prop, label, ceiling, shown]) => {
+    const input = h('input', {
+      type: 'number', min: 1, max: ceiling, step: 1, id: `reg-limit-${prop}`, testid: `register-limit-${prop}`,
+      placeholder: String(ceiling), 'aria-label': `Narrower ${label}`,
+    });
+    narrow[prop] = { input, ceiling, label };
+    return h('tr', h('th', { scope: 'row' }, label),
+      h('td', { dataset: { label: 'Default ceiling' } }, shown),
+      h('td', { dataset: { label: 'Narrower' } }, input));
+  });
+
+  const boundary = h('div.boundary', { testid: 'register-boundary' },
+    h('h3', 'Default-deny boundary (review)'),
+    facts([
+      ['Network', h('code', 'deny_all')],
+      ['Streaming', 'supported'],
+      ['Cancellation', 'supported'],
+    ]),
+    h('div.table-wrap.table-compact',
+      h('table.grid',
+        h('thead', h('tr', h('th', { scope: 'col' }, 'Limit'), h('th', { scope: 'col' }, 'Default ceiling'), h('th', { scope: 'col' }, 'Narrower (optional)'))),
+        h('tbody', limitRows))),
+    h('p.help', 'Narrower limits may only lower the ceiling. Leave blank to keep the default.'));
+
+  const status = h('div.dialog-status', { 'aria-live': 'polite' });
+  const submit = h('button.btn.btn-primary', { type: 'submit', testid: 'register-submit' }, 'Register identity');
+  const cancel = h('button.btn', { type: 'button', testid: 'cancel' }, 'Cancel');
+  const form = h('form.dialog-form', { noValidate: true, testid: 'register-form' },
+    field('Display name', name, null, 'reg-name'),
+    field('Runner key (stable, unique in the organization)', key, 'e.g. gpu-1. The runner keeps this key across rotations.', 'reg-key'),
+    field('Runtimes', runtimes, 'Separated by commas or spaces, e.g. python3.12 nodejs20', 'reg-runtimes'),
+    kindsField,
+    field('Max concurrent jobs', max, null, 'reg-max'),
+    boundary,
+    status,
+    h('div.form-actions', cancel, submit));
+
+  const { close } = openDialog({ title: 'Register runner', testid: 'register-dialog', body: form, wide: true });
+  cancel.addEventListener('click', close);
+  name.focus();
+
+  function validate() {
+    const problems = [];
+    if (!name.value.trim()) problems.push('Enter a display name.');
+    if (!key.value.trim()) problems.push('Enter a runner key.');
+    const rt = runtimes.value.split(/[\s,]+/).filter(Boolean);
+    if (rt.length === 0) problems.push('Enter at least one runtime.');
+    const chosen = kinds.filter((k) => k.checked).map((k) => k.value);
+    if (chosen.length === 0) problems.push('Choose at least one execution kind.');
+    const maxJobs = Number(max.value);
+    if (!Number.isInteger(maxJobs) || maxJobs < 1 || maxJobs > 1000) problems.push('Max concurrent jobs must be a whole number from 1 to 1000.');
+    let limits = null;
+    for (const [prop, { input, ceiling, label }] of Object.entries(narrow)) {
+      const text = input.value.trim();
+      input.removeAttribute('aria-invalid');
+      if (!text) continue;
+      const value = Number(text);
+      if (!Number.isInteger(value) || value < 1 || value > ceiling) {
+        problems.push(`${label} must be a whole number from 1 to ${ceiling} (it may only lower the default).`);
+        input.setAttribute('aria-invalid', 'true');
+        continue;
+      }
+      limits = limits || { ...DEFAULT_LIMITS };
+      limits[prop] = value;
+    }
+    return { problems, rt, chosen, maxJobs, limits };
+  }
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const { problems, rt, chosen, maxJobs, limits } = validate();
+    if (problems.length) {
+      replace(status, h('div.error', { role: 'alert', testid: 'error' },
+        h('strong.error-code', { testid: 'error-code' }, 'INVALID_INPUT'), ' ',
+        h('span', { testid: 'error-message' }, problems.join(' '))));
+      return;
+    }
+    const capabilities = { executionKinds: chosen, runtimes: rt, maxConcurrentJobs: maxJobs };
+    if (limits) capabilities.limits = limits;
+    submit.disabled = true;
+    replace(status, h('span.muted', 'Registering…'));
+    try {
+      const answer = await post('/api/remote-runners', {
+        name: name.value.trim(),
+        runnerKey: key.value.trim(),
+        maxConcurrentJobs: maxJobs,
+        capabilities,
+      });
+      close();
+      tokenDialog({
+        title: 'Runner registered',
+        runner: answer.runner,
+        token: answer.bootstrapToken,
+      });
+      if (onRegistered) onRegistered(answer.runner);
+    } catch (error) {
+      replace(status, errorBox(error));
+      submit.disabled = false;
+    }
+  });
+}
+
+/**
+ * Shows a bootstrap token once. The token lives only in this function's closure and in the
+ * dialog's nodes; closing the dialog removes them, and nothing is written to any storage.
+ */
+export function tokenDialog({ title, runner, token, onClose }) {
+  const origin = location.origin;
+  const env = [
+    `EVALGATE_BASE_URL=${origin}`,
+    `EVALGATE_RUNNER_ID=${runner.id}`,
+    `EVALGATE_RUNNER_BOOTSTRAP_TOKEN=${token}`,
+  ].join('\n');
+  const cli = "edgerunner runner start --exec './evaluate.sh'";
+  const sdk = 'RemoteRunnerWorker(base_url=os.environ["EVALGATE_BASE_URL"], runner_id=os.environ["EVALGATE_RUNNER_ID"], bootstrap_token=os.environ["EVALGATE_RUNNER_BOOTSTRAP_TOKEN"])';
+  const done = h('button.btn.btn-primary', { type: 'button', testid: 'token-done' }, 'I have stored it — close');
+  const body = h('div.token-body', { testid: 'token-body' },
+    h('div.warning', { role: 'alert', testid: 'token-warning' },
+      h('strong', 'This token is shown once. Store it in your secret manager now; it cannot be recovered.'),
+      ' Closing this dialog or reloading the page loses it for good; you would have to rotate to get a new one.'),
+    facts([
+      ['Runner', h('span', runner.name || '')],
+      ['Runner id', mono(runner.id, { testid: 'token-runner-id' })],
+    ]),
+    copyBlock('Bootstrap token', token, 'bootstrap-token'),
+    copyBlock('Environment variables', env, 'token-env'),
+    copyBlock('Start the runner (CLI)', cli, 'token-cli'),
+    copyBlock('Or with the Python SDK', `import os\nfrom evalgate_sdk.remote_runner import RemoteRunnerWorker\n\nworker = ${sdk}`, 'token-sdk'));
+  const { close } = openDialog({ title, testid: 'token-dialog', body, footer: done, wide: true, onClose });
+  done.addEventListener('click', close);
+  done.focus();
+}
+
+// ------------------------------------------------------------------------------------------
+// A runner's page
+// ------------------------------------------------------------------------------------------
+
+function capabilitiesView(runner) {
+  const caps = runner.capabilities || {};
+  const limits = caps.limits || {};
+  const network = caps.network;
+  let networkText;
+  if (!network || network === 'deny_all' || network.mode === 'deny_all') networkText = h('span', h('code', 'deny_all'), ' (no outbound network)');
+  else if (network.mode === 'allowlist') networkText = h('span', h('code', 'allowlist'), ' ', chips(network.origins));
+  else networkText = h('code', jsonText(network));
+  const problemTypes = runner.problemTypes?.length ? runner.problemTypes : caps.problemTypes;
+  return h('div', { testid: 'runner-capabilities' },
+    facts([
+      ['Execution kinds', chips(caps.executionKinds)],
+      ['Runtimes', chips(caps.runtimes)],
+      ['CPU', formatSeconds(limits.cpuSeconds)],
+      ['Memory', formatMb(limits.memoryMb)],
+      ['Wall time', formatSeconds(limits.wallSeconds)],
+      ['Output', limits.outputBytes === undefined ? null : `${formatBytes(limits.outputBytes)} (${limits.outputBytes} bytes)`],
+      ['Network', networkText],
+      ['Streaming', caps.streaming === undefined ? null : (caps.streaming ? 'supported' : 'not supported')],
+      ['Cancellation', caps.cancellation === undefined ? null : (caps.cancellation ? 'supported' : 'not supported')],
+      ['Max concurrent jobs', String(caps.maxConcurrentJobs ?? runner.maxConcurrentJobs ?? '—')],
+      ['Problem types', chips(problemTypes)],
+      ['External', yesNo(runner.external ?? caps.external)],
+      ['Protocol version', caps.protocolVersion ?? runner.protocolVersion ?? null],
+      ['Capability hash', mono(runner.capabilityHash, { testid: 'runner-capability-hash' })],
+    ]));
+}
+
+function valueText(value) {
+  if (value === null || value === undefined) return h('span.muted', '—');
+  if (typeof value === 'object') return h('code.json-inline', jsonText(value));
+  return String(value);
+}
+
+function machineView(machine) {
+  if (!machine || typeof machine !== 'object' || Object.keys(machine).length === 0) {
+    return h('p.muted', 'The runner reported no machine details.');
+  }
+  return facts(Object.entries(machine).map(([k, v]) => [k, valueText(v)]), 'runner-machine');
+}
+
+function filesView(runner) {
+  const files = runner.files || [];
+  if (files.length === 0) return h('p.muted', 'No files uploaded. Runners can upload diagnostics (e.g. lscpu.txt) with their credential.');
+  const labels = ['Name', 'Size', 'Content hash', 'Uploaded', ''];
+  return table(labels, h('tbody', files.map((file) => row([
+    mono(file.name),
+    formatBytes(file.size),
+    hash(file.contentHash),
+    timeAgo(file.uploadedAt),
+    h('button.btn.btn-small', {
+      type: 'button', testid: 'file-view', dataset: { key: file.name },
+      on: { click: () => fileDialog(runner, file) },
+    }, 'View'),
+  ], { testid: 'runner-file' }, labels))), 'runner-files');
+}
+
+function fileDialog(runner, file) {
+  const pre = h('pre.file-text', { testid: 'file-text', tabIndex: 0 }, 'Loading…');
+  openDialog({ title: file.name, testid: 'file-dialog', body: pre, wide: true });
+  getText(`/api/remote-runners/${enc(runner.id)}/files/${enc(file.name)}`)
+    .then((text) => { pre.textContent = text; })
+    .catch((error) => replace(pre.parentNode, errorBox(error)));
+}
+
+function claimsView(base, claims) {
+  const active = claims.filter((c) => c.state === 'active');
+  const labels = ['Job', 'Claim', 'Attempt', 'State', 'Issued', 'Lease expires', 'Ended', 'End reason'];
+  const claimRow = (c) => row([
+    h('a.mono', { href: `${base}/jobs/${enc(c.jobId)}`, testid: 'claim-job', dataset: { key: c.id }, title: c.jobId }, c.jobId),
+    mono(c.id, { short: 14 }),
+    String(c.dispatchAttempt ?? '—'),
+    badge(c.state),
+    timeAgo(c.issuedAt),
+    c.state === 'active' ? timeAgo(c.leaseExpiresAt) : h('span.muted', '—'),
+    timeAgo(c.endedAt),
+    c.endReason ? h('span', c.endReason) : h('span.muted', '—'),
+  ], { testid: 'runner-claim', dataset: { state: c.state } }, labels);
+  return h('div',
+    h('h3.sub', `Active claims (${active.length})`),
+    active.length
+      ? table(labels, h('tbody', active.map(claimRow)), 'runner-active-claims')
+      : h('p.muted', { testid: 'runner-no-active-claims' }, 'No active claims: this runner is not holding a job right now.'),
+    claims.length > active.length
+      ? [h('h3.sub', 'Recent claims'), table(labels, h('tbody', claims.filter((c) => c.state !== 'active').map(claimRow)), 'runner-recent-claims')]
+      : null);
+}
+
+function eventsView(base, events) {
+  if (!events.length) return h('p.muted', 'No audit events yet.');
+  const labels = ['Time', 'Event', 'Actor', 'Reason', 'Job', 'Detail'];
+  const rows = events.slice().reverse().map((e) => row([
+    timeAgo(e.at),
+    h('code.event-type', { testid: 'event-type' }, e.type),
+    h('span', e.actor ?? '—'),
+    e.reason ? h('span.event-reason', { testid: 'event-reason' }, e.reason) : h('span.muted', '—'),
+    e.jobId ? h('a.mono', { href: `${base}/jobs/${enc(e.jobId)}`, title: e.jobId }, e.jobId) : h('span.muted', '—'),
+    e.detail && (typeof e.detail !== 'object' || Object.keys(e.detail).length)
+      ? h('code.json-inline', { title: jsonText(e.detail) }, JSON.stringify(e.detail))
+      : h('span.muted', '—'),
+  ], { testid: 'runner-event', dataset: { type: e.type } }, labels));
+  return h('div',
+    h('p.help', 'Newest first.'),
+    table(labels, h('tbody', rows), 'runner-events'));
+}
+
+function actionsFor(runner, session) {
+  if (!session.canAdmin) return [];
+  const s = runner.state;
+  const list = [];
+  if (s === 'pending_approval') list.push('approve');
+  if (s === 'draining' || s === 'lost') list.push('activate');
+  if (s === 'active' || s === 'lost') list.push('drain');
+  if (runner.identityModel !== 'keypair' && s !== 'revoked') list.push('rotate');
+  if (s !== 'revoked') list.push('revoke');
+  return list;
+}
+
+export function runnerView(ctx, id) {
+  const { session, base } = ctx;
+  let destroyed = false;
+  let runner = null;
+  let lastSig = '';
+  let actionsSig = '';
+
+  const title = h('h1.title-text', { testid: 'runner-title' }, 'Runner');
+  const stateSlot = h('span');
+  const subtitle = h('div.subtitle');
+  const actions = h('div.page-actions', { testid: 'runner-actions' });
+  const banner = h('div');
+  const status = h('div.status-area', { 'aria-live': 'polite' });
+  const sections = h('div.cards', { testid: 'runner-sections' }, h('div.loading', 'Loading…'));
+  const el = h('div.view.view-runner', { testid: 'runner-view' },
+    h('nav.crumbs', { 'aria-label': 'Breadcrumb' }, h('a', { href: base }, 'Runners'), ' / ', h('span', id)),
+    h('div.page-head',
+      h('div', h('div.title-row', title, stateSlot), subtitle),
+      actions),
+    status,
+    banner,
+    sections);
+
+  async function load() {
+    let data;
+    try {
+      data = await Promise.all([
+        get(`/api/remote-runners/${enc(id)}`),
+        get(`/api/remote-runners/${enc(id)}/events${query({ limit: 200 })}`).catch((e) => ({ error: e })),
+        get(`/api/remote-runners/${enc(id)}/claims${query({ limit: 50 })}`).catch((e) => ({ error: e })),
+      ]);
+    } catch (error) {
+      if (!destroyed) replace(status, errorBox(error));
+      return;
+    }
+    if (destroyed) return;
+    clear(status);
+    const [r, ev, cl] = data;
+    runner = r;
+    render(r, ev, cl);
+  }
+
+  function render(r, ev, cl) {
+    document.title = `${r.name || r.id} · Runners · edgerunner`;
+    title.textContent = r.name || r.id;
+    replace(stateSlot, badge(r.state, 'runner-detail-state'));
+    replace(subtitle,
+      mono(r.id, { testid: 'runner-id' }),
+      ' · ', r.identityModel === 'keypair' ? 'key-pair identity' : 'bootstrap-token identity',
+      r.stateReason ? [' · ', h('span', { testid: 'runner-detail-reason' }, r.stateReason)] : null);
+
+    const nextActions = actionsFor(r, session);
+    const sigA = `${nextActions.join(',')}|${r.fingerprint}`;
+    if (sigA !== actionsSig) {
+      actionsSig = sigA;
+      keepFocus(actions, () => replace(actions, nextActions.map((a) => actionButton(a))));
+    }
+
+    if (r.identityModel === 'keypair' && r.state === 'pending_approval') {
+      replace(banner, h('div.banner.banner-info', { testid: 'fingerprint-banner', role: 'note' },
+        h('div.banner-title', 'Compare this fingerprint with the one the runner printed'),
+        h('code.fingerprint', { testid: 'fingerprint-banner-value' }, r.fingerprint || '—'),
+        h('p', 'This runner enrolled itself with a key pair and is waiting for approval. Approve it only if the fingerprint above is exactly the one shown on the machine by ',
+          h('code', 'edgerunner runner enroll'), ' or ', h('code', 'edgerunner runner whoami'), '.')));
+    } else {
+      clear(banner);
+    }
+
+    const sig = JSON.stringify([r, ev, cl]);
+    if (sig === lastSig) return;
+    lastSig = sig;
+    const events = ev?.events || [];
+    const claims = cl?.claims || [];
+    keepFocus(sections, () => replace(sections,
+      card('Overview', facts([
+        ['State', h('span', badge(r.state), r.stateReason ? h('span.muted', ` ${r.stateReason}`) : null)],
+        ['Runner key', mono(r.runnerKey)],
+        ['Identity model', r.identityModel === 'keypair' ? 'key pair (self-enrolled)' : 'bootstrap token (registered by an admin)'],
+        ['Capacity', h('span', { testid: 'runner-detail-capacity' }, `${r.activeClaims ?? 0} / ${r.maxConcurrentJobs ?? '—'} jobs`)],
+        ['Completed jobs', h('span', { testid: 'runner-completed' }, String(r.completedJobs ?? 0))],
+        ['Product', [r.product, r.version].filter(Boolean).join(' ') || null],
+        ['Address', r.address ? mono(r.address) : null],
+        ['Tags', chips(r.tags)],
+        ['Registered', timeAgo(r.registeredAt)],
+        ['Approved', timeAgo(r.approvedAt)],
+        ['Revoked', r.revokedAt ? timeAgo(r.revokedAt) : null],
+        ['Last heartbeat', timeAgo(r.lastHeartbeatAt, 'runner-detail-heartbeat')],
+        ['Last seen', timeAgo(r.lastSeenAt, 'runner-detail-last-seen')],
+      ]), { testid: 'runner-overview' }),
+      card('Identity', facts([
+        ['Fingerprint', r.fingerprint ? h('code.mono.wrap', { testid: 'runner-fingerprint' }, r.fingerprint) : null],
+        ['Key id', mono(r.keyId)],
+        ['Public key', r.publicKey ? h('code.mono.wrap', r.publicKey) : null],
+      ]), { testid: 'runner-identity-card' }),
+      card('Capabilities', capabilitiesView(r), { testid: 'runner-capabilities-card' }),
+      card('Machine', machineView(r.machine), { testid: 'runner-machine-card' }),
+      card('Claims', cl?.error ? errorBox(cl.error) : claimsView(base, claims), { testid: 'runner-claims-card' }),
+      card('Uploaded files', filesView(r), { testid: 'runner-files-card' }),
+      card('Audit events', ev?.error ? errorBox(ev.error) : eventsView(base, events), { testid: 'runner-events-card' })));
+  }
+
+  function actionButton(action) {
+    const labels = { approve: 'Approve', drain: 'Drain', activate: 'Activate', revoke: 'Revoke', rotate: 'Rotate token' };
+    const tone = action === 'revoke' ? '.btn-danger' : action === 'approve' ? '.btn-primary' : '';
+    return h(`button.btn${tone}`, {
+      type: 'button', testid: `action-${action}`,
+      on: { click: () => openAction(action) },
+    }, labels[action]);
+  }
+
+  const afterChange = () => {
+    lastSig = '';
+    return load();
+  };
+
+  function openAction(action) {
+    if (!runner) return;
+    const r = runner;
+    const path = `/api/remote-runners/${enc(r.id)}`;
+    if (action === 'approve') {
+      const keypair = r.identityModel === 'keypair';
+      const input = h('input#approve-fp', { type: 'text', testid: 'approve-fingerprint', autocomplete: 'off', spellcheck: false, placeholder: 'SHA256:…' });
+      const match = h('div.match', { 'aria-live': 'polite', testid: 'approve-match' });
+      const fpOk = () => !keypair || input.value.trim() === r.fingerprint;
+      input.addEventListener('input', () => {
+        const text = input.value.trim();
+        if (!text) match.textContent = '';
+        else if (fpOk()) { match.textContent = '✓ matches the runner\'s fingerprint'; match.className = 'match match-ok'; }
+        else { match.textContent = '✗ does not match the runner\'s fingerprint'; match.className = 'match match-bad'; }
+      });
+      reasonDialog({
+        title: `Approve ${r.name || r.id}`,
+        testid: 'approve-dialog',
+        intro: keypair
+          ? 'Paste or type the fingerprint the runner printed on its machine (not the one shown on this page). Approve is enabled only when it equals the fingerprint this runner enrolled with.'
+          : 'The runner becomes active and can claim jobs.',
+        extra: keypair ? [
+          h('div.field', h('label', { htmlFor: 'approve-fp' }, 'Fingerprint the runner printed'), input, match),
+        ] : [],
+        ready: fpOk,
+        confirmLabel: 'Approve',
+        submit: (reason) => patch(path, keypair
+          ? { status: 'active', reason, fingerprint: input.value.trim() }
+          : { status: 'active', reason }),
+        onDone: afterChange,
+      });
+      if (keypair) input.focus();
+    } else if (action === 'drain') {
+      reasonDialog({
+        title: `Drain ${r.name || r.id}`,
+        testid: 'drain-dialog',
+        intro: 'The runner finishes the jobs it holds and claims no new ones until it is activated again.',
+        confirmLabel: 'Drain',
+        submit: (reason) => patch(path, { status: 'draining', reason }),
+        onDone: afterChange,
+      });
+    } else if (action === 'activate') {
+      reasonDialog({
+        title: `Activate ${r.name || r.id}`,
+        testid: 'activate-dialog',
+        intro: 'The runner may claim jobs again.',
+        confirmLabel: 'Activate',
+        submit: (reason) => patch(path, { status: 'active', reason }),
+        onDone: afterChange,
+      });
+    } else if (action === 'revoke') {
+      const typed = h('input#revoke-name', { type: 'text', testid: 'revoke-name', autocomplete: 'off', spellcheck: false });
+      const tick = h('input#revoke-understand', { type: 'checkbox', testid: 'revoke-understand' });
+      reasonDialog({
+        title: `Revoke ${r.name || r.id}`,
+        testid: 'revoke-dialog',
+        danger: true,
+        intro: 'Revoking is permanent: every credential of this runner stops working at once and it can never be activated again. A replacement needs a new identity.',
+        extra: [
+          h('div.field', h('label', { htmlFor: 'revoke-name' }, 'Type the runner name to confirm: ', h('code', r.name || r.id)), typed),
+          h('label.check', { htmlFor: 'revoke-understand' }, tick, ' Or tick: I understand this is permanent'),
+        ],
+        ready: () => tick.checked || typed.value === (r.name || r.id),
+        confirmLabel: 'Revoke permanently',
+        submit: (reason) => patch(path, { status: 'revoked', reason }),
+        onDone: afterChange,
+      });
+    } else if (action === 'rotate') {
+      reasonDialog({
+        title: `Rotate the bootstrap token of ${r.name || r.id}`,
+        testid: 'rotate-dialog',
+        intro: 'A new bootstrap token is issued and shown once. The old token and every credential made from it stop working at once: update the runner\'s secret before it next exchanges a session.',
+        confirmLabel: 'Rotate',
+        submit: (reason) => post(`${path}/rotate`, { reason }),
+        onDone: (answer) => {
+          tokenDialog({ title: 'New bootstrap token', runner: answer.runner || r, token: answer.bootstrapToken });
+          afterChange();
+        },
+      });
+    }
+  }
+
+  load();
+  const stop = poller(load, POLL_MS);
+  return {
+    el,
+    destroy() {
+      destroyed = true;
+      stop();
+    },
+  };
+}
