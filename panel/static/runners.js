@@ -97,11 +97,22 @@ export function runnersView(ctx) {
     prev.disabled = cursors.length <= 1;
     next.disabled = !nextCursor;
     pageLabel.textContent = `Page ${cursors.length}`;
-    const counts = {};
-    for (const r of runners) counts[r.state] = (counts[r.state] || 0) + 1;
-    summary.textContent = runners.length
-      ? `${runners.length} runner${runners.length === 1 ? '' : 's'}${nextCursor || cursors.length > 1 ? ' on this page' : ''} · ${Object.entries(counts).map(([s, n]) => `${n} ${s.replace(/_/g, ' ')}`).join(' · ')}`
-      : '';
+    summary.textContent = fleetSummary(data);
+  }
+
+  /** The whole organization's fleet (not just this page): runners by state, capacity in use. */
+  function fleetSummary(data) {
+    const counts = data.counts || {};
+    const total = Object.values(counts).reduce((sum, n) => sum + n, 0);
+    if (!total) return '';
+    const n = (x) => Number(x).toLocaleString('en-US');
+    const parts = [`${n(total)} runner${total === 1 ? '' : 's'}`];
+    for (const state of ['active', 'pending_approval', 'draining', 'lost', 'revoked']) {
+      if (counts[state]) parts.push(`${n(counts[state])} ${state.replace(/_/g, ' ')}`);
+    }
+    const capacity = data.capacity;
+    if (capacity) parts.push(`${n(capacity.inUse)} / ${n(capacity.maximum)} job slots in use`);
+    return parts.join(' · ');
   }
 
   function renderRows(runners) {

@@ -4,6 +4,7 @@
 
 use edgerunner_protocol::capability::Requirements;
 use edgerunner_protocol::stable_json::hash;
+use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
@@ -194,18 +195,6 @@ fn parse_subject(subject: &Map<String, Value>) -> ApiResult<(&str, &str, i64, &s
     Ok((kind, artifact, version, environment))
 }
 
-/// Job states a list may be filtered by (the schema's CHECK list).
-const JOB_STATES: [&str; 8] = [
-    "queued",
-    "claimed",
-    "running",
-    "cancel_requested",
-    "succeeded",
-    "failed",
-    "cancelled",
-    "lost",
-];
-
 /// `GET /api/remote-runners/jobs?limit=&state=&cursor=`: newest first, keyset-paged, with the
 /// organization's count of jobs in each state.
 pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -216,15 +205,15 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let state = match crate::http::query_param(&req, "state") {
         None => None,
         Some(state) => Some(
-            JOB_STATES
-                .into_iter()
-                .find(|s| *s == state)
-                .ok_or_else(|| {
+            JobState::parse(&state)
+                .map_err(|_| {
+                    let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
                     ApiError::unprocessable(
                         "INVALID_STATE",
-                        format!("state must be one of {}", JOB_STATES.join(", ")),
+                        format!("state must be one of {}", states.join(", ")),
                     )
-                })?,
+                })?
+                .as_str(),
         ),
     };
     let cursor = Cursor::from_query(&req)?;
@@ -242,8 +231,8 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         rows.last().map(|j| Cursor::encode(j.created_at, &j.id))
     });
     let mut counts = serde_json::Map::new();
-    for state in JOB_STATES {
-        counts.insert(state.into(), 0.into());
+    for state in JobState::ALL {
+        counts.insert(state.as_str().into(), 0.into());
     }
     for row in jobs::state_counts(&ctx.db, org).await? {
         counts.insert(row.state, row.count.into());

@@ -188,9 +188,27 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         rows.last().map(|r| Cursor::encode(r.registered_at, &r.id))
     });
     let runners: Vec<Value> = rows.iter().map(|r| r.to_json(&[])).collect();
+    let mut counts = serde_json::Map::new();
+    for state in RunnerState::ALL {
+        counts.insert(state.as_str().into(), 0.into());
+    }
+    // Capacity of the runners that can still take work (revoked ones never will).
+    let (mut in_use, mut maximum) = (0, 0);
+    for row in runners::state_counts(&ctx.db, &caller.organization_id).await? {
+        if row.state != RunnerState::Revoked.as_str() {
+            in_use += row.in_use;
+            maximum += row.maximum;
+        }
+        counts.insert(row.state, row.count.into());
+    }
     json_response(
         200,
-        &json!({ "runners": runners, "nextCursor": next_cursor.flatten() }),
+        &json!({
+            "runners": runners,
+            "nextCursor": next_cursor.flatten(),
+            "counts": counts,
+            "capacity": { "inUse": in_use, "maximum": maximum },
+        }),
     )
     .map_err(ApiError::from)
 }

@@ -141,6 +141,23 @@ pub(crate) async fn page(
 }
 
 #[derive(Deserialize)]
+pub(crate) struct StateCount {
+    pub(crate) state: String,
+    pub(crate) count: i64,
+    pub(crate) in_use: i64,
+    pub(crate) maximum: i64,
+}
+
+pub(crate) async fn state_counts(db: &D1Database, org: &str) -> ApiResult<Vec<StateCount>> {
+    all(
+        db,
+        include_str!("queries/runner_state_counts.sql"),
+        &[org.into()],
+    )
+    .await
+}
+
+#[derive(Deserialize)]
 pub(crate) struct RunnerClaimRow {
     pub(crate) id: String,
     pub(crate) job_id: String,

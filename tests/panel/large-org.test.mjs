@@ -213,6 +213,10 @@ test('1,000 runners and 10,000 jobs: the lists page correctly, and their render 
   assert.equal(names.length, 50);
   const firstRunners = await call(key, 'GET', '/api/remote-runners?limit=50');
   assert.deepEqual(names, firstRunners.runners.map((r) => r.name));
+  // The summary is the whole fleet's, not the page's: every runner takes up to 4 jobs.
+  const summary = await page.textContent(sel('runners-summary'));
+  assert.match(summary, new RegExp(`^${RUNNERS.toLocaleString('en-US')} runners · ${RUNNERS.toLocaleString('en-US')} active`));
+  assert.ok(summary.endsWith(`0 / ${(4 * RUNNERS).toLocaleString('en-US')} job slots in use`), summary);
 
   const report = {
     runners: RUNNERS,

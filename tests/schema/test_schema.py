@@ -1663,6 +1663,7 @@ class QueryPlanTests(SchemaTest):
     JOB_STATE_COUNTS = (QUERIES / "job_state_counts.sql").read_text()
     RUNNERS_PAGE = (QUERIES / "runners_page.sql").read_text()
     RUNNER_CLAIMS = (QUERIES / "runner_claims.sql").read_text()
+    RUNNER_STATE_COUNTS = (QUERIES / "runner_state_counts.sql").read_text()
     STREAM_PAGE = (QUERIES / "stream_page.sql").read_text()
     PAST_EVERY_JOB = (2**53 - 1, "~")
 
@@ -1716,6 +1717,19 @@ class QueryPlanTests(SchemaTest):
             seen += [r[0] for r in rows]
             cursor = (rows[-1][25], rows[-1][0])  # registered_at, id
         self.assertEqual(seen, expected)
+
+    def test_runner_counts_read_one_organizations_range(self):
+        org, other = self.w.org(), self.w.org()
+        self.w.runner(org, max_concurrent_jobs=3)
+        self.w.runner(org, max_concurrent_jobs=2)
+        self.w.runner(other, max_concurrent_jobs=7)
+        # A range of the organization's entries; grouping its few states needs a small temp
+        # b-tree (at most five groups), which is fine: what must never happen is a scan.
+        plan = query_plan(self.conn, self.RUNNER_STATE_COUNTS, (org,))
+        self.assertTrue(any(d.startswith("SEARCH runners USING INDEX runners_page_order") for d in plan), plan)
+        self.assertFalse(any(d.startswith("SCAN") for d in plan), plan)
+        rows = self.execute(self.RUNNER_STATE_COUNTS, org).fetchall()
+        self.assertEqual(rows, [("active", 2, 0, 5)])
 
     def test_runner_claims_come_newest_first_from_their_index(self):
         org = self.w.org()

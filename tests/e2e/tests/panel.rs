@@ -226,6 +226,20 @@ async fn runners_and_jobs_page_by_cursor_and_jobs_count_by_state() {
     }
     let listed = walk("/api/remote-runners", key, "runners", 2).await;
     assert_eq!(listed, registered, "registration order, each runner once");
+    // The fleet's counts and capacity, whatever the page: revoked runners hold no capacity.
+    set_status(key, &registered[4], "revoked", "retired").await;
+    set_status(key, &registered[3], "draining", "kernel upgrade").await;
+    let page = get("/api/remote-runners?limit=1", key).await.expect(200);
+    assert_eq!(
+        page["counts"],
+        json!({ "pending_approval": 0, "active": 3, "draining": 1, "lost": 0, "revoked": 1 }),
+        "{page}"
+    );
+    assert_eq!(
+        page["capacity"],
+        json!({ "inUse": 0, "maximum": 4 }),
+        "{page}"
+    );
 
     let release = release(key, "prompt", prompt_content(), &["staging"]).await;
     let mut enqueued = Vec::new();
