@@ -581,6 +581,23 @@ test('a job followed live to its end shows its claim, transitions, verified chai
       page.click(sel('download-bundle')),
     ]);
     assert.equal(download.suggestedFilename(), `bundle-${job.id}.json`);
+
+    // The check can fail: the same page, fed a record whose chunk 1 names a wrong predecessor
+    // and whose last chunk's checksum was altered, marks exactly those two as broken.
+    await page.route(`**/api/remote-runners/jobs/${job.id}`, async (route) => {
+      const response = await route.fetch();
+      const record = await response.json();
+      const last = record.stream.length - 1;
+      record.stream[1].previousChecksum = 'f'.repeat(64);
+      record.stream[last].checksum = `0${record.stream[last].checksum.slice(1)}`;
+      await route.fulfill({ response, json: record });
+    });
+    await page.reload();
+    await waitFor('two broken links', async () => (await page.$$(sel('link-broken'))).length === 2);
+    const broken = await page.$$eval(`${sel('custody-chunk')}[data-holds="false"]`, (rows) => rows.map((r) => Number(r.dataset.sequence)));
+    assert.deepEqual(broken, [1, done.stream.length - 1]);
+    assert.equal((await page.$$(sel('link-ok'))).length, done.stream.length - 2);
+    await page.unroute(`**/api/remote-runners/jobs/${job.id}`);
   });
 });
 
