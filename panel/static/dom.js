@@ -271,6 +271,94 @@ export function keepFocus(container, update) {
   }
 }
 
+/**
+ * Keyset paging controls for a list: `← Previous`, a "Page N" label and `Next →`, with
+ * data-testids `<prefix>-prev`, `<prefix>-page` and `<prefix>-next`. Keeps the stack of cursors
+ * (the first page's is null). A click moves one page, awaits `reload()` (which clears the list
+ * and loads the page at `cursor()`; its failure is left to it to show), then puts focus back on
+ * the button used, or on Previous when Next has become disabled on the last page.
+ * The caller's load calls `update(nextCursor)` after each successful load; `reset()` goes back
+ * to the first page without loading (e.g. when a filter changes).
+ */
+export function pager(prefix, reload) {
+  const cursors = [null];
+  let nextCursor = null;
+  const prev = h('button.btn', { type: 'button', testid: `${prefix}-prev`, disabled: true }, '← Previous');
+  const next = h('button.btn', { type: 'button', testid: `${prefix}-next`, disabled: true }, 'Next →');
+  const label = h('span.muted', { testid: `${prefix}-page` });
+
+  async function go(move) {
+    move();
+    try {
+      await reload();
+    } catch {
+      // the list shows its own error
+    }
+  }
+  prev.addEventListener('click', async () => {
+    if (cursors.length <= 1) return;
+    await go(() => cursors.pop());
+    prev.focus();
+  });
+  next.addEventListener('click', async () => {
+    if (!nextCursor) return;
+    await go(() => cursors.push(nextCursor));
+    (next.disabled ? prev : next).focus();
+  });
+
+  return {
+    el: h('div.pager', prev, label, next),
+    /** The cursor of the page to load (null for the first page). */
+    cursor: () => cursors[cursors.length - 1],
+    onFirstPage: () => cursors.length === 1,
+    reset() {
+      cursors.length = 1;
+    },
+    /** Records the loaded page's next cursor (null on the last page) and refreshes the controls. */
+    update(cursor) {
+      nextCursor = cursor || null;
+      prev.disabled = cursors.length <= 1;
+      next.disabled = !nextCursor;
+      label.textContent = `Page ${cursors.length}`;
+    },
+  };
+}
+
+// The key of each row syncRows built, so it can find the row again without a DOM attribute.
+const rowKeys = new WeakMap();
+
+/**
+ * Makes `tbody` show one row per item, in order, without rebuilding what did not change: a row
+ * built earlier for the same `key(item)` whose `dataset.sig` equals JSON.stringify(item) is kept
+ * as it is (so focus, selection and hover stay), others are rebuilt with `build(item)` (a <tr>
+ * that sets `dataset.sig` to JSON.stringify(item)), and rows of items no longer there go.
+ * Focus inside a rebuilt row moves to its equivalent (see keepFocus).
+ */
+export function syncRows(tbody, items, key, build) {
+  keepFocus(tbody, () => {
+    const existing = new Map();
+    for (const tr of [...tbody.rows]) {
+      if (rowKeys.has(tr)) existing.set(rowKeys.get(tr), tr);
+      else tr.remove();
+    }
+    items.forEach((item, position) => {
+      const id = key(item);
+      const old = existing.get(id);
+      let tr = old;
+      if (!old || old.dataset.sig !== JSON.stringify(item)) {
+        tr = build(item);
+        rowKeys.set(tr, id);
+      }
+      existing.delete(id);
+      // Put the new row where the old one was, so the rows after it need not move (moving a
+      // row would take focus away from it).
+      if (old && old !== tr) old.replaceWith(tr);
+      if (tbody.rows[position] !== tr) tbody.insertBefore(tr, tbody.rows[position] || null);
+    });
+    for (const leftover of existing.values()) leftover.remove();
+  });
+}
+
 /** A poller that runs `task` every `ms` while `active()`; skips a tick while one is running. */
 export function poller(task, ms) {
   let busy = false;

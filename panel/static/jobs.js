@@ -5,6 +5,7 @@ import { get, post, getBlob, query, enc } from './api.js';
 import {
   h, replace, clear, timeAgo, badge, mono, hash, facts, card, emptyState, richText, errorBox,
   jsonText, formatBytes, formatSeconds, formatMb, table, row, keepFocus, poller, chips, yesNo,
+  pager, syncRows,
 } from './dom.js';
 import { reasonDialog } from './dialog.js';
 import { verifyChain } from './chain.js';
@@ -53,8 +54,6 @@ function jobRow(base, job) {
 
 export function jobsView(ctx) {
   const { base } = ctx;
-  const cursors = [null];
-  let nextCursor = null;
   let destroyed = false;
   let stateFilter = new URLSearchParams(location.search).get('state') || '';
 
@@ -66,9 +65,10 @@ export function jobsView(ctx) {
   const tableEl = table(LIST_COLUMNS, tbody, 'jobs-table');
   const status = h('div.status-area', { 'aria-live': 'polite' });
   const empty = h('div');
-  const prev = h('button.btn', { type: 'button', testid: 'jobs-prev', disabled: true }, '← Previous');
-  const next = h('button.btn', { type: 'button', testid: 'jobs-next', disabled: true }, 'Next →');
-  const pageLabel = h('span.muted', { testid: 'jobs-page' });
+  const paging = pager('jobs', () => {
+    clear(tbody);
+    return load();
+  });
 
   const el = h('div.view.view-jobs', { testid: 'jobs-view' },
     h('div.page-head',
@@ -79,7 +79,7 @@ export function jobsView(ctx) {
     status,
     empty,
     tableEl,
-    h('div.pager', prev, pageLabel, next));
+    paging.el);
 
   function renderCounts(c) {
     if (!c) {
@@ -97,10 +97,9 @@ export function jobsView(ctx) {
   }
 
   async function load({ quiet = false } = {}) {
-    const cursor = cursors[cursors.length - 1];
     let data;
     try {
-      data = await get(`/api/remote-runners/jobs${query({ limit: PAGE_SIZE, state: stateFilter, cursor })}`);
+      data = await get(`/api/remote-runners/jobs${query({ limit: PAGE_SIZE, state: stateFilter, cursor: paging.cursor() })}`);
     } catch (error) {
       if (!destroyed) replace(status, errorBox(error));
       if (!quiet) throw error;
@@ -108,10 +107,9 @@ export function jobsView(ctx) {
     }
     if (destroyed) return;
     clear(status);
-    nextCursor = data.nextCursor || null;
     renderCounts(data.counts);
     const jobs = data.jobs || [];
-    if (jobs.length === 0 && cursors.length === 1) {
+    if (jobs.length === 0 && paging.onFirstPage()) {
       tableEl.hidden = true;
       replace(empty, emptyState(richText(stateFilter
         ? `No ${stateFilter.replace(/_/g, ' ')} jobs. Choose another state, or All states.`
@@ -119,44 +117,18 @@ export function jobsView(ctx) {
     } else {
       tableEl.hidden = false;
       clear(empty);
-      keepFocus(tbody, () => {
-        const existing = new Map([...tbody.rows].map((tr) => [tr.dataset.jobId, tr]));
-        const rows = jobs.map((job) => {
-          const old = existing.get(job.id);
-          return old && old.dataset.sig === JSON.stringify(job) ? old : jobRow(base, job);
-        });
-        rows.forEach((tr, i) => {
-          if (tbody.rows[i] !== tr) tbody.insertBefore(tr, tbody.rows[i] || null);
-        });
-        while (tbody.rows.length > rows.length) tbody.rows[rows.length].remove();
-      });
+      syncRows(tbody, jobs, (job) => job.id, (job) => jobRow(base, job));
     }
-    prev.disabled = cursors.length <= 1;
-    next.disabled = !nextCursor;
-    pageLabel.textContent = `Page ${cursors.length}`;
+    paging.update(data.nextCursor);
   }
 
   select.addEventListener('change', () => {
     stateFilter = select.value;
-    cursors.length = 1;
+    paging.reset();
     const url = stateFilter ? `${base}/jobs?state=${enc(stateFilter)}` : `${base}/jobs`;
     history.replaceState(null, '', url);
     clear(tbody);
     load().catch(() => {});
-  });
-  prev.addEventListener('click', async () => {
-    if (cursors.length <= 1) return;
-    cursors.pop();
-    clear(tbody);
-    await load().catch(() => {});
-    prev.focus();
-  });
-  next.addEventListener('click', async () => {
-    if (!nextCursor) return;
-    cursors.push(nextCursor);
-    clear(tbody);
-    await load().catch(() => {});
-    (next.disabled ? prev : next).focus();
   });
 
   document.title = 'Jobs · edgerunner';

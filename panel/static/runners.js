@@ -4,6 +4,7 @@ import { get, post, patch, getText, query, enc } from './api.js';
 import {
   h, replace, clear, timeAgo, badge, mono, hash, facts, card, emptyState, richText, errorBox,
   jsonText, formatBytes, formatSeconds, formatMb, table, row, keepFocus, poller, chips, yesNo,
+  pager, syncRows,
 } from './dom.js';
 import { openDialog, reasonDialog, copyBlock } from './dialog.js';
 
@@ -51,8 +52,6 @@ function runnerRow(base, runner) {
 
 export function runnersView(ctx) {
   const { session, base } = ctx;
-  const cursors = [null];
-  let nextCursor = null;
   let destroyed = false;
   let loadedOnce = false;
 
@@ -60,9 +59,10 @@ export function runnersView(ctx) {
   const tableEl = table(LIST_COLUMNS, tbody, 'runners-table');
   const status = h('div.status-area', { 'aria-live': 'polite' });
   const empty = h('div');
-  const prev = h('button.btn', { type: 'button', testid: 'runners-prev', disabled: true }, '← Previous');
-  const next = h('button.btn', { type: 'button', testid: 'runners-next', disabled: true }, 'Next →');
-  const pageLabel = h('span.muted', { testid: 'runners-page' }, '');
+  const paging = pager('runners', () => {
+    clear(tbody);
+    return load();
+  });
   const summary = h('span.muted.head-note', { testid: 'runners-summary' }, '');
 
   const register = session.canAdmin
@@ -76,13 +76,12 @@ export function runnersView(ctx) {
     status,
     empty,
     tableEl,
-    h('div.pager', prev, pageLabel, next));
+    paging.el);
 
   async function load({ quiet = false } = {}) {
-    const cursor = cursors[cursors.length - 1];
     let data;
     try {
-      data = await get(`/api/remote-runners${query({ limit: PAGE_SIZE, cursor })}`);
+      data = await get(`/api/remote-runners${query({ limit: PAGE_SIZE, cursor: paging.cursor() })}`);
     } catch (error) {
       if (!destroyed) replace(status, errorBox(error));
       if (!quiet) throw error;
@@ -91,12 +90,8 @@ export function runnersView(ctx) {
     if (destroyed) return;
     clear(status);
     loadedOnce = true;
-    nextCursor = data.nextCursor || null;
-    const runners = data.runners || [];
-    renderRows(runners);
-    prev.disabled = cursors.length <= 1;
-    next.disabled = !nextCursor;
-    pageLabel.textContent = `Page ${cursors.length}`;
+    renderRows(data.runners || []);
+    paging.update(data.nextCursor);
     summary.textContent = fleetSummary(data);
   }
 
@@ -116,7 +111,7 @@ export function runnersView(ctx) {
   }
 
   function renderRows(runners) {
-    if (runners.length === 0 && cursors.length === 1) {
+    if (runners.length === 0 && paging.onFirstPage()) {
       tableEl.hidden = true;
       replace(empty, emptyState(richText(session.canAdmin
         ? 'No runners yet. Choose Register runner, or enroll one with `edgerunner runner enroll`.'
@@ -125,41 +120,9 @@ export function runnersView(ctx) {
     }
     tableEl.hidden = false;
     clear(empty);
-    keepFocus(tbody, () => {
-      // Update rows in place: keep a row whose data did not change, replace the ones that did.
-      const existing = new Map([...tbody.rows].map((tr) => [tr.dataset.runnerId, tr]));
-      let position = 0;
-      for (const runner of runners) {
-        const old = existing.get(runner.id);
-        const sig = JSON.stringify(runner);
-        let tr = old;
-        if (!old || old.dataset.sig !== sig) tr = runnerRow(base, runner);
-        existing.delete(runner.id);
-        const at = tbody.rows[position];
-        if (at !== tr) {
-          if (old && old !== tr) old.replaceWith(tr);
-          if (tbody.rows[position] !== tr) tbody.insertBefore(tr, tbody.rows[position] || null);
-        }
-        position += 1;
-      }
-      for (const leftover of existing.values()) leftover.remove();
-    });
+    syncRows(tbody, runners, (runner) => runner.id, (runner) => runnerRow(base, runner));
   }
 
-  prev.addEventListener('click', async () => {
-    if (cursors.length <= 1) return;
-    cursors.pop();
-    clear(tbody);
-    await load().catch(() => {});
-    prev.focus();
-  });
-  next.addEventListener('click', async () => {
-    if (!nextCursor) return;
-    cursors.push(nextCursor);
-    clear(tbody);
-    await load().catch(() => {});
-    (next.disabled ? prev : next).focus();
-  });
   if (register) {
     register.addEventListener('click', () => registerDialog({ onRegistered: () => load({ quiet: true }) }));
   }

@@ -163,15 +163,8 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     json_response(
         200,
         &json!({
-            "organization": { "id": row.organization_id, "name": row.organization_name },
-            "apiKey": {
-                "id": row.id,
-                "name": row.name,
-                "prefix": row.key_prefix,
-                "role": row.role,
-                "scopes": serde_json::from_str::<Value>(&row.scopes).unwrap_or(Value::Null),
-                "createdAt": rfc3339(row.created_at),
-            },
+            "organization": { "id": row.key.organization_id, "name": row.organization_name },
+            "apiKey": view(&row.key),
         }),
     )
     .map_err(ApiError::from)

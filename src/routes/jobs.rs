@@ -302,19 +302,9 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
     let chunks = rows
         .iter()
         .map(|c| {
-            Ok(json!({
-                "jobId": id,
-                "claimId": c.claim_id,
-                "dispatchAttempt": c.dispatch_attempt,
-                "sequence": c.sequence,
-                "kind": c.kind,
-                "previousChecksum": c.previous_checksum,
-                "payload": serde_json::from_str::<Value>(&c.payload).map_err(ApiError::internal)?,
-                "payloadHash": c.payload_hash,
-                "checksum": c.checksum,
-                "emittedAt": c.emitted_at,
-                "receivedAt": crate::platform::rfc3339(c.received_at),
-            }))
+            let mut chunk = c.sent_json(id)?;
+            chunk["receivedAt"] = crate::platform::rfc3339(c.received_at).into();
+            Ok(chunk)
         })
         .collect::<ApiResult<Vec<_>>>()?;
     json_response(
@@ -622,21 +612,8 @@ pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
         .collect::<ApiResult<Vec<_>>>()?;
     let stream = jobs::bundle_chunks(&ctx.db, org, id)
         .await?
-        .into_iter()
-        .map(|c| {
-            Ok(json!({
-                "jobId": id,
-                "claimId": c.claim_id,
-                "dispatchAttempt": c.dispatch_attempt,
-                "sequence": c.sequence,
-                "kind": c.kind,
-                "previousChecksum": c.previous_checksum,
-                "payload": parse(&c.payload)?,
-                "payloadHash": c.payload_hash,
-                "checksum": c.checksum,
-                "emittedAt": c.emitted_at,
-            }))
-        })
+        .iter()
+        .map(|c| c.sent_json(id))
         .collect::<ApiResult<Vec<_>>>()?;
     let completions = jobs::bundle_completions(&ctx.db, org, id)
         .await?

@@ -91,13 +91,8 @@ pub(crate) fn revoke(
 /// A key together with its organization's name: what the panel shows of its signed-in key.
 #[derive(Deserialize)]
 pub(crate) struct KeyWithOrganization {
-    pub(crate) id: String,
-    pub(crate) name: String,
-    pub(crate) key_prefix: String,
-    pub(crate) role: String,
-    pub(crate) scopes: String,
-    pub(crate) created_at: i64,
-    pub(crate) organization_id: String,
+    #[serde(flatten)]
+    pub(crate) key: ApiKeyRow,
     pub(crate) organization_name: String,
 }
 
@@ -108,8 +103,8 @@ pub(crate) async fn with_organization(
 ) -> ApiResult<Option<KeyWithOrganization>> {
     first(
         db,
-        "SELECT k.id, k.name, k.key_prefix, k.role, k.scopes, k.created_at, \
-                o.id AS organization_id, o.name AS organization_name \
+        "SELECT k.id, k.organization_id, k.name, k.key_prefix, k.role, k.scopes, k.created_at, \
+                k.last_used_at, k.revoked_at, o.name AS organization_name \
          FROM api_keys AS k JOIN organizations AS o ON o.id = k.organization_id \
          WHERE k.id = ?2 AND k.organization_id = ?1",
         &[org.into(), id.into()],

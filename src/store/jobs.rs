@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use worker::{D1Database, D1PreparedStatement};
 
 use super::{all, first, stmt, Arg};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
 
 #[derive(Deserialize, Clone)]
@@ -158,8 +158,28 @@ pub(crate) struct ChunkWithPayload {
     pub(crate) checksum: String,
     pub(crate) emitted_at: String,
     pub(crate) received_at: i64,
-    /// How many chunks the page's range held before the byte budget cut it.
+    /// For a page of the stream: how many chunks its range held before the byte budget cut it.
+    #[serde(default)]
     pub(crate) page_rows: i64,
+}
+
+impl ChunkWithPayload {
+    /// The chunk exactly as its runner sent it (the fields its checksum covers, and the payload).
+    pub(crate) fn sent_json(&self, job: &str) -> ApiResult<Value> {
+        let payload = serde_json::from_str::<Value>(&self.payload).map_err(ApiError::internal)?;
+        Ok(json!({
+            "jobId": job,
+            "claimId": self.claim_id,
+            "dispatchAttempt": self.dispatch_attempt,
+            "sequence": self.sequence,
+            "kind": self.kind,
+            "previousChecksum": self.previous_checksum,
+            "payload": payload,
+            "payloadHash": self.payload_hash,
+            "checksum": self.checksum,
+            "emittedAt": self.emitted_at,
+        }))
+    }
 }
 
 pub(crate) struct StreamPage<'a> {
@@ -526,27 +546,14 @@ pub(crate) async fn bundle_claims(
     .await
 }
 
-#[derive(Deserialize)]
-pub(crate) struct BundleChunk {
-    pub(crate) claim_id: String,
-    pub(crate) dispatch_attempt: i64,
-    pub(crate) sequence: i64,
-    pub(crate) kind: String,
-    pub(crate) previous_checksum: Option<String>,
-    pub(crate) payload: String,
-    pub(crate) payload_hash: String,
-    pub(crate) checksum: String,
-    pub(crate) emitted_at: String,
-}
-
 pub(crate) async fn bundle_chunks(
     db: &D1Database,
     org: &str,
     job: &str,
-) -> ApiResult<Vec<BundleChunk>> {
+) -> ApiResult<Vec<ChunkWithPayload>> {
     all(
         db,
-        "SELECT claim_id, dispatch_attempt, sequence, kind, previous_checksum, payload, payload_hash, checksum, emitted_at \
+        "SELECT claim_id, dispatch_attempt, sequence, kind, previous_checksum, payload, payload_hash, checksum, emitted_at, received_at \
          FROM stream_chunks WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt, sequence",
         &[org.into(), job.into()],
     )

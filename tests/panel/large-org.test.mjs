@@ -19,13 +19,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { chromium } from 'playwright-core';
+import { join } from 'node:path';
+import { ARTIFACTS, BASE_URL, STATE_DIR, launchChromium, newOrg } from './support.mjs';
 
-const BASE_URL = (process.env.BASE_URL || '').replace(/\/+$/, '');
-const STATE_DIR = process.env.EDGERUNNER_STATE_DIR || '';
-const CHROMIUM_BIN = process.env.CHROMIUM_BIN || '/usr/bin/chromium';
-const ARTIFACTS = resolve(process.env.PANEL_ARTIFACTS || 'target/panel');
 const RUNNERS = Number(process.env.LARGE_ORG_RUNNERS || 1000);
 const JOBS = Number(process.env.LARGE_ORG_JOBS || 10000);
 const CONCURRENCY = 8;
@@ -38,25 +34,12 @@ before(async () => {
   assert.ok(BASE_URL, 'BASE_URL must name the running server');
   assert.ok(STATE_DIR, 'EDGERUNNER_STATE_DIR must name the server state directory');
   mkdirSync(ARTIFACTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM_BIN,
-    args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {
   if (browser) await browser.close();
 });
-
-function bootstrapOrg(name) {
-  return new Promise((resolvePromise, reject) => {
-    execFile('scripts/bootstrap-admin', ['--org', name, '--state', STATE_DIR], (error, stdout, stderr) => {
-      if (error) reject(new Error(`bootstrap-admin failed: ${stderr}`));
-      else resolvePromise(JSON.parse(stdout.trim().split('\n').pop()));
-    });
-  });
-}
 
 async function call(key, method, path, body) {
   // Bounded retries for the local runtime's transient busy answers only (never for a refusal).
@@ -114,8 +97,8 @@ async function timeToRows(page, url, selector, rows) {
 }
 
 test('1,000 runners and 10,000 jobs: the lists page correctly, and their render times are measured', { timeout: 900000 }, async () => {
-  const org = await bootstrapOrg('Large Org');
-  const key = org.apiKey;
+  const org = await newOrg('large');
+  const key = org.adminKey;
 
   const seedStarted = Date.now();
   const apiRunners = Math.min(SEED_BY_API, RUNNERS);

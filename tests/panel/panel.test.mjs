@@ -10,17 +10,14 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { chromium } from 'playwright-core';
+import { join } from 'node:path';
+import {
+  ARTIFACTS, BASE_URL, EDGERUNNER_BIN, STATE_DIR, launchChromium, newOrg, pause, run, unique, waitFor,
+} from './support.mjs';
 
-const BASE_URL = (process.env.BASE_URL || '').replace(/\/+$/, '');
-const STATE_DIR = process.env.EDGERUNNER_STATE_DIR || '';
-const EDGERUNNER_BIN = process.env.EDGERUNNER_BIN || '';
-const CHROMIUM_BIN = process.env.CHROMIUM_BIN || '/usr/bin/chromium';
-const ARTIFACTS = resolve(process.env.PANEL_ARTIFACTS || 'target/panel');
 const PANEL = `${BASE_URL}/remote-runners`;
 
 const WRONG_KEY = `erk_${'0'.repeat(64)}`;
@@ -35,11 +32,7 @@ before(async () => {
   assert.ok(STATE_DIR, 'EDGERUNNER_STATE_DIR must name the server state directory');
   assert.ok(EDGERUNNER_BIN, 'EDGERUNNER_BIN must name the edgerunner CLI');
   mkdirSync(ARTIFACTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM_BIN,
-    args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {
@@ -50,71 +43,6 @@ after(async () => {
 // ---------------------------------------------------------------------------------------------
 // Waiting
 // ---------------------------------------------------------------------------------------------
-
-const pause = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls `check` until it returns a truthy value or `timeout` ms pass (then fails). */
-async function waitFor(what, check, { timeout = 20000, interval = 200 } = {}) {
-  const deadline = Date.now() + timeout;
-  let last;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value) return value;
-      last = value;
-    } catch (error) {
-      last = error;
-    }
-    if (Date.now() > deadline) {
-      const detail = last instanceof Error ? last.message : JSON.stringify(last);
-      throw new Error(`timed out after ${timeout} ms waiting for ${what} (last: ${detail})`);
-    }
-    await pause(interval);
-  }
-}
-
-function unique(prefix) {
-  return `${prefix}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The server: organizations, keys, releases, jobs, runners
-// ---------------------------------------------------------------------------------------------
-
-function run(file, args, options = {}) {
-  return new Promise((resolveRun, reject) => {
-    execFile(file, args, { timeout: 180000, maxBuffer: 16 << 20, ...options }, (error, stdout, stderr) => {
-      if (error) {
-        reject(new Error(`${file} ${args.join(' ')} failed: ${error.message}\nstdout:\n${stdout}\nstderr:\n${stderr}`));
-      } else {
-        resolveRun({ stdout, stderr });
-      }
-    });
-  });
-}
-
-/** A new organization and its admin key (role admin, all three scopes). */
-async function newOrg(label) {
-  let name;
-  // bootstrap-admin writes through wrangler into the running server's local database, which the
-  // server may hold for a moment (SQLITE_BUSY): a few bounded attempts.
-  let stdout;
-  for (let attempt = 1; ; attempt += 1) {
-    name = unique(`panel-${label}`);
-    try {
-      ({ stdout } = await run('scripts/bootstrap-admin', ['--org', name, '--state', STATE_DIR]));
-      break;
-    } catch (error) {
-      if (attempt >= 5 || !/SQLITE_BUSY|database is locked/i.test(error.message)) throw error;
-      await pause(500 * attempt);
-    }
-  }
-  const line = stdout.trim().split('\n').reverse().find((l) => l.trim().startsWith('{'));
-  assert.ok(line, `bootstrap-admin printed no JSON line: ${stdout}`);
-  const { organizationId, apiKey } = JSON.parse(line);
-  assert.match(apiKey, /^erk_/);
-  return { name, organizationId, adminKey: apiKey };
-}
 
 async function call(key, method, path, body) {
   const response = await fetch(`${BASE_URL}${path}`, {
