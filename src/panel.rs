@@ -8,7 +8,7 @@
 //! is `panel/static/x`. The page talks to `/api/*` with the admin's API key; nothing here
 //! authenticates, because nothing here is secret.
 
-use worker::{Env, Headers, Method, Request, RequestInit, Response};
+use worker::{Env, Method, Request, Response};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -55,17 +55,12 @@ pub(crate) async fn serve(req: &Request, env: &Env, rest: &[&str]) -> ApiResult<
             "text/plain; charset=utf-8",
         );
     };
-    let headers = Headers::new();
-    if let Some(tag) = req.headers().get("if-none-match")? {
-        headers.set("if-none-match", &tag)?;
-    }
-    let mut init = RequestInit::new();
-    init.with_method(Method::Get).with_headers(headers);
     // The host is never resolved: the assets binding looks at the path only.
-    let mut asset = env
-        .assets("ASSETS")?
-        .fetch(format!("https://assets.invalid{path}"), Some(init))
-        .await?;
+    let mut asset_req = Request::new(&format!("https://assets.invalid{path}"), Method::Get)?;
+    if let Some(tag) = req.headers().get("if-none-match")? {
+        asset_req.headers_mut()?.set("if-none-match", &tag)?;
+    }
+    let mut asset = env.assets("ASSETS")?.fetch_request(asset_req).await?;
     let status = asset.status_code();
     let content_type = asset
         .headers()

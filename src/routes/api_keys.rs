@@ -157,14 +157,18 @@ pub(crate) async fn revoke(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
 /// (the panel shows them and offers only the controls the key's scopes and role allow).
 pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
-    let row = api_keys::with_organization(&ctx.db, &caller.organization_id, &caller.key_id)
+    let org = caller.organization_id.as_str();
+    let key = api_keys::by_id(&ctx.db, org, &caller.key_id)
         .await?
         .ok_or_else(|| ApiError::internal("an authenticated key vanished"))?;
+    let name = api_keys::organization_name(&ctx.db, org)
+        .await?
+        .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;
     json_response(
         200,
         &json!({
-            "organization": { "id": row.key.organization_id, "name": row.organization_name },
-            "apiKey": view(&row.key),
+            "organization": { "id": org, "name": name },
+            "apiKey": view(&key),
         }),
     )
     .map_err(ApiError::from)

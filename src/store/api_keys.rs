@@ -88,26 +88,26 @@ pub(crate) fn revoke(
     )
 }
 
-/// A key together with its organization's name: what the panel shows of its signed-in key.
-#[derive(Deserialize)]
-pub(crate) struct KeyWithOrganization {
-    #[serde(flatten)]
-    pub(crate) key: ApiKeyRow,
-    pub(crate) organization_name: String,
-}
-
-pub(crate) async fn with_organization(
-    db: &D1Database,
-    org: &str,
-    id: &str,
-) -> ApiResult<Option<KeyWithOrganization>> {
+pub(crate) async fn by_id(db: &D1Database, org: &str, id: &str) -> ApiResult<Option<ApiKeyRow>> {
     first(
         db,
-        "SELECT k.id, k.organization_id, k.name, k.key_prefix, k.role, k.scopes, k.created_at, \
-                k.last_used_at, k.revoked_at, o.name AS organization_name \
-         FROM api_keys AS k JOIN organizations AS o ON o.id = k.organization_id \
-         WHERE k.id = ?2 AND k.organization_id = ?1",
+        &format!("SELECT {COLUMNS} FROM api_keys WHERE id = ?2 AND organization_id = ?1"),
         &[org.into(), id.into()],
     )
     .await
+}
+
+#[derive(Deserialize)]
+struct OrganizationName {
+    name: String,
+}
+
+pub(crate) async fn organization_name(db: &D1Database, org: &str) -> ApiResult<Option<String>> {
+    let row: Option<OrganizationName> = first(
+        db,
+        "SELECT name FROM organizations WHERE id = ?1",
+        &[org.into()],
+    )
+    .await?;
+    Ok(row.map(|r| r.name))
 }
