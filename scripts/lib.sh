@@ -36,7 +36,10 @@ export WRANGLER_LOG_PATH="$ROOT/.cache/wrangler-logs"
 
 PYTHON_SDK_REQUIREMENTS="$ROOT/tests/interop/requirements.txt"
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Seconds since the outermost script started (nested scripts inherit the start), so that a CI
+# log says where its time went.
+export EDGERUNNER_T0="${EDGERUNNER_T0:-$(date +%s)}"
+log() { printf '\033[1m==> [%4ss] %s\033[0m\n' "$(( $(date +%s) - EDGERUNNER_T0 ))" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 ensure_rust_target() {
