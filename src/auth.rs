@@ -40,6 +40,8 @@ pub(crate) struct AdminCaller {
     pub(crate) key_id: String,
     role_admin: bool,
     scopes: Vec<String>,
+    /// The key's row as authentication read it (never its secret: only a hash is stored).
+    pub(crate) key: api_keys::ApiKeyRow,
 }
 
 impl AdminCaller {
@@ -87,10 +89,11 @@ pub(crate) async fn admin(req: &Request, ctx: &Ctx) -> ApiResult<AdminCaller> {
         .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
     let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
     Ok(AdminCaller {
-        organization_id: row.organization_id,
-        key_id: row.id,
+        organization_id: row.organization_id.clone(),
+        key_id: row.id.clone(),
         role_admin: row.role == "admin",
         scopes,
+        key: row,
     })
 }
 

@@ -217,15 +217,21 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         ),
     };
     let cursor = Cursor::from_query(&req)?;
-    // One more than the page, to know whether another page follows.
-    let mut rows = jobs::page(
+    // One more than the page, to know whether another page follows; the counts in the same
+    // round trip.
+    let page = jobs::select_page(
         &ctx.db,
         org,
         state,
         cursor.as_ref().map(|c| (c.at, c.id.as_str())),
         limit + 1,
+    )?;
+    let results = store::read_batch(
+        &ctx.db,
+        vec![page, jobs::select_state_counts(&ctx.db, org)?],
     )
     .await?;
+    let mut rows: Vec<jobs::JobRow> = store::rows_of(&results, 0)?;
     let next_cursor = (rows.len() as i64 > limit).then(|| {
         rows.truncate(limit as usize);
         rows.last().map(|j| Cursor::encode(j.created_at, &j.id))
@@ -234,7 +240,7 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     for state in JobState::ALL {
         counts.insert(state.as_str().into(), 0.into());
     }
-    for row in jobs::state_counts(&ctx.db, org).await? {
+    for row in store::rows_of::<jobs::StateCount>(&results, 1)? {
         counts.insert(row.state, row.count.into());
     }
     json_response(

@@ -176,13 +176,21 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     caller.require(Scope::RunsRead)?;
     let limit = limit_param(&req, 100, 1000)?;
     let cursor = Cursor::from_query(&req)?;
-    let mut rows = runners::page(
+    let org = caller.organization_id.as_str();
+    // One more than the page, to know whether another page follows; the fleet's counts in the
+    // same round trip.
+    let page = runners::select_page(
         &ctx.db,
-        &caller.organization_id,
+        org,
         cursor.as_ref().map(|c| (c.at, c.id.as_str())),
         limit + 1,
+    )?;
+    let results = store::read_batch(
+        &ctx.db,
+        vec![page, runners::select_state_counts(&ctx.db, org)?],
     )
     .await?;
+    let mut rows: Vec<runners::RunnerRow> = store::rows_of(&results, 0)?;
     let next_cursor = (rows.len() as i64 > limit).then(|| {
         rows.truncate(limit as usize);
         rows.last().map(|r| Cursor::encode(r.registered_at, &r.id))
@@ -194,7 +202,7 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     }
     // Capacity of the runners that can still take work (revoked ones never will).
     let (mut in_use, mut maximum) = (0, 0);
-    for row in runners::state_counts(&ctx.db, &caller.organization_id).await? {
+    for row in store::rows_of::<runners::StateCount>(&results, 1)? {
         if row.state != RunnerState::Revoked.as_str() {
             in_use += row.in_use;
             maximum += row.maximum;

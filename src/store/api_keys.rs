@@ -88,15 +88,6 @@ pub(crate) fn revoke(
     )
 }
 
-pub(crate) async fn by_id(db: &D1Database, org: &str, id: &str) -> ApiResult<Option<ApiKeyRow>> {
-    first(
-        db,
-        &format!("SELECT {COLUMNS} FROM api_keys WHERE id = ?2 AND organization_id = ?1"),
-        &[org.into(), id.into()],
-    )
-    .await
-}
-
 #[derive(Deserialize)]
 struct OrganizationName {
     name: String,

@@ -97,34 +97,28 @@ pub(crate) async fn by_idempotency_key(
     .await
 }
 
-/// One page of the organization's jobs, newest first, after `cursor` (`(created_at, id)` of
-/// the last job of the previous page), of one state when `state` is given.
-pub(crate) async fn page(
+/// One page of the organization's jobs ([`JobRow`]s), newest first, after `cursor`
+/// (`(created_at, id)` of the last job of the previous page), of one state when `state` is given.
+pub(crate) fn select_page(
     db: &D1Database,
     org: &str,
     state: Option<&str>,
     cursor: Option<(i64, &str)>,
     limit: i64,
-) -> ApiResult<Vec<JobRow>> {
+) -> ApiResult<D1PreparedStatement> {
     // Past every row: ids are ASCII, and times stay below 2^53 (bind values are f64).
     let (at, id) = cursor.unwrap_or((MAX_SAFE_INTEGER, "~"));
     match state {
-        None => {
-            all(
-                db,
-                include_str!("queries/jobs_page.sql"),
-                &[org.into(), at.into(), id.into(), limit.into()],
-            )
-            .await
-        }
-        Some(state) => {
-            all(
-                db,
-                include_str!("queries/jobs_page_in_state.sql"),
-                &[org.into(), at.into(), id.into(), state.into(), limit.into()],
-            )
-            .await
-        }
+        None => stmt(
+            db,
+            include_str!("queries/jobs_page.sql"),
+            &[org.into(), at.into(), id.into(), limit.into()],
+        ),
+        Some(state) => stmt(
+            db,
+            include_str!("queries/jobs_page_in_state.sql"),
+            &[org.into(), at.into(), id.into(), state.into(), limit.into()],
+        ),
     }
 }
 
@@ -136,13 +130,13 @@ pub(crate) struct StateCount {
     pub(crate) count: i64,
 }
 
-pub(crate) async fn state_counts(db: &D1Database, org: &str) -> ApiResult<Vec<StateCount>> {
-    all(
+/// The organization's [`StateCount`]s.
+pub(crate) fn select_state_counts(db: &D1Database, org: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         include_str!("queries/job_state_counts.sql"),
         &[org.into()],
     )
-    .await
 }
 
 /// A stored chunk with its payload (the stored JSON text, as received).

@@ -121,6 +121,18 @@ pub(crate) async fn read_batch(
     retry_busy(|| db.batch(statements.clone())).await
 }
 
+/// The rows of the `index`-th statement of a [`read_batch`].
+pub(crate) fn rows_of<T: DeserializeOwned>(
+    results: &[D1Result],
+    index: usize,
+) -> ApiResult<Vec<T>> {
+    results
+        .get(index)
+        .ok_or_else(|| ApiError::internal(format!("batch answered no result {index}")))?
+        .results::<T>()
+        .map_err(ApiError::from)
+}
+
 /// Local D1 (`wrangler dev`) shares its SQLite file with `wrangler d1 execute` (operator
 /// scripts such as `scripts/bootstrap-admin`, and tests). A statement that meets that process's
 /// lock fails with `SQLITE_BUSY` *without applying*, so it is safe to run again: we do, a few

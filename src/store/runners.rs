@@ -123,21 +123,20 @@ pub(crate) async fn by_fingerprint(
     .await
 }
 
-/// One page of the organization's runners in registration order, after `cursor`
-/// (`(registered_at, id)` of the last runner of the previous page).
-pub(crate) async fn page(
+/// One page of the organization's runners ([`RunnerRow`]s) in registration order, after
+/// `cursor` (`(registered_at, id)` of the last runner of the previous page).
+pub(crate) fn select_page(
     db: &D1Database,
     org: &str,
     cursor: Option<(i64, &str)>,
     limit: i64,
-) -> ApiResult<Vec<RunnerRow>> {
+) -> ApiResult<D1PreparedStatement> {
     let (at, id) = cursor.unwrap_or((i64::MIN / 2, ""));
-    all(
+    stmt(
         db,
         include_str!("queries/runners_page.sql"),
         &[org.into(), at.into(), id.into(), limit.into()],
     )
-    .await
 }
 
 #[derive(Deserialize)]
@@ -148,13 +147,13 @@ pub(crate) struct StateCount {
     pub(crate) maximum: i64,
 }
 
-pub(crate) async fn state_counts(db: &D1Database, org: &str) -> ApiResult<Vec<StateCount>> {
-    all(
+/// The organization's [`StateCount`]s.
+pub(crate) fn select_state_counts(db: &D1Database, org: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         include_str!("queries/runner_state_counts.sql"),
         &[org.into()],
     )
-    .await
 }
 
 #[derive(Deserialize)]

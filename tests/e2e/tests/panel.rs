@@ -312,7 +312,15 @@ async fn runners_and_jobs_page_by_cursor_and_jobs_count_by_state() {
     get("/api/remote-runners/jobs?state=done", key)
         .await
         .expect_error(422, "INVALID_STATE");
-    for bad in ["x", "12", "12.", "-1.job_1", "1.job%201"] {
+    // Every list's bound, one past it.
+    get("/api/remote-runners/jobs?limit=501", key)
+        .await
+        .expect_error(422, "INVALID_LIMIT");
+    get("/api/remote-runners?limit=1001", key)
+        .await
+        .expect_error(422, "INVALID_LIMIT");
+    let long_id = format!("12.{}", "a".repeat(101));
+    for bad in ["x", "12", "12.", "-1.job_1", "1.job%201", long_id.as_str()] {
         get(&format!("/api/remote-runners/jobs?cursor={bad}"), key)
             .await
             .expect_error(422, "INVALID_CURSOR");
@@ -449,6 +457,14 @@ async fn a_jobs_stream_reads_in_pages_with_payloads_and_a_runners_claims_are_lis
     assert_eq!(rows[0]["id"], claimed.claim_id().as_str());
     assert_eq!(rows[0]["state"], "active");
     assert_eq!(rows[0]["dispatchAttempt"], 1);
+    for limit in ["0", "501"] {
+        get(
+            &format!("/api/remote-runners/{}/claims?limit={limit}", runner.id),
+            key,
+        )
+        .await
+        .expect_error(422, "INVALID_LIMIT");
+    }
     get(
         &format!("/api/remote-runners/{}/claims", runner.id),
         &other.admin_key,
