@@ -289,9 +289,6 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
             }
         },
     };
-    jobs::get(&ctx.db, org, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("no such job"))?;
     let page = jobs::StreamPage {
         after,
         attempts,
@@ -299,7 +296,20 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         byte_budget: STREAM_PAGE_BYTES,
         job: id,
     };
-    let rows = jobs::stream_page(&ctx.db, org, &page).await?;
+    // The organization's job and the page in one round trip (a reader following a running job
+    // asks every few seconds).
+    let results = store::read_batch(
+        &ctx.db,
+        vec![
+            jobs::select_found(&ctx.db, org, id)?,
+            jobs::select_stream_page(&ctx.db, org, &page)?,
+        ],
+    )
+    .await?;
+    if store::rows_of::<jobs::Found>(&results, 0)?.is_empty() {
+        return Err(ApiError::not_found("no such job"));
+    }
+    let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 1)?;
     let in_range = rows.first().map_or(0, |r| r.page_rows);
     let more = (rows.len() as i64) < in_range || in_range == limit;
     let cursor = rows

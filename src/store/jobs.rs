@@ -184,12 +184,28 @@ pub(crate) struct StreamPage<'a> {
     pub(crate) job: &'a str,
 }
 
-pub(crate) async fn stream_page(
+/// Whether the organization has the job: one row ([`Found`]) or none.
+pub(crate) fn select_found(db: &D1Database, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "SELECT 1 AS found FROM jobs WHERE id = ?2 AND organization_id = ?1",
+        &[org.into(), id.into()],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Found {
+    #[allow(dead_code)] // read only to know that a row came back
+    found: i64,
+}
+
+/// A page of the job's stream ([`ChunkWithPayload`]s).
+pub(crate) fn select_stream_page(
     db: &D1Database,
     org: &str,
     page: &StreamPage<'_>,
-) -> ApiResult<Vec<ChunkWithPayload>> {
-    all(
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         include_str!("queries/stream_page.sql"),
         &[
@@ -203,7 +219,6 @@ pub(crate) async fn stream_page(
             page.byte_budget.into(),
         ],
     )
-    .await
 }
 
 pub(crate) struct NewJob<'a> {
