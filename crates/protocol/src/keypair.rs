@@ -26,6 +26,9 @@ use sha2::{Digest, Sha256};
 /// The domain-separation label that starts every challenge message.
 pub const CHALLENGE_LABEL: &str = "edgerunner-challenge-v1";
 
+/// The domain-separation label that starts every enrollment proof.
+pub const ENROLLMENT_LABEL: &str = "edgerunner-enroll-v1";
+
 /// A runner's ed25519 public key.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PublicKey(VerifyingKey);
@@ -159,6 +162,52 @@ pub fn challenge_message(fingerprint: &Fingerprint, challenge: &Challenge) -> Ve
     format!("{CHALLENGE_LABEL}\n{}\n{}", fingerprint.0, challenge.0).into_bytes()
 }
 
+/// The bytes an enrolling runner signs to prove it holds the key it enrolls:
+/// `edgerunner-enroll-v1\n<organizationId>\n<fingerprint>`. Naming the organization binds the
+/// proof to one enrollment target, so nobody can enroll a key they saw but do not hold, and a
+/// proof made for one organization cannot enroll the key into another.
+pub fn enrollment_message(organization_id: &str, fingerprint: &Fingerprint) -> Vec<u8> {
+    format!("{ENROLLMENT_LABEL}\n{organization_id}\n{}", fingerprint.0).into_bytes()
+}
+
+/// Signs the enrollment proof for `organization_id`; standard padded base64 of 64 bytes.
+pub fn sign_enrollment(key: &RunnerSigningKey, organization_id: &str) -> String {
+    let message = enrollment_message(organization_id, &key.public_key().fingerprint());
+    STANDARD.encode(key.0.sign(&message).to_bytes())
+}
+
+/// Checks an enrollment proof: `signature_b64` signs [`enrollment_message`] for
+/// `organization_id` under `public_key`.
+pub fn verify_enrollment_signature(
+    public_key: &PublicKey,
+    organization_id: &str,
+    signature_b64: &str,
+) -> Result<KeyPossession, KeyError> {
+    let fingerprint = public_key.fingerprint();
+    verify_signature(
+        public_key,
+        &enrollment_message(organization_id, &fingerprint),
+        signature_b64,
+    )?;
+    Ok(KeyPossession { fingerprint })
+}
+
+fn verify_signature(
+    public_key: &PublicKey,
+    message: &[u8],
+    signature_b64: &str,
+) -> Result<(), KeyError> {
+    let bytes: [u8; 64] = STANDARD
+        .decode(signature_b64)
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or(KeyError::MalformedSignature)?;
+    public_key
+        .0
+        .verify_strict(message, &Signature::from_bytes(&bytes))
+        .map_err(|_| KeyError::BadSignature)
+}
+
 /// A runner's ed25519 signing key (its private half).
 #[derive(Clone)]
 pub struct RunnerSigningKey(SigningKey);
@@ -220,18 +269,11 @@ pub fn verify_challenge_signature(
     if &public_key.fingerprint() != fingerprint {
         return Err(KeyError::FingerprintMismatch);
     }
-    let bytes: [u8; 64] = STANDARD
-        .decode(signature_b64)
-        .ok()
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or(KeyError::MalformedSignature)?;
-    public_key
-        .0
-        .verify_strict(
-            &challenge_message(fingerprint, challenge),
-            &Signature::from_bytes(&bytes),
-        )
-        .map_err(|_| KeyError::BadSignature)?;
+    verify_signature(
+        public_key,
+        &challenge_message(fingerprint, challenge),
+        signature_b64,
+    )?;
     Ok(KeyPossession {
         fingerprint: fingerprint.clone(),
     })
@@ -405,6 +447,42 @@ mod tests {
         assert!(Challenge::parse("has a space in it....").is_err());
         assert!(Challenge::parse("line\nbreak-and-more-chars").is_err());
         assert_eq!(Challenge::parse(challenge().as_str()), Ok(challenge()));
+    }
+
+    #[test]
+    fn an_enrollment_proof_binds_the_key_and_the_organization() {
+        let key = key(4);
+        let public = key.public_key();
+        let text =
+            String::from_utf8(enrollment_message("org_a", &public.fingerprint())).expect("ASCII");
+        assert_eq!(
+            text,
+            format!("edgerunner-enroll-v1\norg_a\n{}", public.fingerprint())
+        );
+        let proof = sign_enrollment(&key, "org_a");
+        let possession = verify_enrollment_signature(&public, "org_a", &proof).expect("verifies");
+        assert_eq!(possession.fingerprint(), &public.fingerprint());
+        assert!(
+            verify_enrollment_signature(&public, "org_b", &proof) == Err(KeyError::BadSignature),
+            "a proof for one organization does not enroll into another"
+        );
+        assert!(
+            verify_enrollment_signature(&self::key(5).public_key(), "org_a", &proof)
+                == Err(KeyError::BadSignature),
+            "a proof made by one key does not enroll another"
+        );
+        assert!(
+            verify_enrollment_signature(&public, "org_a", "not base64")
+                == Err(KeyError::MalformedSignature),
+            "a malformed proof is told apart"
+        );
+        // A challenge signature is not an enrollment proof, nor the other way round.
+        let challenge_signature = sign_challenge(&key, &challenge());
+        assert!(
+            verify_enrollment_signature(&public, "org_a", &challenge_signature)
+                == Err(KeyError::BadSignature),
+            "labels separate the two messages"
+        );
     }
 
     #[test]
