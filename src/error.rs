@@ -4,15 +4,15 @@
 //! `{"error": {"code", "message"}}` (the shape the EvalGate SDK reads). Internal failures are
 //! logged with their detail and answered with a generic 500, so storage errors never leak.
 
-use worker::{console_error, Response};
+use worker::{console_error, console_log, Response};
 
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: u16,
     code: &'static str,
     message: String,
-    /// For a schema guard that fired: the database's text naming it. Never sent to clients.
-    violation: Option<String>,
+    /// For a schema guard that fired: its name in [`crate::store::guards::GUARDS`].
+    guard: Option<&'static str>,
 }
 
 pub(crate) type ApiResult<T> = std::result::Result<T, ApiError>;
@@ -23,26 +23,29 @@ impl ApiError {
             status,
             code,
             message: message.into(),
-            violation: None,
+            guard: None,
         }
     }
 
-    /// A constraint or trigger refused a write. Handlers that expect a particular guard turn
-    /// this into their own answer (see [`ApiError::violation_text`]); unrefined, it is a 409.
-    pub(crate) fn violation(detail: String) -> Self {
-        console_error!("constraint violation: {detail}");
-        Self {
-            violation: Some(detail),
-            ..Self::new(
-                409,
-                "CONFLICT",
-                "the change conflicts with the current state; reload and retry",
-            )
+    /// A constraint or trigger refused a write. A guard in the table answers as the table
+    /// says (handlers that give it a meaning of their own match [`ApiError::guard`]); any other
+    /// constraint is a bug of ours: a 500, with the database's text in the log.
+    pub(crate) fn violation(detail: &str) -> Self {
+        match crate::store::guards::Guard::reported(detail) {
+            Some(guard) => {
+                console_log!("schema guard {}: {detail}", guard.name);
+                Self {
+                    guard: Some(guard.name),
+                    ..Self::new(guard.status, guard.code, guard.message)
+                }
+            }
+            None => Self::internal(format!("constraint not in the guard table: {detail}")),
         }
     }
 
-    pub(crate) fn violation_text(&self) -> Option<&str> {
-        self.violation.as_deref()
+    /// The schema guard that refused the write, by name.
+    pub(crate) fn guard(&self) -> Option<&'static str> {
+        self.guard
     }
 
     pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -79,9 +82,24 @@ impl ApiError {
         Self::new(500, "INTERNAL", "internal error")
     }
 
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The answer a Durable Object sends back to the edge for this error.
+    pub(crate) fn into_reply(self) -> crate::objects::Reply {
+        crate::objects::Reply {
+            status: self.status,
+            body: self.body(),
+        }
+    }
+
+    fn body(&self) -> serde_json::Value {
+        serde_json::json!({ "error": { "code": self.code, "message": self.message } })
+    }
+
     pub(crate) fn into_response(self) -> worker::Result<Response> {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
-        json_response(self.status, &body)
+        json_response(self.status, &self.body())
     }
 }
 

@@ -33,7 +33,7 @@ use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
 use crate::objects::{read_request, respond, Reply};
 use crate::platform::{now_ms, random_bytes, rfc3339};
-use crate::store::{self, events, jobs};
+use crate::store::{self, events, guards, jobs};
 
 /// How long a signed envelope may be acted on after it is issued.
 const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
@@ -388,23 +388,18 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
     let changed = match store::batch(ctx.db, statements).await {
         Ok(changed) => changed,
         Err(err) => {
-            let text = err.violation_text().unwrap_or_default().to_owned();
-            if text.contains("active_claims") || text.contains("CHECK constraint failed") {
-                return refuse(
-                    503,
-                    "RUNNER_AT_CAPACITY",
-                    "the runner holds as many claims as it may",
-                );
-            }
-            if text.contains("claim_requires_active_runner") {
-                return refuse(503, "RUNNER_NOT_ACTIVE", "the runner is not active");
-            }
-            if text.contains("claim_requires_queued_job") || text.contains("UNIQUE") {
-                return refuse(
-                    409,
-                    "JOB_NOT_QUEUED",
-                    "the job was claimed or changed concurrently",
-                );
+            // The guard table's answers; as a Reply, so the runner's object tries the next job.
+            if matches!(
+                err.guard(),
+                Some(
+                    guards::RUNNER_AT_CAPACITY
+                        | guards::CLAIM_REQUIRES_ACTIVE_RUNNER
+                        | guards::CLAIM_REQUIRES_QUEUED_JOB
+                        | guards::UNIQUE_CLAIM_ATTEMPT
+                        | guards::UNIQUE_ACTIVE_CLAIM
+                )
+            ) {
+                return Ok(err.into_reply());
             }
             return Err(err);
         }
@@ -871,27 +866,15 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
     let changed = match store::batch(ctx.db, statements).await {
         Ok(changed) => changed,
         Err(err) => {
-            let text = err.violation_text().unwrap_or_default();
-            if text.contains("evidence_not_in_completion_run") || text.contains("FOREIGN KEY") {
-                return refuse(
-                    422,
-                    "EVIDENCE_NOT_IN_RUN",
-                    "every evidence row must exist in this organization and belong to the completion's evaluation run",
-                );
-            }
-            if text.contains("completion_evidence") || text.contains("UNIQUE") {
-                return refuse(
-                    409,
-                    "EVIDENCE_ALREADY_ATTACHED",
-                    "an evidence row named here is already attached to another accepted completion",
-                );
-            }
-            if text.contains("completion_does_not_close_stream") {
-                return refuse(
-                    409,
-                    "COMPLETION_STREAM_CHECKSUM_MISMATCH",
-                    "the final stream checksum is not the last stored chunk's",
-                );
+            if matches!(
+                err.guard(),
+                Some(
+                    guards::EVIDENCE_NOT_IN_COMPLETION_RUN
+                        | guards::UNIQUE_COMPLETION_EVIDENCE
+                        | guards::COMPLETION_DOES_NOT_CLOSE_STREAM
+                )
+            ) {
+                return Ok(err.into_reply());
             }
             return Err(err);
         }

@@ -207,18 +207,8 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             ctx.now,
         )?);
     }
-    if let Err(err) = store::batch(&ctx.db, statements).await {
-        if err
-            .violation_text()
-            .is_some_and(|t| t.contains("fingerprint"))
-        {
-            return Err(ApiError::conflict(
-                "FINGERPRINT_TAKEN",
-                "this key is already enrolled; a revoked key never comes back, so generate a new one",
-            ));
-        }
-        return Err(err);
-    }
+    // A taken fingerprint is the guard table's 409 FINGERPRINT_TAKEN.
+    store::batch(&ctx.db, statements).await?;
     let runner = runners::get(&ctx.db, organization_id, &id)
         .await?
         .ok_or_else(|| ApiError::internal("enrolled runner vanished"))?;

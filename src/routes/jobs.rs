@@ -14,7 +14,7 @@ use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{json_body, json_object};
 use crate::objects::{self, JOBS, RUNNERS};
 use crate::platform::random_id;
-use crate::store::{self, events, jobs};
+use crate::store::{self, events, guards, jobs};
 use crate::Ctx;
 
 const ENVIRONMENTS: [&str; 3] = ["dev", "staging", "prod"];
@@ -142,10 +142,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     .await;
     if let Err(err) = written {
         // Two enqueues with one key raced; the loser answers as a replay would.
-        if err
-            .violation_text()
-            .is_some_and(|t| t.contains("idempotency_key"))
-        {
+        if err.guard() == Some(guards::UNIQUE_IDEMPOTENCY_KEY) {
             if let Some(existing) =
                 jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await?
             {

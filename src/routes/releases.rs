@@ -100,11 +100,7 @@ pub(crate) async fn create_artifact(mut req: Request, ctx: &Ctx) -> ApiResult<Re
         Ok(changed) => store::expect_one(changed, || {
             ApiError::internal("artifact insert changed no row")
         })?,
-        Err(err)
-            if err
-                .violation_text()
-                .is_some_and(|t| t.contains("release_artifacts.name")) =>
-        {
+        Err(err) if err.code() == "ARTIFACT_EXISTS" => {
             return Err(ApiError::conflict(
                 "ARTIFACT_EXISTS",
                 format!("a {} artifact named {name:?} already exists", kind.as_str()),
@@ -330,11 +326,7 @@ pub(crate) async fn create_target(mut req: Request, ctx: &Ctx) -> ApiResult<Resp
     };
     match releases::insert_target(&ctx.db, &row).await {
         Ok(changed) => store::expect_one(changed, version_not_found)?,
-        Err(err)
-            if err
-                .violation_text()
-                .is_some_and(|t| t.contains("executable_targets.target_key")) =>
-        {
+        Err(err) if err.code() == "TARGET_EXISTS" => {
             return Err(ApiError::conflict(
                 "TARGET_EXISTS",
                 format!("a target with key {key:?} already exists"),

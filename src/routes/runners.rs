@@ -149,10 +149,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
     )
     .await;
     if let Err(err) = result {
-        if err
-            .violation_text()
-            .is_some_and(|t| t.contains("runner_key"))
-        {
+        if err.code() == "RUNNER_KEY_TAKEN" {
             return Err(ApiError::conflict(
                 "RUNNER_KEY_TAKEN",
                 format!("runnerKey {runner_key} is already registered"),

@@ -7,6 +7,7 @@
 pub(crate) mod api_keys;
 pub(crate) mod events;
 pub(crate) mod evidence;
+pub(crate) mod guards;
 pub(crate) mod jobs;
 pub(crate) mod releases;
 pub(crate) mod runners;
@@ -176,12 +177,12 @@ pub(crate) fn expect_one(changed: usize, on_zero: impl FnOnce() -> ApiError) -> 
 }
 
 /// D1 errors arrive as JS errors whose text names the constraint or the trigger's RAISE code.
-/// Constraint failures become [`ApiError::violation`], carrying that text so the caller can
-/// refine them; anything else is a 500.
+/// Constraint failures become [`ApiError::violation`] (the guard table's answer, or a 500 for a
+/// constraint not in it); anything else is a 500.
 fn constraint_or_internal(err: worker::Error) -> ApiError {
     let text = err.to_string();
     if text.contains("SQLITE_CONSTRAINT") || text.contains("constraint failed") {
-        ApiError::violation(text)
+        ApiError::violation(&text)
     } else {
         ApiError::internal(text)
     }

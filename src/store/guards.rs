@@ -1,0 +1,290 @@
+//! The schema guards writes rely on, each under the name the database reports, and the one
+//! table that turns a fired guard into an API answer.
+//!
+//! A guard is a trigger's `RAISE(ABORT, '<code>')` or a UNIQUE constraint, reported by its
+//! column list. D1 reports them inside an error text (`<code>: SQLITE_CONSTRAINT`, `UNIQUE
+//! constraint failed: <table>.<column>, …`); [`Guard::reported`] finds the name in that text
+//! by exact match (a whole snake_case word for a trigger code, the whole column list for a
+//! UNIQUE constraint), never by a fragment. A constraint that is not in [`GUARDS`] is a bug of
+//! ours: it is answered `500` with the text logged (see [`crate::error::ApiError::violation`]).
+
+/// One guard and its default answer. Handlers that give a guard a meaning of their own (a
+/// claim race, an idempotent replay) match on [`Guard::name`] and answer themselves.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Guard {
+    pub(crate) name: &'static str,
+    pub(crate) status: u16,
+    pub(crate) code: &'static str,
+    pub(crate) message: &'static str,
+}
+
+const fn guard(
+    name: &'static str,
+    status: u16,
+    code: &'static str,
+    message: &'static str,
+) -> Guard {
+    Guard {
+        name,
+        status,
+        code,
+        message,
+    }
+}
+
+// Trigger codes (migrations/*.sql, `RAISE(ABORT, …)`).
+pub(crate) const RUNNER_AT_CAPACITY: &str = "runner_at_capacity";
+pub(crate) const CLAIM_REQUIRES_ACTIVE_RUNNER: &str = "claim_requires_active_runner";
+pub(crate) const CLAIM_REQUIRES_QUEUED_JOB: &str = "claim_requires_queued_job";
+pub(crate) const EVIDENCE_NOT_IN_COMPLETION_RUN: &str = "evidence_not_in_completion_run";
+pub(crate) const COMPLETION_DOES_NOT_CLOSE_STREAM: &str = "completion_does_not_close_stream";
+pub(crate) const EVIDENCE_RUN_IN_CUSTODY: &str = "evidence_run_in_custody";
+
+// UNIQUE constraints, by the column list SQLite reports.
+pub(crate) const UNIQUE_IDEMPOTENCY_KEY: &str = "UNIQUE jobs.organization_id, jobs.idempotency_key";
+pub(crate) const UNIQUE_CLAIM_ATTEMPT: &str =
+    "UNIQUE job_claims.job_id, job_claims.dispatch_attempt";
+pub(crate) const UNIQUE_ACTIVE_CLAIM: &str = "UNIQUE job_claims.job_id";
+pub(crate) const UNIQUE_COMPLETION_EVIDENCE: &str =
+    "UNIQUE completion_evidence.evidence_kind, completion_evidence.evidence_id";
+
+/// Every guard a write may meet in normal operation, with its answer.
+pub(crate) const GUARDS: &[Guard] = &[
+    // Runners and their identity.
+    guard(
+        RUNNER_AT_CAPACITY,
+        503,
+        "RUNNER_AT_CAPACITY",
+        "the runner holds as many claims as it may",
+    ),
+    guard(
+        "UNIQUE runners.organization_id, runners.runner_key",
+        409,
+        "RUNNER_KEY_TAKEN",
+        "a runner with this runnerKey is already registered",
+    ),
+    guard(
+        "UNIQUE runners.fingerprint",
+        409,
+        "FINGERPRINT_TAKEN",
+        "this key is already enrolled; a revoked key never comes back, so generate a new one",
+    ),
+    guard(
+        "runner_revocation_is_permanent",
+        409,
+        "RUNNER_REVOKED",
+        "a revoked runner cannot change state",
+    ),
+    guard(
+        "challenge_already_consumed",
+        401,
+        "AUTHENTICATION_FAILED",
+        "the challenge was already used",
+    ),
+    guard(
+        "pending_enrollments_at_cap",
+        429,
+        "PENDING_ENROLLMENTS_AT_CAP",
+        "the organization has as many runners waiting for approval as it allows; an administrator must approve or revoke some first",
+    ),
+    // Releases.
+    guard(
+        "UNIQUE release_artifacts.organization_id, release_artifacts.kind, release_artifacts.name",
+        409,
+        "ARTIFACT_EXISTS",
+        "an artifact of this kind with this name already exists",
+    ),
+    guard(
+        "UNIQUE executable_targets.organization_id, executable_targets.target_key",
+        409,
+        "TARGET_EXISTS",
+        "a target with this key already exists",
+    ),
+    // Jobs and claims.
+    guard(
+        UNIQUE_IDEMPOTENCY_KEY,
+        409,
+        "IDEMPOTENCY_KEY_REUSED",
+        "a job with this idempotency key already exists",
+    ),
+    guard(
+        CLAIM_REQUIRES_ACTIVE_RUNNER,
+        503,
+        "RUNNER_NOT_ACTIVE",
+        "the runner is not active",
+    ),
+    guard(
+        CLAIM_REQUIRES_QUEUED_JOB,
+        409,
+        "JOB_NOT_QUEUED",
+        "the job was claimed or changed concurrently",
+    ),
+    guard(
+        UNIQUE_CLAIM_ATTEMPT,
+        409,
+        "JOB_NOT_QUEUED",
+        "the job was claimed or changed concurrently",
+    ),
+    guard(
+        UNIQUE_ACTIVE_CLAIM,
+        409,
+        "JOB_NOT_QUEUED",
+        "the job was claimed or changed concurrently",
+    ),
+    guard(
+        "job_is_finished",
+        409,
+        "JOB_FINISHED",
+        "the job has finished",
+    ),
+    guard(
+        "claim_is_over",
+        409,
+        "CLAIM_NOT_ACTIVE",
+        "the claim is over",
+    ),
+    guard(
+        "job_claim_mismatch",
+        409,
+        "CLAIM_NOT_ACTIVE",
+        "the claim is not the job's active claim",
+    ),
+    // Streams and completions.
+    guard(
+        "stream_chunk_breaks_chain",
+        409,
+        "STREAM_CHAIN_BROKEN",
+        "the chunk does not extend the stored chain",
+    ),
+    guard(
+        "stream_claim_not_active",
+        409,
+        "CLAIM_NOT_ACTIVE",
+        "the claim is not active",
+    ),
+    guard(
+        "completion_not_from_active_claim",
+        409,
+        "CLAIM_NOT_ACTIVE",
+        "only the active claim may complete the job",
+    ),
+    guard(
+        "completion_input_hash_mismatch",
+        422,
+        "INPUT_HASH_MISMATCH",
+        "the completion's inputHash is not the job's",
+    ),
+    guard(
+        COMPLETION_DOES_NOT_CLOSE_STREAM,
+        409,
+        "COMPLETION_STREAM_CHECKSUM_MISMATCH",
+        "the final stream checksum is not the last stored chunk's",
+    ),
+    // Evidence.
+    guard(
+        "evidence_needs_accepted_completion",
+        409,
+        "EVIDENCE_NEEDS_ACCEPTED_COMPLETION",
+        "evidence is attached only to an accepted completion",
+    ),
+    guard(
+        EVIDENCE_NOT_IN_COMPLETION_RUN,
+        422,
+        "EVIDENCE_NOT_IN_RUN",
+        "every evidence row must exist in this organization and belong to the completion's evaluation run",
+    ),
+    guard(
+        UNIQUE_COMPLETION_EVIDENCE,
+        409,
+        "EVIDENCE_ALREADY_ATTACHED",
+        "an evidence row named here is already attached to another accepted completion",
+    ),
+    guard(
+        EVIDENCE_RUN_IN_CUSTODY,
+        409,
+        "EVIDENCE_RUN_IN_CUSTODY",
+        "the evaluation run is in the custody of an accepted completion; its evidence is final",
+    ),
+];
+
+impl Guard {
+    /// The guard named in a database error text, if it is one of [`GUARDS`].
+    pub(crate) fn reported(text: &str) -> Option<&'static Guard> {
+        if let Some(columns) = reported_list(text, "UNIQUE constraint failed: ") {
+            let name = format!("UNIQUE {columns}");
+            return GUARDS.iter().find(|g| g.name == name);
+        }
+        // A trigger's code is one whole snake_case word of the text.
+        text.split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .filter(|word| word.contains('_'))
+            .find_map(|word| GUARDS.iter().find(|g| g.name == word))
+    }
+}
+
+/// The constraint's column list after `label`, up to D1's `: SQLITE_…` suffix or the end.
+fn reported_list<'a>(text: &'a str, label: &str) -> Option<&'a str> {
+    let rest = &text[text.find(label)? + label.len()..];
+    let end = rest.find(": SQLITE").unwrap_or(rest.len());
+    Some(rest[..end].trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trigger_codes_are_found_as_whole_words() {
+        let text = "D1_ERROR: claim_requires_queued_job: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_TRIGGER)";
+        assert_eq!(
+            Guard::reported(text).map(|g| g.code),
+            Some("JOB_NOT_QUEUED")
+        );
+        // A code that merely contains a known one is not it.
+        assert_eq!(
+            Guard::reported("D1_ERROR: not_claim_requires_queued_job: SQLITE_CONSTRAINT"),
+            None
+        );
+    }
+
+    #[test]
+    fn unique_constraints_are_found_by_their_whole_column_list() {
+        let text = "D1_ERROR: UNIQUE constraint failed: jobs.organization_id, jobs.idempotency_key: SQLITE_CONSTRAINT";
+        assert_eq!(
+            Guard::reported(text).map(|g| g.name),
+            Some(UNIQUE_IDEMPOTENCY_KEY)
+        );
+        let partial = "UNIQUE constraint failed: job_claims.job_id";
+        assert_eq!(
+            Guard::reported(partial).map(|g| g.name),
+            Some(UNIQUE_ACTIVE_CLAIM)
+        );
+        // Another table's idempotency key is not the jobs' one.
+        assert_eq!(
+            Guard::reported("UNIQUE constraint failed: other.idempotency_key: SQLITE_CONSTRAINT"),
+            None
+        );
+    }
+
+    #[test]
+    fn unnamed_checks_and_foreign_keys_are_not_guards() {
+        for text in [
+            "D1_ERROR: CHECK constraint failed: length(name) BETWEEN 1 AND 200: SQLITE_CONSTRAINT",
+            "D1_ERROR: FOREIGN KEY constraint failed: SQLITE_CONSTRAINT",
+            "D1_ERROR: NOT NULL constraint failed: runners.name: SQLITE_CONSTRAINT",
+        ] {
+            assert_eq!(Guard::reported(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn every_guard_is_named_once() {
+        for (i, g) in GUARDS.iter().enumerate() {
+            assert!(
+                GUARDS[i + 1..].iter().all(|other| other.name != g.name),
+                "{} twice",
+                g.name
+            );
+            assert!((400..600).contains(&g.status), "{}", g.name);
+        }
+    }
+}
