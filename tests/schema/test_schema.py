@@ -601,6 +601,9 @@ class EnumCheckTests(SchemaTest):
 
             return write
 
+        # `run` is in custody of an accepted completion: new rows go to a run that is not.
+        open_run = w.evaluation_run(org)
+
         def evidence_kind(value):
             self.execute(
                 "INSERT INTO completion_evidence (evidence_kind, evidence_id, completion_id, job_id,"
@@ -631,9 +634,9 @@ class EnumCheckTests(SchemaTest):
             ("job_completions", "status", "failed", completion("status")),
             ("completion_evidence", "evidence_kind", "evaluation_run", evidence_kind),
             ("evaluation_runs", "status", "completed", lambda v: w.evaluation_run(org, status=v)),
-            ("test_results", "status", "skipped", lambda v: w.test_result(org, run, status=v)),
-            ("cost_records", "category", "sandbox", lambda v: w.cost_record(org, run, category=v)),
-            ("model_calls", "status", "failed", lambda v: w.model_call(org, run, status=v)),
+            ("test_results", "status", "skipped", lambda v: w.test_result(org, open_run, status=v)),
+            ("cost_records", "category", "sandbox", lambda v: w.cost_record(org, open_run, category=v)),
+            ("model_calls", "status", "failed", lambda v: w.model_call(org, open_run, status=v)),
         ]
 
     def test_every_state_and_enum_column_refuses_an_unknown_value(self):
@@ -663,12 +666,29 @@ class RunnerTests(SchemaTest):
         org = self.w.org()
         runner = self.w.runner(org, max_concurrent_jobs=2)
         self.execute("UPDATE runners SET active_claims = 2 WHERE id = ?", runner)
+        # Named by a trigger (migration 0003), so the edge maps it by name.
         self.assertRefused(self.execute, "UPDATE runners SET active_claims = 3 WHERE id = ?", runner,
-                           message="CHECK constraint failed")
+                           message="runner_at_capacity")
         # Lowering capacity below what is in flight is refused too: drain first.
         self.assertRefused(self.execute, "UPDATE runners SET max_concurrent_jobs = 1 WHERE id = ?", runner,
                            message="CHECK constraint failed")
         self.assertEqual(self.w.active_claims(runner), 2)
+
+    def test_pending_enrollments_stop_at_the_organizations_cap(self):
+        org, other = self.w.org(), self.w.org()
+        self.execute("UPDATE organizations SET max_pending_enrollments = 2 WHERE id = ?", org)
+        self.w.keypair_runner(org)
+        self.w.keypair_runner(org)
+        self.assertRefused(self.w.keypair_runner, org, message="pending_enrollments_at_cap")
+        # Admin-registered runners and other organizations do not count against it.
+        self.w.runner(org)
+        self.w.keypair_runner(other)
+        # Approving one makes room for one more.
+        pending = self.execute(
+            "SELECT id FROM runners WHERE organization_id = ? AND state = 'pending_approval' LIMIT 1", org
+        ).fetchone()[0]
+        self.execute("UPDATE runners SET state = 'active', approved_at = ? WHERE id = ?", NOW, pending)
+        self.w.keypair_runner(org)
 
     def test_runner_active_claims_cannot_go_negative(self):
         org = self.w.org()
@@ -1189,8 +1209,9 @@ class BatchTests(SchemaTest):
         job = self.w.job(org)
         before = self.w.job_row(job)
         events_before = self.w.one("SELECT count(*) FROM job_events")[0]
-        # Claim INSERT and job UPDATE succeed; the runner's `active_claims + 1` breaks the CHECK.
-        self.assertRefused(self.w.grant, job, runner, message="CHECK constraint failed")
+        # Claim INSERT and job UPDATE succeed; the runner's `active_claims + 1` meets the
+        # named capacity guard.
+        self.assertRefused(self.w.grant, job, runner, message="runner_at_capacity")
         self.assertEqual(self.w.job_row(job), before)
         self.assertEqual(self.w.one("SELECT count(*) FROM job_claims WHERE job_id = ?", job)[0], 0)
         self.assertEqual(self.w.active_claims(runner), 1)
@@ -1389,13 +1410,13 @@ class EvidenceTests(SchemaTest):
     def test_evidence_row_is_attached_to_at_most_one_accepted_completion_across_jobs(self):
         tr = self.w.test_result(self.org, self.run)
         cost = self.w.cost_record(self.org, self.run)
+        own = self.w.test_result(self.org, self.run)
         _, _, job_a, claim_a = self.claimed_job(org=self.org, runner=self.runner)
         _, _, job_b, claim_b = self.claimed_job(org=self.org, runner=self.runner)
         self.w.complete(job_a, claim_a, self.runner, 1, evaluation_run_id=self.run,
                         evidence=[("test_result", tr), ("cost_record", cost)])
         before_b = self.w.job_row(job_b)
         capacity = self.w.active_claims(self.runner)
-        own = self.w.test_result(self.org, self.run)
         # Job B names its own test result and A's cost record: the whole batch rolls back,
         # including B's finalization, claim release and capacity decrement.
         self.assertRefused(self.w.complete, job_b, claim_b, self.runner, 1, evaluation_run_id=self.run,
@@ -1411,6 +1432,28 @@ class EvidenceTests(SchemaTest):
                         evidence=[("test_result", own)])
         owners = self.conn.execute("SELECT evidence_id, job_id FROM completion_evidence ORDER BY job_id").fetchall()
         self.assertEqual(sorted(owners), sorted([(tr, job_a), (cost, job_a), (own, job_b)]))
+
+    def test_a_run_in_custody_takes_no_new_rows(self):
+        # Before any accepted completion names the run, rows are added freely.
+        self.w.test_result(self.org, self.run)
+        _, _, job, claim = self.claimed_job(org=self.org, runner=self.runner)
+        self.w.complete(job, claim, self.runner, 1, evaluation_run_id=self.run)
+        for kind, add in [
+            ("test result", lambda: self.w.test_result(self.org, self.run)),
+            ("cost record", lambda: self.w.cost_record(self.org, self.run)),
+            ("model call", lambda: self.w.model_call(self.org, self.run)),
+            ("trace", lambda: self.w.trace(self.org, self.run)),
+        ]:
+            with self.subTest(kind=kind):
+                self.assertRefused(add, message="evidence_run_in_custody")
+        # Another run of the same organization is unaffected.
+        self.w.test_result(self.org, self.w.evaluation_run(self.org))
+
+    def test_a_stale_completion_does_not_take_custody(self):
+        _, _, job, claim = self.claimed_job(org=self.org, runner=self.runner)
+        self.w.insert("job_completions", self.w.completion_row(
+            job, claim, self.runner, 1, decision="stale", evaluation_run_id=self.run))
+        self.w.test_result(self.org, self.run)
 
     def test_every_evidence_kind_is_in_custody_once(self):
         items = [
@@ -1483,8 +1526,8 @@ class BoundaryTests(SchemaTest):
         _, my_runner, my_job, my_claim = self.claimed_job(org=mine)
         my_run = w.evaluation_run(mine)
         _, _, done_job, done_claim = self.claimed_job(org=mine, runner=my_runner)
-        done = w.complete(done_job, done_claim, my_runner, 1, evaluation_run_id=my_run)
         my_result = w.test_result(mine, my_run)
+        done = w.complete(done_job, done_claim, my_runner, 1, evaluation_run_id=my_run)
         cases = [
             ("version of their artifact", lambda: w.insert("release_versions", {
                 "artifact_id": their_release["artifact_id"], "organization_id": mine, "content": "{}",
@@ -1725,9 +1768,10 @@ class QueryPlanTests(SchemaTest):
         self.w.runner(other, max_concurrent_jobs=7)
         # A range of the organization's entries; grouping its few states needs a small temp
         # b-tree (at most five groups), which is fine: what must never happen is a scan.
+        # (organization_id, state) serves the range and the grouping: no scan, no temp b-tree.
         plan = query_plan(self.conn, self.RUNNER_STATE_COUNTS, (org,))
-        self.assertTrue(any(d.startswith("SEARCH runners USING INDEX runners_page_order") for d in plan), plan)
-        self.assertFalse(any(d.startswith("SCAN") for d in plan), plan)
+        self.assertTrue(any(d.startswith("SEARCH runners USING INDEX runners_by_organization_state") for d in plan), plan)
+        self.assertFalse(any(d.startswith("SCAN") or "TEMP B-TREE" in d for d in plan), plan)
         rows = self.execute(self.RUNNER_STATE_COUNTS, org).fetchall()
         self.assertEqual(rows, [("active", 2, 0, 5)])
 
