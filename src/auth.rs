@@ -99,16 +99,37 @@ pub(crate) async fn admin(req: &Request, ctx: &Ctx) -> ApiResult<AdminCaller> {
 
 /// The signing root, or `503` when it is missing or too short to be trusted.
 pub(crate) fn master_secret(env: &Env) -> ApiResult<MasterSigningSecret> {
-    let secret = env
-        .secret("REMOTE_RUNNER_SIGNING_SECRET")
-        .map(|s| s.to_string())
-        .unwrap_or_default();
+    let secret = configured_secret(env, "REMOTE_RUNNER_SIGNING_SECRET")?;
     MasterSigningSecret::new(secret).map_err(|_| {
         ApiError::unavailable(
             "SIGNING_SECRET_TOO_SHORT",
-            "REMOTE_RUNNER_SIGNING_SECRET must be configured with at least 32 characters",
+            format!("REMOTE_RUNNER_SIGNING_SECRET must be configured with at least {MIN_SECRET_CHARS} characters"),
         )
     })
+}
+
+/// The shortest secret we accept, for both `REMOTE_RUNNER_SIGNING_SECRET` and `CRON_SECRET`.
+const MIN_SECRET_CHARS: usize = 32;
+
+/// What `.dev.vars.example` ships: a value every reader of the repository knows.
+const PLACEHOLDER_PREFIX: &str = "replace-with-";
+
+/// A secret as configured, refused (`503`, naming the secret and why) when it is the shipped
+/// placeholder. Unset reads as empty; the caller decides what empty means.
+fn configured_secret(env: &Env, name: &str) -> ApiResult<String> {
+    let secret = env.secret(name).map(|s| s.to_string()).unwrap_or_default();
+    refuse_placeholder(name, &secret)?;
+    Ok(secret)
+}
+
+fn refuse_placeholder(name: &str, secret: &str) -> ApiResult<()> {
+    if secret.starts_with(PLACEHOLDER_PREFIX) {
+        return Err(ApiError::unavailable(
+            "SECRET_IS_PLACEHOLDER",
+            format!("{name} is the placeholder from .dev.vars.example; set a random value of at least {MIN_SECRET_CHARS} characters"),
+        ));
+    }
+    Ok(())
 }
 
 /// A runner whose credential we issued, that has not expired, whose generation is still the
@@ -162,13 +183,41 @@ pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> 
     Ok(RunnerCaller { runner })
 }
 
-/// Whether `token` is the configured `CRON_SECRET` (compared in constant time; an unset or
-/// empty secret matches nothing).
-pub(crate) fn is_cron_secret(env: &Env, token: &str) -> bool {
-    let secret = env
-        .secret("CRON_SECRET")
-        .map(|s| s.to_string())
-        .unwrap_or_default();
-    !secret.is_empty()
-        && edgerunner_protocol::envelope::constant_time_eq(secret.as_bytes(), token.as_bytes())
+/// Whether `token` is the configured `CRON_SECRET`, compared in constant time. An unset secret
+/// matches nothing; one that is set but shorter than 32 characters, or the shipped placeholder,
+/// is refused with `503` naming it, so a weak secret is never usable.
+pub(crate) fn is_cron_secret(env: &Env, token: &str) -> ApiResult<bool> {
+    let secret = configured_secret(env, "CRON_SECRET")?;
+    if secret.is_empty() {
+        return Ok(false);
+    }
+    if secret.chars().count() < MIN_SECRET_CHARS {
+        return Err(ApiError::unavailable(
+            "CRON_SECRET_TOO_SHORT",
+            format!("CRON_SECRET must be at least {MIN_SECRET_CHARS} characters"),
+        ));
+    }
+    Ok(edgerunner_protocol::envelope::constant_time_eq(
+        secret.as_bytes(),
+        token.as_bytes(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_placeholder;
+
+    #[test]
+    fn the_shipped_placeholders_are_refused_by_name() {
+        let example = include_str!("../.dev.vars.example");
+        let mut seen = 0;
+        for line in example.lines().filter(|l| !l.starts_with('#') && l.contains('=')) {
+            let (name, value) = line.split_once('=').expect("KEY=VALUE");
+            let err = refuse_placeholder(name, value).expect_err(line);
+            assert_eq!(err.code(), "SECRET_IS_PLACEHOLDER");
+            seen += 1;
+        }
+        assert_eq!(seen, 2, "both secrets of .dev.vars.example are checked");
+        assert!(refuse_placeholder("CRON_SECRET", &"a".repeat(64)).is_ok());
+    }
 }

@@ -13,6 +13,8 @@ pub(crate) struct ApiError {
     message: String,
     /// For a schema guard that fired: its name in [`crate::store::guards::GUARDS`].
     guard: Option<&'static str>,
+    /// For a `429`: seconds until the caller may try again (`Retry-After`).
+    retry_after: Option<u64>,
 }
 
 pub(crate) type ApiResult<T> = std::result::Result<T, ApiError>;
@@ -24,6 +26,7 @@ impl ApiError {
             code,
             message: message.into(),
             guard: None,
+            retry_after: None,
         }
     }
 
@@ -82,6 +85,15 @@ impl ApiError {
         Self::new(500, "INTERNAL", "internal error")
     }
 
+    pub(crate) fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    pub(crate) fn status(&self) -> u16 {
+        self.status
+    }
+
     pub(crate) fn code(&self) -> &'static str {
         self.code
     }
@@ -99,7 +111,11 @@ impl ApiError {
     }
 
     pub(crate) fn into_response(self) -> worker::Result<Response> {
-        json_response(self.status, &self.body())
+        let mut res = json_response(self.status, &self.body())?;
+        if let Some(seconds) = self.retry_after {
+            res.headers_mut().set("retry-after", &seconds.to_string())?;
+        }
+        Ok(res)
     }
 }
 

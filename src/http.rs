@@ -1,39 +1,131 @@
 //! Request parsing at the boundary: size-capped JSON bodies, bearer tokens, query strings,
 //! the client address. Nothing here knows about jobs or runners.
 
+use futures_util::StreamExt;
 use serde_json::Value;
 use worker::Request;
 
 use crate::error::{ApiError, ApiResult};
 
-/// Requests larger than this are refused before parsing (stream chunks have their own,
-/// smaller payload cap inside the protocol rules).
+/// The body cap of every JSON route that does not name a smaller one (stream chunks carry up
+/// to 256 KiB of payload, which escaping can double; job inputs and release contents).
 pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Routes whose bodies are a few fields: session, challenge, heartbeat, claim, status changes.
+pub(crate) const SMALL_BODY_BYTES: usize = 16 * 1024;
 
-/// Reads the body as one JSON value, keeping number lexemes (hashes depend on them).
-pub(crate) async fn json_body(req: &mut Request) -> ApiResult<Value> {
-    let bytes = req
-        .bytes()
-        .await
-        .map_err(|_| ApiError::bad_request("INVALID_BODY", "could not read the request body"))?;
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(ApiError::new(
-            413,
-            "BODY_TOO_LARGE",
-            format!("request body exceeds {MAX_BODY_BYTES} bytes"),
-        ));
+/// A claim: `servedTargets`, each a version id and a content hash (several hundred fit).
+pub(crate) const CLAIM_BODY_BYTES: usize = 64 * 1024;
+/// A key-pair enrollment: 64 KiB of files, 16 KiB of machine facts, the capability document.
+pub(crate) const ENROLL_BODY_BYTES: usize = 128 * 1024;
+
+/// The deepest JSON any route accepts. Far below serde_json's own limit (128) and what the
+/// Durable Objects' parse of a wrapped body needs, so depth is refused here, once, with a code.
+pub(crate) const MAX_JSON_DEPTH: usize = 64;
+
+fn too_large(cap: usize) -> ApiError {
+    ApiError::new(
+        413,
+        "BODY_TOO_LARGE",
+        format!("request body exceeds this route's {cap} bytes"),
+    )
+}
+
+/// Reads the body, refusing it at `cap` bytes without buffering more than that: a declared
+/// `Content-Length` over the cap is refused before a byte is read, and a body without one is
+/// read as a stream and cut off at the cap.
+pub(crate) async fn body_bytes(req: &mut Request, cap: usize) -> ApiResult<Vec<u8>> {
+    let declared = req.headers().get("content-length").ok().flatten();
+    if let Some(text) = declared {
+        match text.trim().parse::<u64>() {
+            Ok(n) if n > cap as u64 => return Err(too_large(cap)),
+            Ok(_) => {}
+            Err(_) => {
+                return Err(ApiError::bad_request(
+                    "INVALID_BODY",
+                    "Content-Length is not a number",
+                ))
+            }
+        }
     }
+    // No body at all (a GET, an empty POST) is an empty body.
+    let Ok(mut stream) = req.stream() else {
+        return Ok(Vec::new());
+    };
+    let mut bytes = Vec::new();
+    while let Some(piece) = stream.next().await {
+        let piece = piece
+            .map_err(|_| ApiError::bad_request("INVALID_BODY", "could not read the request body"))?;
+        if bytes.len() + piece.len() > cap {
+            return Err(too_large(cap));
+        }
+        bytes.extend_from_slice(&piece);
+    }
+    Ok(bytes)
+}
+
+/// Whether no array or object in `bytes` nests deeper than `max`. A byte scan that knows
+/// strings and escapes, so it runs before (and instead of) a parse that would recurse.
+fn depth_within(bytes: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Reads the body as one JSON value (at most `cap` bytes, [`MAX_JSON_DEPTH`] deep), keeping
+/// number lexemes (hashes depend on them).
+pub(crate) async fn json_body_capped(req: &mut Request, cap: usize) -> ApiResult<Value> {
+    let bytes = body_bytes(req, cap).await?;
     if bytes.is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
+    }
+    if !depth_within(&bytes, MAX_JSON_DEPTH) {
+        return Err(ApiError::bad_request(
+            "JSON_TOO_DEEP",
+            format!("request body nests deeper than {MAX_JSON_DEPTH} levels"),
+        ));
     }
     serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::bad_request("INVALID_JSON", format!("request body is not JSON: {e}"))
     })
 }
 
-/// The body as a JSON object.
+/// [`json_body_capped`] at the default cap, [`MAX_BODY_BYTES`].
+pub(crate) async fn json_body(req: &mut Request) -> ApiResult<Value> {
+    json_body_capped(req, MAX_BODY_BYTES).await
+}
+
+/// The body as a JSON object, at the default cap.
 pub(crate) async fn json_object(req: &mut Request) -> ApiResult<serde_json::Map<String, Value>> {
-    match json_body(req).await? {
+    json_object_capped(req, MAX_BODY_BYTES).await
+}
+
+/// The body as a JSON object of at most `cap` bytes.
+pub(crate) async fn json_object_capped(
+    req: &mut Request,
+    cap: usize,
+) -> ApiResult<serde_json::Map<String, Value>> {
+    match json_body_capped(req, cap).await? {
         Value::Object(map) => Ok(map),
         _ => Err(ApiError::bad_request(
             "INVALID_BODY",
@@ -99,4 +191,29 @@ fn percent_decode(text: &str) -> Option<String> {
 /// is reached through Cloudflare's edge (which overwrites the header); see ARCHITECTURE.md.
 pub(crate) fn client_address(req: &Request) -> Option<String> {
     req.headers().get("cf-connecting-ip").ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::depth_within;
+
+    fn nested(depth: usize) -> String {
+        format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn depth_counts_arrays_and_objects() {
+        assert!(depth_within(nested(64).as_bytes(), 64));
+        assert!(!depth_within(nested(65).as_bytes(), 64));
+        assert!(!depth_within(br#"{"a":{"b":{"c":1}}}"#, 2));
+        assert!(depth_within(br#"{"a":{"b":{"c":1}}}"#, 3));
+    }
+
+    #[test]
+    fn brackets_inside_strings_do_not_count() {
+        let text = format!(r#"{{"a":"{}","b":"\"[[["}}"#, "[".repeat(500));
+        assert!(depth_within(text.as_bytes(), 1));
+        // An escaped backslash ends before the quote, which then closes the string.
+        assert!(!depth_within(br#"["\\",[[1]]]"#, 2));
+    }
 }

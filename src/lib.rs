@@ -7,6 +7,8 @@
 //! - [`store`]: named SQL, one module per table group; guarded writes with checked row counts.
 //! - [`job_do`]: `JobObject`, one Durable Object per job, the single writer of that job's rows.
 //! - [`runner_do`]: `RunnerObject`, one Durable Object per runner, which serializes its claims.
+//! - [`gate_do`]: `AddressGate`, one Durable Object per client address: rate limits for callers
+//!   without a credential.
 //! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
@@ -23,6 +25,7 @@ use worker::{
 
 mod auth;
 mod error;
+mod gate_do;
 mod http;
 mod job_do;
 mod objects;
@@ -33,6 +36,7 @@ mod routes;
 mod runner_do;
 mod store;
 
+pub use gate_do::AddressGate;
 pub use job_do::JobObject;
 pub use runner_do::RunnerObject;
 

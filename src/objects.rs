@@ -3,7 +3,8 @@
 //! A reply carries its HTTP status and body as the object decided them; the edge forwards it
 //! unchanged, so an object's refusal reaches the client with the object's own code. Objects are
 //! addressed by name (`id_from_name`): the job id for `JobObject`, the runner id for
-//! `RunnerObject`, so every request about one job (or one runner) meets the same single writer.
+//! `RunnerObject`, so every request about one job (or one runner) meets the same single writer;
+//! the client address for `AddressGate`.
 
 use serde_json::Value;
 use worker::{Env, Method, Request, RequestInit, Response};
@@ -12,6 +13,7 @@ use crate::error::{json_response, ApiError, ApiResult};
 
 pub(crate) const JOBS: &str = "JOBS";
 pub(crate) const RUNNERS: &str = "RUNNERS";
+pub(crate) const GATES: &str = "GATES";
 
 pub(crate) struct Reply {
     pub(crate) status: u16,

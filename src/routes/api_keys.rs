@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 use worker::{Request, Response};
 
-use super::{optional_str, refuse_unknown, required_str};
+use super::{optional_str, refuse_unknown, required_name};
 use crate::auth::{self, SCOPES};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
@@ -29,7 +29,7 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     caller.require_admin()?;
     let body = json_object(&mut req).await?;
     refuse_unknown(&body, &["name", "scopes", "role"])?;
-    let name = required_str(&body, "name", 200)?;
+    let name = required_name(&body, "name", 200)?;
     let role = optional_str(&body, "role", 16)?.unwrap_or("member");
     if role != "admin" && role != "member" {
         return Err(ApiError::unprocessable(

@@ -6,7 +6,7 @@ use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use serde_json::{Map, Value};
 use worker::{Request, Response};
 
-use super::{optional_str, refuse_unknown, required_str};
+use super::{optional_name, optional_str, refuse_unknown, required_str};
 use crate::auth::{self, AdminCaller, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
@@ -78,7 +78,7 @@ fn created(value: &Value) -> ApiResult<Response> {
 
 pub(crate) async fn create_run(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let (caller, body) = writer(&mut req, ctx, &["name", "evaluationId", "metadata"]).await?;
-    let name = optional_str(&body, "name", 200)?;
+    let name = optional_name(&body, "name", 200)?;
     let evaluation_id = optional_str(&body, "evaluationId", 200)?;
     let client_metadata = match body.get("metadata") {
         None | Some(Value::Null) => None,
@@ -312,7 +312,7 @@ pub(crate) async fn create_model_call(
 
 pub(crate) async fn create_trace(mut req: Request, ctx: &Ctx, run_id: &str) -> ApiResult<Response> {
     let (caller, body) = writer(&mut req, ctx, &["name", "spans"]).await?;
-    let name = optional_str(&body, "name", 200)?;
+    let name = optional_name(&body, "name", 200)?;
     let spans = match body.get("spans") {
         None | Some(Value::Null) => None,
         Some(spans @ Value::Array(_)) => Some(spans.to_string()),
@@ -420,7 +420,7 @@ pub(crate) async fn create_job_run(
     job_id: &str,
 ) -> ApiResult<Response> {
     let (caller, body) = job_holder(&mut req, ctx, job_id, &["name"]).await?;
-    let name = optional_str(&body, "name", 200)?;
+    let name = optional_name(&body, "name", 200)?;
     let metadata = evidence::run_metadata(
         name,
         Some(serde_json::json!({ "jobId": job_id, "runnerId": caller.runner_id() })),

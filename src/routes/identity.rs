@@ -5,15 +5,21 @@ use edgerunner_protocol::credential::{
     self, CredentialClaims, MAX_CREDENTIAL_TTL_MILLIS, RUNNER_SCOPES,
 };
 use edgerunner_protocol::envelope::{constant_time_eq, CredentialGeneration, JobSigning, RunnerId};
-use edgerunner_protocol::keypair::{verify_challenge_signature, Challenge, Fingerprint, PublicKey};
+use edgerunner_protocol::keypair::{
+    verify_challenge_signature, verify_enrollment_signature, Challenge, Fingerprint, KeyError,
+    PublicKey,
+};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
 use super::runners::capability_document;
-use super::{optional_str, refuse_unknown, required_str};
+use super::{optional_str, refuse_unknown, required_name, required_str};
 use crate::auth::{self, master_secret};
 use crate::error::{json_response, ApiError, ApiResult};
-use crate::http::{client_address, json_object, MAX_BODY_BYTES};
+use crate::gate_do::{self, Bucket};
+use crate::http::{
+    body_bytes, client_address, json_object_capped, ENROLL_BODY_BYTES, SMALL_BODY_BYTES,
+};
 use crate::platform::{random_bytes, random_id, rfc3339, secret_hash};
 use crate::store::{self, events, first, runners};
 use crate::Ctx;
@@ -23,6 +29,20 @@ const CHALLENGE_TTL_MILLIS: i64 = 60_000;
 /// Files a runner uploads about itself are small text (logs, `lscpu`).
 pub(crate) const MAX_FILE_BYTES: usize = 256 * 1024;
 const MAX_MACHINE_BYTES: usize = 16 * 1024;
+/// What an enrollment may carry before anyone has approved it: a few small files.
+const MAX_ENROLL_FILES: usize = 16;
+const MAX_ENROLL_FILES_BYTES: usize = 64 * 1024;
+/// Key-pair runners waiting for approval per organization, unless `MAX_PENDING_ENROLLMENTS`
+/// says otherwise.
+const DEFAULT_MAX_PENDING_ENROLLMENTS: i64 = 100;
+
+fn max_pending_enrollments(env: &worker::Env) -> i64 {
+    env.var("MAX_PENDING_ENROLLMENTS")
+        .ok()
+        .and_then(|v| v.to_string().trim().parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .unwrap_or(DEFAULT_MAX_PENDING_ENROLLMENTS)
+}
 
 fn valid_file_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
@@ -54,7 +74,8 @@ fn string_array(value: &Value) -> String {
 }
 
 pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let body = json_object(&mut req).await?;
+    gate_do::take(ctx, &req, Bucket::Enroll).await?;
+    let body = json_object_capped(&mut req, ENROLL_BODY_BYTES).await?;
     if body.contains_key("tags") {
         return Err(ApiError::unprocessable(
             "TAGS_ARE_OPERATOR_SET",
@@ -74,12 +95,29 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             "capabilities",
             "machine",
             "files",
+            "signature",
         ],
     )?;
-    let organization_id = required_str(&body, "organizationId", 64)?;
+    let organization_id = required_name(&body, "organizationId", 64)?;
     let public_key = PublicKey::from_base64(required_str(&body, "publicKey", 128)?)?;
     let fingerprint = public_key.fingerprint();
-    let name = required_str(&body, "name", 200)?;
+    // Proof of possession: only the holder of the private key can enroll it, and only into
+    // the organization the proof names.
+    verify_enrollment_signature(
+        &public_key,
+        organization_id,
+        required_str(&body, "signature", 256)?,
+    )
+    .map_err(|err| match err {
+        KeyError::BadSignature => ApiError::unauthorized(
+            "signature does not sign edgerunner-enroll-v1, this organization and this key's fingerprint with this key",
+        ),
+        _ => ApiError::unprocessable(
+            "ENROLLMENT_SIGNATURE_MALFORMED",
+            "signature must be standard base64 of a 64-byte ed25519 signature",
+        ),
+    })?;
+    let name = required_name(&body, "name", 200)?;
     let product = optional_str(&body, "product", 200)?;
     let version = optional_str(&body, "version", 200)?;
     let document = capability_document(&body, &["problemTypes", "external"])?;
@@ -123,6 +161,14 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             ))
         }
     };
+    let files_bytes: usize = files.iter().map(|(n, c)| n.len() + c.len()).sum();
+    if files.len() > MAX_ENROLL_FILES || files_bytes > MAX_ENROLL_FILES_BYTES {
+        return Err(ApiError::new(
+            413,
+            "ENROLL_FILES_TOO_LARGE",
+            format!("an enrollment carries at most {MAX_ENROLL_FILES} files and {MAX_ENROLL_FILES_BYTES} bytes of them; upload more after approval"),
+        ));
+    }
 
     #[derive(serde::Deserialize)]
     struct Org {
@@ -178,6 +224,13 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let actor = format!("runner:{id}");
     let detail = json!({ "fingerprint": fingerprint.as_str(), "address": address }).to_string();
     let mut statements = vec![
+        // The cap the pending-enrollment trigger reads, from this Worker's configuration, set
+        // in the same transaction as the insert it guards.
+        store::stmt(
+            &ctx.db,
+            "UPDATE organizations SET max_pending_enrollments = ?2 WHERE id = ?1 AND max_pending_enrollments <> ?2",
+            &[organization_id.into(), max_pending_enrollments(&ctx.env).into()],
+        )?,
         runners::insert(&ctx.db, &row)?,
         events::insert(
             &ctx.db,
@@ -217,7 +270,8 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
 }
 
 pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let body = json_object(&mut req).await?;
+    gate_do::take(ctx, &req, Bucket::Challenge).await?;
+    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     refuse_unknown(&body, &["fingerprint"])?;
     let fingerprint = Fingerprint::parse(required_str(&body, "fingerprint", 128)?)?;
     let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
@@ -266,12 +320,23 @@ pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response
 
 /// `POST /api/remote-runners/session`, both identity models, the SDK's response shape.
 pub(crate) async fn session(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let body = json_object(&mut req).await?;
+    // An address that keeps failing is turned away before its next guess is looked at.
+    gate_do::check(ctx, &req, Bucket::FailedSession).await?;
+    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     let master = master_secret(&ctx.env)?;
-    let runner = if body.contains_key("fingerprint") {
-        keypair_runner(&body, ctx).await?
+    let found = if body.contains_key("fingerprint") {
+        keypair_runner(&body, ctx).await
     } else {
-        bootstrap_runner(&body, ctx).await?
+        bootstrap_runner(&body, ctx).await
+    };
+    let runner = match found {
+        Ok(runner) => runner,
+        Err(err) => {
+            if err.status() == 401 {
+                gate_do::take(ctx, &req, Bucket::FailedSession).await?;
+            }
+            return Err(err);
+        }
     };
 
     let runner_id = RunnerId::parse(&runner.id).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -392,17 +457,17 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
 
 pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
-    let bytes = req
-        .bytes()
-        .await
-        .map_err(|_| ApiError::bad_request("INVALID_BODY", "could not read the body"))?;
-    if bytes.len() > MAX_BODY_BYTES.max(MAX_FILE_BYTES) {
-        return Err(ApiError::new(
-            413,
-            "FILE_TOO_LARGE",
-            format!("files are capped at {MAX_FILE_BYTES} bytes"),
-        ));
-    }
+    let bytes = body_bytes(&mut req, MAX_FILE_BYTES).await.map_err(|err| {
+        if err.status() == 413 {
+            ApiError::new(
+                413,
+                "FILE_TOO_LARGE",
+                format!("files are capped at {MAX_FILE_BYTES} bytes"),
+            )
+        } else {
+            err
+        }
+    })?;
     let content = String::from_utf8(bytes)
         .map_err(|_| ApiError::unprocessable("INVALID_FILE", "files must be UTF-8 text"))?;
     check_file(name, &content)?;

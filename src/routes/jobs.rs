@@ -8,10 +8,13 @@ use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::{limit_param, refuse_unknown, required_str, Cursor};
+use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
-use crate::http::{json_body, json_object};
+use crate::http::{
+    json_body, json_body_capped, json_object, json_object_capped, CLAIM_BODY_BYTES,
+    SMALL_BODY_BYTES,
+};
 use crate::objects::{self, JOBS, RUNNERS};
 use crate::platform::random_id;
 use crate::store::{self, events, guards, jobs};
@@ -27,7 +30,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         &body,
         &["idempotencyKey", "subject", "input", "requirements"],
     )?;
-    let key = required_str(&body, "idempotencyKey", 255)?;
+    let key = required_name(&body, "idempotencyKey", 255)?;
     let subject = match body.get("subject") {
         Some(Value::Object(map)) => map,
         _ => {
@@ -461,7 +464,7 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // The runner's object checks generation and state against the live row itself.
     let credential = auth::runner_credential(&req, ctx)?;
     let claims = credential.claims();
-    let body = json_object(&mut req).await?;
+    let body = json_object_capped(&mut req, CLAIM_BODY_BYTES).await?;
     refuse_unknown(&body, &["servedTargets"])?;
     let reply = objects::call(
         &ctx.env,
@@ -491,7 +494,7 @@ fn job_of_claim(claim_id: &str) -> ApiResult<&str> {
 
 pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
-    let body = json_object(&mut req).await?;
+    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     let claim_id = required_str(&body, "claimId", 300)?;
     let job_id = job_of_claim(claim_id)?;
     let extend = match body.get("extendSeconds") {
@@ -573,26 +576,26 @@ pub(crate) async fn artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Res
 /// `POST /api/remote-runners/jobs/reap`: one bounded recovery pass, for an admin (their
 /// organization's leases) or for a scheduler presenting `CRON_SECRET` (every organization).
 pub(crate) async fn reap(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    // Who is asking is settled before a byte of the body is read.
     let token = crate::http::bearer_token(&req)?;
-    let body = json_body(&mut req).await?;
-    let limit = crate::reaper::limit_from(&body)?;
-    let report = if token.starts_with("erk_") {
+    let scope = if token.starts_with("erk_") {
         let caller = auth::admin(&req, ctx).await?;
         caller.require_admin()?;
-        crate::reaper::pass(
-            &ctx.env,
-            Some(&caller.organization_id),
-            ctx.now,
-            limit,
-            &caller.actor(),
-        )
-        .await?
-    } else if auth::is_cron_secret(&ctx.env, &token) {
-        crate::reaper::pass(&ctx.env, None, ctx.now, limit, "system:cron-secret").await?
+        Some((caller.organization_id.clone(), caller.actor()))
+    } else if auth::is_cron_secret(&ctx.env, &token)? {
+        None
     } else {
         return Err(ApiError::unauthorized(
             "reaping takes an admin API key or CRON_SECRET",
         ));
+    };
+    let body = json_body_capped(&mut req, SMALL_BODY_BYTES).await?;
+    let limit = crate::reaper::limit_from(&body)?;
+    let report = match &scope {
+        Some((org, actor)) => {
+            crate::reaper::pass(&ctx.env, Some(org), ctx.now, limit, actor).await?
+        }
+        None => crate::reaper::pass(&ctx.env, None, ctx.now, limit, "system:cron-secret").await?,
     };
     json_response(200, &report).map_err(ApiError::from)
 }

@@ -12,8 +12,45 @@ use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ApiResult};
 
-/// A required non-empty string field of a request body.
+/// A required non-empty string field of a request body. NUL and control characters other
+/// than tab and line breaks are refused: no field has a use for them, and SQLite stops
+/// counting a string's length at a NUL.
 pub(crate) fn required_str<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+    max_len: usize,
+) -> ApiResult<&'a str> {
+    let text = required_text(body, field, max_len)?;
+    if text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    {
+        return Err(control_characters(field));
+    }
+    Ok(text)
+}
+
+/// A name or key: a required string without any control character (no tab, no line break).
+pub(crate) fn required_name<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+    max_len: usize,
+) -> ApiResult<&'a str> {
+    let text = required_text(body, field, max_len)?;
+    if text.chars().any(char::is_control) {
+        return Err(control_characters(field));
+    }
+    Ok(text)
+}
+
+fn control_characters(field: &str) -> ApiError {
+    ApiError::unprocessable(
+        "INVALID_CHARACTERS",
+        format!("{field} must not contain NUL or control characters"),
+    )
+}
+
+fn required_text<'a>(
     body: &'a Map<String, Value>,
     field: &str,
     max_len: usize,
@@ -44,6 +81,18 @@ pub(crate) fn optional_str<'a>(
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(_) => required_str(body, field, max_len).map(Some),
+    }
+}
+
+/// An optional name: [`required_name`] when present.
+pub(crate) fn optional_name<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+    max_len: usize,
+) -> ApiResult<Option<&'a str>> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => required_name(body, field, max_len).map(Some),
     }
 }
 
@@ -110,7 +159,23 @@ impl Cursor {
 
 #[cfg(test)]
 mod tests {
-    use super::Cursor;
+    use super::{required_name, required_str, Cursor};
+    use serde_json::json;
+
+    #[test]
+    fn names_refuse_every_control_character_and_text_keeps_line_breaks() {
+        let body = |text: &str| json!({ "f": text }).as_object().cloned().expect("object");
+        for bad in ["\0", "a\0b", "tab\there", "line\nbreak", "\u{7f}", "\u{85}"] {
+            let err = required_name(&body(bad), "f", 200).expect_err(bad);
+            assert_eq!(err.code(), "INVALID_CHARACTERS", "{bad:?}");
+        }
+        assert_eq!(required_name(&body("gpu-box 1 é"), "f", 200).ok(), Some("gpu-box 1 é"));
+        assert!(required_str(&body("two\nlines\ttab"), "f", 200).is_ok());
+        for bad in ["\0", "bell\u{7}"] {
+            let err = required_str(&body(bad), "f", 200).expect_err(bad);
+            assert_eq!(err.code(), "INVALID_CHARACTERS", "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_cursor_reads_back_what_it_encoded() {

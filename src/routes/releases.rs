@@ -7,7 +7,7 @@ use edgerunner_protocol::stable_json::{self, MAX_PORTABLE_INTEGER};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::{limit_param, optional_str, refuse_unknown, required_str};
+use super::{limit_param, optional_str, refuse_unknown, required_name, required_str};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{json_object, query_param};
@@ -87,7 +87,7 @@ pub(crate) async fn create_artifact(mut req: Request, ctx: &Ctx) -> ApiResult<Re
     let body = json_object(&mut req).await?;
     refuse_unknown(&body, &["kind", "name"])?;
     let kind = kind(&body)?;
-    let name = required_str(&body, "name", 200)?;
+    let name = required_name(&body, "name", 200)?;
     let id = random_id("art")?;
     let row = releases::NewArtifact {
         id: &id,
@@ -285,7 +285,7 @@ pub(crate) async fn create_target(mut req: Request, ctx: &Ctx) -> ApiResult<Resp
             "versionId",
         ],
     )?;
-    let key = required_str(&body, "key", 200)?;
+    let key = required_name(&body, "key", 200)?;
     let repository = required_str(&body, "repository", 2000)?;
     let entrypoint = required_str(&body, "entrypoint", 1000)?;
     let requirements = match body.get("requirements") {

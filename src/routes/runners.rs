@@ -5,7 +5,7 @@ use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::{limit_param, optional_str, refuse_unknown, required_str, Cursor};
+use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
@@ -70,8 +70,8 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
             "bootstrapTokenTtlSeconds",
         ],
     )?;
-    let name = required_str(&body, "name", 200)?;
-    let runner_key = required_str(&body, "runnerKey", 200)?;
+    let name = required_name(&body, "name", 200)?;
+    let runner_key = required_name(&body, "runnerKey", 200)?;
     let document = capability_document(&body, &["maxConcurrentJobs"])?;
     let tags = match body.get("tags") {
         None | Some(Value::Null) => Vec::new(),
@@ -270,8 +270,8 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     }
     let confirmed_fingerprint = optional_str(&body, "fingerprint", 200)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
-    // The admin may name the fingerprint they compared with the runner's own print-out (the
-    // panel always does when approving a key-pair runner): a different one changes nothing.
+    // The admin names the fingerprint they compared with the runner's own print-out (required
+    // to approve a key-pair runner, optional otherwise): a different one changes nothing.
     // The key is public, so a plain comparison leaks nothing.
     if let Some(fingerprint) = confirmed_fingerprint {
         if runner.fingerprint.as_deref() != Some(fingerprint) {
@@ -291,6 +291,13 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         // "active" on a pending runner is how an admin approves it.
         if current == RunnerState::PendingApproval && input == RunnerInput::Activate {
             input = RunnerInput::Approve;
+            // Approval is of a key: the admin must say which fingerprint they compared.
+            if runner.fingerprint.is_some() && confirmed_fingerprint.is_none() {
+                return Err(ApiError::unprocessable(
+                    "FINGERPRINT_REQUIRED",
+                    "approving a key-pair runner takes the fingerprint you compared with the runner's own print-out",
+                ));
+            }
         }
         let next = current.transition(input)?;
         if next != current {

@@ -399,7 +399,16 @@ pub async fn call(method: Method, path: &str, bearer: Option<&str>, body: Option
     call_at(&base_url(), method, path, bearer, body).await
 }
 
-/// A JSON request to the server at `base`.
+/// A client address of its own for one request (from the benchmarking range 198.18.0.0/15),
+/// so that the per-address limits on unauthenticated routes count only what a test sends
+/// from an address it chose (see `enroll_from`).
+pub fn fresh_address() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) + u64::from(std::process::id()) * 7919;
+    format!("198.{}.{}.{}", 18 + (n >> 16) % 2, (n >> 8) % 256, n % 256)
+}
+
+/// A JSON request to the server at `base`, from a [`fresh_address`].
 pub async fn call_at(
     base: &str,
     method: Method,
@@ -407,7 +416,9 @@ pub async fn call_at(
     bearer: Option<&str>,
     body: Option<&Value>,
 ) -> Reply {
-    let mut request = client().request(method.clone(), format!("{base}{path}"));
+    let mut request = client()
+        .request(method.clone(), format!("{base}{path}"))
+        .header("CF-Connecting-IP", fresh_address());
     if let Some(token) = bearer {
         request = request.bearer_auth(token);
     }
@@ -518,6 +529,17 @@ pub async fn set_status(bearer: &str, runner_id: &str, status: &str, reason: &st
     assert_eq!(reply.status, 200, "PATCH status {status}: {reply:?}");
 }
 
+/// Approves a pending key-pair runner, naming the fingerprint the admin compared.
+pub async fn approve(bearer: &str, runner_id: &str, fingerprint: &str, reason: &str) {
+    let reply = patch_runner(
+        bearer,
+        runner_id,
+        &json!({ "status": "active", "reason": reason, "fingerprint": fingerprint }),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "approve: {reply:?}");
+}
+
 pub async fn rotate(bearer: &str, runner_id: &str) -> Reply {
     post(
         &format!("/api/remote-runners/{runner_id}/rotate"),
@@ -622,11 +644,20 @@ impl KeyPairRunner {
         STANDARD.encode(signing.sign(message.as_bytes()).to_bytes())
     }
 
-    /// A complete enrollment body for `organization_id`.
+    /// Signs `"edgerunner-enroll-v1\n" + organizationId + "\n" + fingerprint` as API.md
+    /// states it: the enrollment's proof that this key's holder is enrolling it.
+    pub fn sign_enrollment(&self, organization_id: &str) -> String {
+        let signing = SigningKey::from_bytes(&self.key.to_seed());
+        let message = format!("edgerunner-enroll-v1\n{organization_id}\n{}", self.fingerprint());
+        STANDARD.encode(signing.sign(message.as_bytes()).to_bytes())
+    }
+
+    /// A complete, signed enrollment body for `organization_id`.
     pub fn enrollment(&self, organization_id: &str) -> Value {
         json!({
             "organizationId": organization_id,
             "publicKey": self.public_key(),
+            "signature": self.sign_enrollment(organization_id),
             "name": unique("keypair-runner"),
             "product": "edgerunner-e2e",
             "version": "0.1.0",
@@ -654,7 +685,7 @@ impl KeyPairRunner {
     /// Enrolls with [`Self::enrollment`] expecting `201`; returns the runner id.
     pub async fn enroll(&self, org: &Org) -> String {
         let reply = self
-            .enroll_from("198.51.100.20", &self.enrollment(&org.id))
+            .enroll_from(&fresh_address(), &self.enrollment(&org.id))
             .await;
         id_of(&reply.expect(201)["runner"])
     }
@@ -662,7 +693,7 @@ impl KeyPairRunner {
     /// Enrolls and has the org's admin approve it; returns the runner id.
     pub async fn enroll_approved(&self, org: &Org) -> String {
         let id = self.enroll(org).await;
-        set_status(&org.admin_key, &id, "active", "fingerprint checked by e2e").await;
+        approve(&org.admin_key, &id, &self.fingerprint(), "fingerprint checked by e2e").await;
         id
     }
 

@@ -308,10 +308,26 @@ async fn keypair_runner_enrolls_waits_for_approval_and_gets_a_working_session() 
         .await
         .expect_error(403, "RUNNER_PENDING_APPROVAL");
 
-    set_status(
+    // Approval names the fingerprint compared; without it, or with another, nothing changes.
+    patch_runner(
         &org.admin_key,
         &runner_id,
-        "active",
+        &json!({ "status": "active", "reason": "looks fine" }),
+    )
+    .await
+    .expect_error(422, "FINGERPRINT_REQUIRED");
+    patch_runner(
+        &org.admin_key,
+        &runner_id,
+        &json!({ "status": "active", "reason": "looks fine", "fingerprint": KeyPairRunner::generate().fingerprint() }),
+    )
+    .await
+    .expect_error(409, "FINGERPRINT_MISMATCH");
+    assert_eq!(runner_record(&org.admin_key, &runner_id).await["state"], "pending_approval");
+    approve(
+        &org.admin_key,
+        &runner_id,
+        &runner.fingerprint(),
         "fingerprint matches the console",
     )
     .await;
@@ -1535,7 +1551,7 @@ async fn runner_files_from_enrollment_and_upload_are_served_to_the_organization(
     assert_eq!(reply.text, lscpu);
 
     // Upload from the runner itself, with its credential.
-    set_status(&org.admin_key, &runner_id, "active", "approved for files").await;
+    approve(&org.admin_key, &runner_id, &runner.fingerprint(), "approved for files").await;
     let credential = credential_of(&runner.signed_session().await);
     let log = "runner started\nclaimed nothing\n";
     let reply = put_raw(
