@@ -58,7 +58,22 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     }
 }
 
+/// Every method some route answers. `worker::Method` reads any other method (`PROPFIND`,
+/// `TRACE`, …) as `GET`, so the request's own method text is checked against this first.
+const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+
 async fn route(req: Request, env: Env) -> ApiResult<Response> {
+    let raw_method = req.inner().method();
+    if !METHODS.contains(&raw_method.as_str()) {
+        let mut res = ApiError::new(
+            405,
+            "METHOD_NOT_ALLOWED",
+            format!("{raw_method} is not a method this service answers"),
+        )
+        .into_response()?;
+        res.headers_mut().set("allow", &METHODS.join(", "))?;
+        return Ok(res);
+    }
     let path = req.path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let method = req.method();
@@ -188,12 +203,17 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
     }
 }
 
-/// The cron trigger: one bounded recovery pass across every organization (see [`reaper`]).
+/// The cron trigger: one bounded recovery pass across every organization, then one bounded
+/// purge of expired enrollments and spent challenges (see [`reaper`]).
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     let limit = reaper::DEFAULT_PASS_LIMIT;
     match reaper::pass(&env, None, platform::now_ms(), limit, "system:cron").await {
         Ok(report) => worker::console_log!("recovery pass: {report}"),
         Err(err) => worker::console_error!("recovery pass failed: {err:?}"),
+    }
+    match reaper::purge(&env, platform::now_ms()).await {
+        Ok(report) => worker::console_log!("purge pass: {report}"),
+        Err(err) => worker::console_error!("purge pass failed: {err:?}"),
     }
 }

@@ -129,3 +129,68 @@ pub(crate) fn limit_from(body: &Value) -> ApiResult<i64> {
             }),
     }
 }
+
+/// Pending enrollments and challenges handled by one purge pass, at most.
+const PURGE_LIMIT: i64 = 500;
+/// How long a key-pair enrollment may wait for approval unless
+/// `PENDING_ENROLLMENT_MAX_AGE_HOURS` says otherwise (a week).
+const DEFAULT_PENDING_MAX_AGE_HOURS: i64 = 168;
+
+fn pending_max_age_millis(env: &Env) -> i64 {
+    env.var("PENDING_ENROLLMENT_MAX_AGE_HOURS")
+        .ok()
+        .and_then(|v| v.to_string().trim().parse::<i64>().ok())
+        .filter(|h| *h >= 1)
+        .unwrap_or(DEFAULT_PENDING_MAX_AGE_HOURS)
+        * 3_600_000
+}
+
+/// The cron pass's housekeeping of what strangers can leave behind: enrollments nobody
+/// approved in time are revoked (their files deleted and the machine facts cleared; the row and
+/// its audit event stay, as every revoked identity's do), and used or expired challenges are
+/// deleted. Bounded like a recovery pass; what remains waits for the next minute.
+pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
+    let db = env.d1("DB")?;
+    let cutoff = now - pending_max_age_millis(env);
+    let stale = "SELECT id FROM runners WHERE state = 'pending_approval' AND registered_at < ?1 \
+                 ORDER BY registered_at, id LIMIT ?2";
+    let changed = store::batch(
+        &db,
+        vec![
+            store::stmt(
+                &db,
+                &format!(
+                    "INSERT INTO job_events (organization_id, runner_id, actor, type, reason, at) \
+                     SELECT organization_id, id, 'system:cron', 'runner.enrollment_expired', \
+                       'not approved in time', ?3 FROM runners WHERE id IN ({stale})"
+                ),
+                &[cutoff.into(), PURGE_LIMIT.into(), now.into()],
+            )?,
+            store::stmt(
+                &db,
+                &format!("DELETE FROM runner_files WHERE runner_id IN ({stale})"),
+                &[cutoff.into(), PURGE_LIMIT.into()],
+            )?,
+            store::stmt(
+                &db,
+                &format!(
+                    "UPDATE runners SET state = 'revoked', revoked_at = ?3, updated_at = ?3, \
+                       state_reason = 'enrollment expired before approval', machine = NULL \
+                     WHERE id IN ({stale})"
+                ),
+                &[cutoff.into(), PURGE_LIMIT.into(), now.into()],
+            )?,
+            store::stmt(
+                &db,
+                "DELETE FROM runner_challenges WHERE rowid IN (SELECT rowid FROM runner_challenges \
+                   WHERE expires_at <= ?1 OR consumed_at IS NOT NULL LIMIT ?2)",
+                &[now.into(), PURGE_LIMIT.into()],
+            )?,
+        ],
+    )
+    .await?;
+    Ok(json!({
+        "expiredEnrollments": changed.get(2).copied().unwrap_or(0),
+        "deletedChallenges": changed.get(3).copied().unwrap_or(0),
+    }))
+}
