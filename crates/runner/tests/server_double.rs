@@ -336,6 +336,217 @@ fn a_spoiled_assignment_is_refused_and_never_run() {
     }
 }
 
+/// The input the job double serves: it names its evaluation run, so no evidence is created.
+fn job_input() -> Value {
+    json!({"question": "2+2", "evaluationRunId": "evr_double"})
+}
+
+/// The artifact content the envelope's `contentHash` signs.
+fn job_artifact_content() -> Value {
+    json!({"template": "t"})
+}
+
+/// A server double with one genuine job whose artifact read is answered with `artifact`;
+/// everything else a job needs is answered as the server would.
+fn job_double(artifact: (u16, Value)) -> Double {
+    let mut envelope = envelope(21);
+    envelope.input_hash = stable_json::hash(&job_input());
+    let claim = assignment(&envelope, &signing("k"));
+    Double::start(Box::new(move |request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        "/api/remote-runners/self" => (200, Some(self_answer())),
+        "/api/remote-runners/claim" if nth == 0 => (200, Some(claim.clone())),
+        "/api/remote-runners/claim" => (204, None),
+        "/api/remote-runners/jobs/job_double/input" => (200, Some(job_input())),
+        "/api/remote-runners/jobs/job_double/artifact" => (artifact.0, Some(artifact.1.clone())),
+        "/api/remote-runners/heartbeat" => (
+            200,
+            Some(json!({
+                "cancelRequested": false, "state": "running",
+                "leaseExpiresAt": later(60).as_str(),
+            })),
+        ),
+        "/api/remote-runners/complete" => (
+            200,
+            Some(json!({"decision": "accepted", "rationale": "first", "jobState": "done"})),
+        ),
+        _ => (200, Some(json!({"accepted": true}))),
+    }))
+}
+
+/// `edgerunner runner start` against `double` until idle, running `command` per job.
+fn start_runner(double: &Double, dir: &std::path::Path, command: &str, extra: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args([
+            "runner",
+            "start",
+            "--exit-when-idle",
+            "--poll-interval",
+            "0.1",
+        ])
+        .args(["--log-format", "json", "--exec", command])
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .args(extra)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_CONFIG_HOME", dir)
+        .env("EVALGATE_BASE_URL", &double.url)
+        .env("EVALGATE_RUNNER_ID", RUNNER)
+        .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
+        .stdin(Stdio::null())
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    stderr
+}
+
+/// The completions the double received.
+fn completions(double: &Double) -> Vec<Value> {
+    double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/complete")
+        .map(|r| serde_json::from_str(&r.body).expect("JSON"))
+        .collect()
+}
+
+fn refusals(double: &Double) -> Vec<String> {
+    double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/stream")
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .filter(|chunk| chunk["payload"]["event"] == "refused")
+        .map(|chunk| chunk["payload"]["reason"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn a_job_whose_artifact_cannot_be_read_fails_and_its_command_never_runs() {
+    let unreadable = [
+        (
+            404,
+            json!({"error": {"code": "NOT_FOUND", "message": "no bound artifact"}}),
+        ),
+        (
+            403,
+            json!({"error": {"code": "FORBIDDEN", "message": "not yours"}}),
+        ),
+        (200, json!("not an artifact document")),
+    ];
+    for artifact in unreadable {
+        let label = artifact.1.to_string();
+        let double = job_double(artifact);
+        let dir = scratch();
+        let marker = dir.join("ran");
+        let stderr = start_runner(&double, &dir, &format!("touch {}", marker.display()), &[]);
+        assert!(
+            !marker.exists(),
+            "{label}: the command ran without its artifact"
+        );
+        let sent = completions(&double);
+        assert_eq!(sent.len(), 1, "{label}: one completion\n{stderr}");
+        assert_eq!(sent[0]["status"], "failed", "{label}");
+        assert_eq!(sent[0]["resultHash"], Value::Null, "{label}: nothing ran");
+        let reasons = refusals(&double);
+        assert_eq!(reasons.len(), 1, "{label}: {reasons:?}");
+        assert!(
+            reasons[0].contains("artifact"),
+            "{label}: the reason names the artifact: {reasons:?}"
+        );
+        assert!(
+            stderr.contains("job.inputs_refused"),
+            "{label}: reported\n{stderr}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_job_runs_only_with_the_artifact_its_envelope_signs() {
+    let genuine = json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    });
+    let mut spoiled = genuine.clone();
+    spoiled["content"]["template"] = "other".into();
+
+    let double = job_double((200, spoiled));
+    let dir = scratch();
+    let marker = dir.join("ran");
+    start_runner(&double, &dir, &format!("touch {}", marker.display()), &[]);
+    assert!(!marker.exists(), "a spoiled artifact must not run");
+    assert_eq!(completions(&double)[0]["status"], "failed");
+    assert!(refusals(&double)[0].contains("not the signed contentHash"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let double = job_double((200, genuine));
+    let dir = scratch();
+    let copy = dir.join("artifact-seen");
+    start_runner(
+        &double,
+        &dir,
+        &format!("cp \"$EDGERUNNER_ARTIFACT\" {}", copy.display()),
+        &[],
+    );
+    assert_eq!(completions(&double)[0]["status"], "succeeded");
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(&copy).expect("the command ran")).expect("JSON");
+    assert_eq!(seen, job_artifact_content());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn job_files_live_in_a_fresh_private_runner_directory() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let genuine = json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    });
+    let double = job_double((200, genuine));
+    let dir = scratch();
+    let seen = dir.join("workdir-seen");
+    start_runner(
+        &double,
+        &dir,
+        &format!("echo \"$EDGERUNNER_WORKDIR\" > {}", seen.display()),
+        &["--keep-work"],
+    );
+    assert_eq!(completions(&double)[0]["status"], "succeeded");
+    let job_dir = PathBuf::from(std::fs::read_to_string(&seen).expect("ran").trim());
+    let runner_dir = job_dir.parent().expect("inside the runner directory");
+    assert_eq!(runner_dir.parent(), Some(dir.join("work").as_path()));
+    let name = runner_dir.file_name().expect("named").to_string_lossy();
+    assert!(
+        name.strip_prefix("edgerunner-").is_some_and(
+            |suffix| suffix.len() == 16 && suffix.bytes().all(|b| b.is_ascii_hexdigit())
+        ),
+        "{name}"
+    );
+    let mode = |path: &std::path::Path| {
+        std::fs::symlink_metadata(path)
+            .expect("exists")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode(runner_dir), 0o700);
+    assert_eq!(mode(&job_dir), 0o700);
+    assert_eq!(mode(&job_dir.join("input.json")), 0o600);
+    assert_eq!(mode(&job_dir.join("artifact.json")), 0o600);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&std::fs::read(job_dir.join("input.json")).expect("kept"))
+            .expect("JSON"),
+        job_input()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_replayed_nonce_is_refused_by_the_sdk() {
     let genuine = assignment(&envelope(9), &signing("k"));

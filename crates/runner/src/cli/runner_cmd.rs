@@ -21,6 +21,7 @@ use crate::http::{ClientError, Http};
 use crate::keyfile;
 use crate::report::{Format, Reporter};
 use crate::stream::BatchLimits;
+use crate::workdir::RunnerWorkDir;
 use crate::worker::{JobOutcome, ShutdownState, Worker, WorkerConfig};
 
 #[derive(Debug, Subcommand)]
@@ -174,7 +175,8 @@ pub struct StartArgs {
     /// Exit once no job is queued for this runner and none is running
     #[arg(long)]
     pub exit_when_idle: bool,
-    /// Where job directories go [default: a fresh directory under $TMPDIR]
+    /// Where this runner makes its private work directory (a fresh `edgerunner-<random>`,
+    /// mode 0700) for job directories [default: $TMPDIR]
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
     /// Keep each job's directory (input.json, artifact.json, files it wrote)
@@ -440,11 +442,9 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(1)
     });
-    let own_work_dir = args.work_dir.is_none();
-    let work_dir = args
-        .work_dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("edgerunner-{}", std::process::id())));
+    let work_parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work_dir = RunnerWorkDir::create_in(&work_parent)
+        .map_err(|error| CliError::Failed(error.to_string()))?;
     let evidence = EvidenceSource {
         input_field: Some(args.evaluation_run_field.clone()).filter(|f| !f.is_empty()),
         api: args
@@ -498,9 +498,8 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     );
     let summary = worker.run(shutdown).await;
     signals.abort();
-    if own_work_dir && !args.keep_work {
-        // Only removes it when empty: a job directory still there was meant to be kept.
-        let _ = std::fs::remove_dir(&work_dir);
+    if !args.keep_work {
+        work_dir.remove_if_empty();
     }
     let count = |wanted: &str| {
         summary
