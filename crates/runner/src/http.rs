@@ -215,6 +215,9 @@ pub enum ClientError {
     Refused(AssignmentError),
     /// Local configuration (URL, key, credentials) is unusable.
     Config(String),
+    /// The server bound a session to another runner or organization than this runner's
+    /// configuration names: it was not used.
+    IdentityMismatch(String),
 }
 
 impl ClientError {
@@ -273,7 +276,7 @@ impl fmt::Display for ClientError {
                 "assignment refused before execution ({}): {error}",
                 error.code()
             ),
-            Self::Config(detail) => f.write_str(detail),
+            Self::Config(detail) | Self::IdentityMismatch(detail) => f.write_str(detail),
         }
     }
 }

@@ -261,11 +261,13 @@ impl Worker {
     }
 }
 
-/// Errors no amount of waiting fixes: the credential is refused (rotated, revoked, wrong) or
-/// the local configuration is unusable.
+/// Errors no amount of waiting fixes: the credential is refused (rotated, revoked, wrong),
+/// the local configuration is unusable, or the server's sessions are for another identity.
 fn is_fatal(error: &ClientError) -> bool {
-    matches!(error, ClientError::Config(_))
-        || error.status() == Some(401)
+    matches!(
+        error,
+        ClientError::Config(_) | ClientError::IdentityMismatch(_)
+    ) || error.status() == Some(401)
         || error.code() == Some("RUNNER_REVOKED")
 }
 

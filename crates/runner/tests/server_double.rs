@@ -202,10 +202,14 @@ impl Double {
 }
 
 fn session_answer(token: &str, expires_in: i64) -> Value {
+    session_for(RUNNER, ORG, token, expires_in)
+}
+
+fn session_for(runner: &str, org: &str, token: &str, expires_in: i64) -> Value {
     json!({
         "token": token,
         "claims": {
-            "runnerId": RUNNER, "organizationId": ORG, "scopes": ["runner:claim"],
+            "runnerId": runner, "organizationId": org, "scopes": ["runner:claim"],
             "issuedAt": later(0).as_str(), "expiresAt": later(expires_in).as_str(),
         },
         "jobSigning": signing("k").to_json(),
@@ -544,6 +548,117 @@ fn job_files_live_in_a_fresh_private_runner_directory() {
             .expect("JSON"),
         job_input()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_session_for_another_runner_or_organization_is_refused_and_never_used() {
+    use edgerunner::session::ExpectedBinding;
+
+    let org = |id: &str| Some(OrganizationId::parse(id).expect("id"));
+    let runner = |id: &str| Some(RunnerId::parse(id).expect("id"));
+    // (the session the server issues, what the configuration says, what the refusal names)
+    let cases = [
+        (
+            (RUNNER, "org_elsewhere"),
+            ExpectedBinding {
+                runner_id: None,
+                organization_id: org(ORG),
+            },
+            "organization org_elsewhere",
+        ),
+        (
+            ("run_elsewhere", ORG),
+            ExpectedBinding {
+                runner_id: None,
+                organization_id: org(ORG),
+            },
+            "runner run_elsewhere",
+        ),
+        (
+            ("run_elsewhere", ORG),
+            ExpectedBinding {
+                runner_id: runner(RUNNER),
+                organization_id: None,
+            },
+            "runner run_elsewhere",
+        ),
+    ];
+    for ((issued_runner, issued_org), expected, named) in cases {
+        let issued = session_for(issued_runner, issued_org, "erc_foreign", 600);
+        let double = Double::start(Box::new(move |request, _| match request.path.as_str() {
+            "/api/remote-runners/session" => (200, Some(issued.clone())),
+            _ => (200, Some(self_answer())),
+        }));
+        let client = client(&double).with_expected_binding(expected);
+        let error = client.whoami().await.expect_err("refused");
+        assert!(
+            matches!(error, ClientError::IdentityMismatch(_)),
+            "{named}: {error:?}"
+        );
+        assert!(error.to_string().contains(named), "{error}");
+        assert!(error.to_string().contains("not used"), "{error}");
+        assert!(
+            double
+                .received()
+                .iter()
+                .all(|r| r.bearer.as_deref() != Some("erc_foreign")),
+            "{named}: the foreign session was used: {:?}",
+            double.paths()
+        );
+        assert_eq!(double.count("/api/remote-runners/self"), 0);
+    }
+
+    // The same sessions are fine for a runner configured as what they name.
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        _ => (200, Some(self_answer())),
+    }));
+    let client = client(&double).with_expected_binding(ExpectedBinding {
+        runner_id: runner(RUNNER),
+        organization_id: org(ORG),
+    });
+    client.whoami().await.expect("a matching session is used");
+}
+
+#[test]
+fn runner_start_refuses_a_session_for_another_organization_and_claims_nothing() {
+    let double = Double::with_claims(vec![assignment(&envelope(31), &signing("k"))]);
+    let dir = scratch();
+    let marker = dir.join("ran");
+    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args([
+            "runner",
+            "start",
+            "--exit-when-idle",
+            "--poll-interval",
+            "0.1",
+        ])
+        .args(["--log-format", "json", "--exec"])
+        .arg(format!("touch {}", marker.display()))
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_CONFIG_HOME", &dir)
+        .env("EVALGATE_BASE_URL", &double.url)
+        .env("EVALGATE_RUNNER_ID", RUNNER)
+        .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
+        .env("EVALGATE_ORGANIZATION_ID", "org_configured")
+        .stdin(Stdio::null())
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "bound to organization org_double, but this runner is configured for org_configured"
+        ),
+        "{stderr}"
+    );
+    assert!(!marker.exists());
+    assert_eq!(double.count("/api/remote-runners/claim"), 0);
+    assert_eq!(double.count("/api/remote-runners/self"), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -73,6 +73,10 @@ pub struct IdentityArgs {
     /// The private key file (key-pair model) [default: the config file's keyFile]
     #[arg(long, env = "EDGERUNNER_KEY_FILE")]
     pub key_file: Option<PathBuf>,
+    /// The organization this runner belongs to: a session bound to another is refused
+    /// [default: the config file's organizationId]
+    #[arg(long, env = "EVALGATE_ORGANIZATION_ID")]
+    pub organization: Option<String>,
     /// How to write progress and logs (stderr)
     #[arg(long, value_enum, default_value = "auto")]
     pub log_format: LogFormat,
@@ -94,13 +98,16 @@ impl IdentityArgs {
                 runner_id: self.runner_id.clone(),
                 bootstrap_token: self.bootstrap_token.clone(),
                 key_file: self.key_file.clone(),
+                organization_id: self.organization.clone(),
             },
             &path,
             file,
         )?;
         let model = identity.model();
         let http = Http::new(&identity.server)?;
-        Ok((RunnerClient::new(http, identity.credentials), model))
+        let client =
+            RunnerClient::new(http, identity.credentials).with_expected_binding(identity.expected);
+        Ok((client, model))
     }
 }
 
