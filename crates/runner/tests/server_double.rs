@@ -11,6 +11,12 @@
 //!   answer was lost counts as stored when the server says it already has it; a completion
 //!   re-sent after a transient failure is the same completion; a claim that may have reached
 //!   the server is never repeated.
+//! - A genuine job runs only with the artifact its envelope signs: one that cannot be read or
+//!   does not match completes `failed` and the command never runs; its files are owner-only in
+//!   a fresh private directory.
+//! - A session bound to another runner or organization than configured is never used.
+//! - `runner enroll` proves possession of its key; the double checks the proof as the server
+//!   will.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -32,6 +38,7 @@ use edgerunner_protocol::envelope::{
     Environment, IdempotencyKey, JobEnvelope, JobId, JobSigning, MasterSigningSecret, Nonce,
     OrganizationId, RunnerId, Subject, SubjectKind,
 };
+use edgerunner_protocol::keypair::{verify_enrollment_signature, PublicKey};
 use edgerunner_protocol::stable_json;
 use edgerunner_protocol::state::CompletionStatus;
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
@@ -659,6 +666,98 @@ fn runner_start_refuses_a_session_for_another_organization_and_claims_nothing() 
     assert!(!marker.exists());
     assert_eq!(double.count("/api/remote-runners/claim"), 0);
     assert_eq!(double.count("/api/remote-runners/self"), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The double's `POST /api/remote-runners/enroll`, as the server will check it: the body's
+/// `signature` must be the enrolling key's proof for the organization it names.
+fn enroll_answer(request: &Received) -> (u16, Option<Value>) {
+    let refuse = |message: &str| {
+        (
+            400,
+            Some(json!({"error": {"code": "ENROLLMENT_PROOF_INVALID", "message": message}})),
+        )
+    };
+    let Ok(body) = serde_json::from_str::<Value>(&request.body) else {
+        return refuse("not JSON");
+    };
+    let (Some(key), Some(org), Some(signature)) = (
+        body["publicKey"].as_str(),
+        body["organizationId"].as_str(),
+        body["signature"].as_str(),
+    ) else {
+        return refuse("publicKey, organizationId and signature are required");
+    };
+    let Ok(key) = PublicKey::from_base64(key) else {
+        return refuse("not a public key");
+    };
+    match verify_enrollment_signature(&key, org, signature) {
+        Ok(possession) => (
+            201,
+            Some(json!({"runner": {
+                "id": "run_enrolled", "state": "pending_approval",
+                "fingerprint": possession.fingerprint().as_str(),
+            }})),
+        ),
+        Err(error) => refuse(&error.to_string()),
+    }
+}
+
+#[test]
+fn runner_enroll_proves_possession_of_the_key_it_enrolls() {
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/enroll" => enroll_answer(request),
+        _ => (404, None),
+    }));
+    let dir = scratch();
+    let config = dir.join("runner.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args([
+            "runner",
+            "enroll",
+            "--server",
+            &double.url,
+            "--organization",
+            ORG,
+        ])
+        .args([
+            "--execution-kind",
+            "prompt",
+            "--runtime",
+            "python3.12",
+            "--json",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let printed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(printed["runner"]["id"], "run_enrolled");
+
+    let sent: Vec<Value> = double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/enroll")
+        .map(|r| serde_json::from_str(&r.body).expect("JSON"))
+        .collect();
+    assert_eq!(sent.len(), 1);
+    let key = edgerunner::keyfile::load(&dir.join("runner.key")).expect("the key it made");
+    let public = key.public_key();
+    assert_eq!(sent[0]["publicKey"], public.to_base64());
+    let signature = sent[0]["signature"].as_str().expect("a signature");
+    let possession =
+        verify_enrollment_signature(&public, ORG, signature).expect("the proof verifies");
+    assert_eq!(possession.fingerprint(), &public.fingerprint());
+    assert_eq!(printed["fingerprint"], public.fingerprint().as_str());
+    assert!(
+        verify_enrollment_signature(&public, "org_elsewhere", signature).is_err(),
+        "the proof is for this organization only"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use edgerunner_protocol::envelope::ServedTarget;
+use edgerunner_protocol::keypair::sign_enrollment;
 use edgerunner_protocol::stable_json::Sha256Hex;
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, SignalKind};
@@ -278,6 +279,8 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
     let mut body = json!({
         "organizationId": args.organization,
         "publicKey": public_key.to_base64(),
+        // Proof of possession: nobody enrolls a public key they saw but do not hold.
+        "signature": sign_enrollment(&key, &args.organization),
         "name": args.name.clone().unwrap_or_else(host_name),
         "product": args.product,
         "version": env!("CARGO_PKG_VERSION"),
