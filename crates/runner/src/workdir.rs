@@ -31,6 +31,20 @@ impl RunnerWorkDir {
     /// refused, since there another user could rename our directory away and put theirs in
     /// its place.
     pub fn create_in(parent: &Path) -> Result<Self, WorkDirError> {
+        Self::create_named(parent, || {
+            let mut suffix = [0u8; 8];
+            getrandom::fill(&mut suffix)
+                .map_err(|error| WorkDirError::Random(error.to_string()))?;
+            Ok(format!("edgerunner-{}", hex::encode(suffix)))
+        })
+    }
+
+    /// [`RunnerWorkDir::create_in`] with the names to try given (the random source, passed in
+    /// so tests can make names collide).
+    fn create_named(
+        parent: &Path,
+        mut next_name: impl FnMut() -> Result<String, WorkDirError>,
+    ) -> Result<Self, WorkDirError> {
         let io = |error: io::Error| WorkDirError::Io {
             path: parent.to_owned(),
             detail: error.to_string(),
@@ -48,10 +62,7 @@ impl RunnerWorkDir {
             });
         }
         for _ in 0..ATTEMPTS {
-            let mut suffix = [0u8; 8];
-            getrandom::fill(&mut suffix)
-                .map_err(|error| WorkDirError::Random(error.to_string()))?;
-            let path = parent.join(format!("edgerunner-{}", hex::encode(suffix)));
+            let path = parent.join(next_name()?);
             match DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => return Ok(Self(path)),
                 Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -193,6 +204,42 @@ mod tests {
             assert!(suffix.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
             assert_ne!(name, format!("edgerunner-{}", std::process::id()));
         }
+    }
+
+    #[test]
+    fn an_existing_name_is_never_reused_and_a_new_one_is_tried() {
+        let scratch = Scratch::new();
+        let taken_dir = scratch.0.join("edgerunner-taken");
+        DirBuilder::new()
+            .mode(0o777)
+            .create(&taken_dir)
+            .expect("planted");
+        let victim = scratch.0.join("victim");
+        DirBuilder::new().create(&victim).expect("made");
+        let taken_link = scratch.0.join("edgerunner-link");
+        symlink(&victim, &taken_link).expect("planted");
+
+        let mut names = ["edgerunner-taken", "edgerunner-link", "edgerunner-free"].into_iter();
+        let dir = RunnerWorkDir::create_named(&scratch.0, || {
+            Ok(names.next().expect("at most three tries").to_owned())
+        })
+        .expect("the free name");
+        assert_eq!(dir.path(), scratch.0.join("edgerunner-free"));
+        assert_eq!(mode(dir.path()), 0o700);
+        assert!(fs::symlink_metadata(&taken_link)
+            .expect("still there")
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_dir(&victim).expect("readable").count(), 0);
+
+        let mut tries = 0;
+        let error = RunnerWorkDir::create_named(&scratch.0, || {
+            tries += 1;
+            Ok("edgerunner-taken".to_owned())
+        })
+        .expect_err("every name taken");
+        assert!(matches!(error, WorkDirError::Exhausted { .. }), "{error}");
+        assert_eq!(tries, ATTEMPTS);
     }
 
     #[test]
