@@ -14,8 +14,8 @@
 //!    while it was queued); then heartbeats continue on their own task.
 //! 5. The command runs ([`crate::exec`]) in the job's own directory inside the runner's
 //!    private one ([`crate::workdir`]), with `EDGERUNNER_INPUT` (the input file, exactly the
-//!    bytes served), `EDGERUNNER_ARTIFACT` (the artifact's content), `EDGERUNNER_JOB_ID`, `EDGERUNNER_CLAIM_ID`,
-//!    `EDGERUNNER_ATTEMPT` and `EDGERUNNER_WORKDIR`; its lines become batched `log` chunks,
+//!    bytes served), `EDGERUNNER_ARTIFACT` (the artifact's content), `EDGERUNNER_JOB_ID`,
+//!    `EDGERUNNER_CLAIM_ID`, `EDGERUNNER_ATTEMPT` and `EDGERUNNER_WORKDIR`; its lines become batched `log` chunks,
 //!    framed by a `started` chunk and an `exited` chunk.
 //! 6. It completes once, with one sealed completion re-sent as is on transient failures:
 //!    exit 0 → `succeeded`, other exits and the wall-time limit → `failed`, cancellation →
