@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use crate::clock::{timestamp_now, Clock, SystemClock};
 use crate::http::{check, Answer, ClientError, Http};
 use crate::retry::{retry, RetryPolicy};
-use crate::session::{Credentials, Session};
+use crate::session::{Credentials, ExpectedBinding, Session};
 
 const SESSION: &str = "/api/remote-runners/session";
 const CHALLENGE: &str = "/api/remote-runners/challenge";
@@ -45,6 +45,7 @@ const COMPLETE: &str = "/api/remote-runners/complete";
 pub struct RunnerClient {
     http: Http,
     credentials: Credentials,
+    expected: ExpectedBinding,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     nonces: Mutex<Box<dyn NonceStore + Send>>,
     served_targets: Vec<ServedTarget>,
@@ -53,10 +54,17 @@ pub struct RunnerClient {
 }
 
 impl RunnerClient {
+    /// A bootstrap-token client refuses sessions for any runner but the one its token names;
+    /// [`RunnerClient::with_expected_binding`] says what else the configuration knows.
     pub fn new(http: Http, credentials: Credentials) -> Self {
+        let expected = ExpectedBinding {
+            runner_id: credentials.runner_id().cloned(),
+            organization_id: None,
+        };
         Self {
             http,
             credentials,
+            expected,
             session: tokio::sync::Mutex::new(None),
             nonces: Mutex::new(Box::new(HashSet::<Nonce>::new())),
             served_targets: Vec::new(),
@@ -69,6 +77,19 @@ impl RunnerClient {
     /// target's job is refused before it runs.
     pub fn with_served_targets(mut self, targets: Vec<ServedTarget>) -> Self {
         self.served_targets = targets;
+        self
+    }
+
+    /// The runner and organization a session must be bound to, where the configuration knows
+    /// them; a session for another is refused and never used. What `expected` leaves `None`
+    /// stays as it was (the bootstrap token's runner id).
+    pub fn with_expected_binding(mut self, expected: ExpectedBinding) -> Self {
+        if expected.runner_id.is_some() {
+            self.expected.runner_id = expected.runner_id;
+        }
+        if expected.organization_id.is_some() {
+            self.expected.organization_id = expected.organization_id;
+        }
         self
     }
 
@@ -141,7 +162,7 @@ impl RunnerClient {
                     .await?;
                 Session::from_json(
                     &answer.json("POST /api/remote-runners/session")?,
-                    Some(runner_id),
+                    &self.expected,
                 )
             }
             Credentials::KeyPair(key) => {
@@ -172,7 +193,10 @@ impl RunnerClient {
                     .http
                     .send(Method::POST, SESSION, None, Some(&body))
                     .await?;
-                Session::from_json(&answer.json("POST /api/remote-runners/session")?, None)
+                Session::from_json(
+                    &answer.json("POST /api/remote-runners/session")?,
+                    &self.expected,
+                )
             }
         }
     }

@@ -9,16 +9,20 @@
 //! A runner id with a bootstrap token selects the bootstrap-token model; otherwise a key file
 //! selects the key-pair model. A config file holding a bootstrap token must be owner-only,
 //! like the key file.
+//!
+//! The runner id and organization the configuration names (`runnerId`, `organizationId`,
+//! `--organization` / `EVALGATE_ORGANIZATION_ID`) are what every session must be bound to:
+//! [`Identity::expected`].
 
 use core::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use edgerunner_protocol::envelope::RunnerId;
+use edgerunner_protocol::envelope::{OrganizationId, RunnerId};
 use serde::{Deserialize, Serialize};
 
 use crate::keyfile::{self, KeyFileError};
-use crate::session::{BootstrapToken, Credentials};
+use crate::session::{BootstrapToken, Credentials, ExpectedBinding};
 
 /// The config file's contents.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +100,7 @@ pub struct IdentityInputs {
     pub runner_id: Option<String>,
     pub bootstrap_token: Option<String>,
     pub key_file: Option<PathBuf>,
+    pub organization_id: Option<String>,
 }
 
 /// A runner identity ready to connect.
@@ -103,6 +108,8 @@ pub struct IdentityInputs {
 pub struct Identity {
     pub server: String,
     pub credentials: Credentials,
+    /// What the server's sessions must be bound to.
+    pub expected: ExpectedBinding,
 }
 
 impl Identity {
@@ -142,14 +149,32 @@ pub fn resolve(
         .bootstrap_token
         .filter(|s| !s.is_empty())
         .or(config.bootstrap_token);
-    if let (Some(runner_id), Some(token)) = (&runner_id, &token) {
-        let runner_id = RunnerId::parse(runner_id)
-            .map_err(|error| ConfigError::Invalid(format!("runner id: {error}")))?;
+    let organization_id = inputs
+        .organization_id
+        .filter(|s| !s.is_empty())
+        .or(config.organization_id)
+        .map(|id| {
+            OrganizationId::parse(&id)
+                .map_err(|error| ConfigError::Invalid(format!("organization id: {error}")))
+        })
+        .transpose()?;
+    let parsed_runner_id = runner_id
+        .as_deref()
+        .map(|id| {
+            RunnerId::parse(id).map_err(|error| ConfigError::Invalid(format!("runner id: {error}")))
+        })
+        .transpose()?;
+    let expected = ExpectedBinding {
+        runner_id: parsed_runner_id.clone(),
+        organization_id,
+    };
+    if let (Some(runner_id), Some(token)) = (parsed_runner_id, &token) {
         let token =
             BootstrapToken::new(token).map_err(|error| ConfigError::Invalid(error.to_string()))?;
         return Ok(Identity {
             server,
             credentials: Credentials::Bootstrap { runner_id, token },
+            expected,
         });
     }
     if token.is_some() {
@@ -188,6 +213,7 @@ pub fn resolve(
     Ok(Identity {
         server,
         credentials: Credentials::KeyPair(key),
+        expected,
     })
 }
 
@@ -227,6 +253,7 @@ mod tests {
             runner_id: Some("run_1".into()),
             bootstrap_token: Some("erb_x".into()),
             key_file: None,
+            organization_id: None,
         };
         let identity =
             resolve(inputs, Path::new("/nonexistent/runner.json"), None).expect("resolved");
@@ -276,6 +303,66 @@ mod tests {
             resolve(IdentityInputs::default(), Path::new("/x/runner.json"), None),
             Err(ConfigError::Missing(_))
         ));
+    }
+
+    #[test]
+    fn the_configured_runner_and_organization_are_what_sessions_must_match() {
+        let config = RunnerConfig {
+            server: Some("http://127.0.0.1:1".into()),
+            runner_id: Some("run_9".into()),
+            bootstrap_token: Some("erb_y".into()),
+            organization_id: Some("org_9".into()),
+            ..RunnerConfig::default()
+        };
+        let identity = resolve(
+            IdentityInputs::default(),
+            Path::new("/x/runner.json"),
+            Some(config.clone()),
+        )
+        .expect("resolved");
+        assert_eq!(
+            identity.expected,
+            ExpectedBinding {
+                runner_id: Some(RunnerId::parse("run_9").expect("id")),
+                organization_id: Some(OrganizationId::parse("org_9").expect("id")),
+            }
+        );
+        let flagged = resolve(
+            IdentityInputs {
+                organization_id: Some("org_flag".into()),
+                ..IdentityInputs::default()
+            },
+            Path::new("/x/runner.json"),
+            Some(config.clone()),
+        )
+        .expect("resolved");
+        assert_eq!(
+            flagged
+                .expected
+                .organization_id
+                .map(|id| id.as_str().to_owned()),
+            Some("org_flag".to_owned()),
+            "a flag outranks the file"
+        );
+        let unknown = resolve(
+            IdentityInputs::default(),
+            Path::new("/x/runner.json"),
+            Some(RunnerConfig {
+                organization_id: None,
+                ..config.clone()
+            }),
+        )
+        .expect("resolved");
+        assert_eq!(unknown.expected.organization_id, None);
+        let malformed = resolve(
+            IdentityInputs::default(),
+            Path::new("/x/runner.json"),
+            Some(RunnerConfig {
+                organization_id: Some("not an id\n".into()),
+                ..config
+            }),
+        );
+        assert!(matches!(malformed, Err(ConfigError::Invalid(_))));
     }
 
     #[test]

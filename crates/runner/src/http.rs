@@ -7,6 +7,7 @@
 //! server sent.
 
 use core::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use edgerunner_protocol::envelope::AssignmentError;
@@ -38,14 +39,11 @@ impl Answer {
 }
 
 impl Http {
-    /// `base` is the server's origin, e.g. `http://127.0.0.1:8787` (a trailing `/` is dropped).
+    /// `base` is the server's origin, e.g. `https://edgerunner.example.com` (a trailing `/` is
+    /// dropped). Plain `http://` is accepted only for a loopback host ([`check_server_url`]).
     pub fn new(base: &str) -> Result<Self, ClientError> {
         let base = base.trim().trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ClientError::Config(format!(
-                "server URL {base:?} must start with http:// or https://"
-            )));
-        }
+        check_server_url(&base).map_err(ClientError::Config)?;
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(10))
@@ -108,6 +106,48 @@ impl Http {
         let what = format!("{method} {path}");
         let answer = self.raw(method, path, bearer, body).await?;
         check(&what, answer)
+    }
+}
+
+/// Accepts `https://` for any host, and `http://` only when the host is loopback: `localhost`,
+/// `127.0.0.0/8` or `[::1]`. Over plain HTTP anyone on the path reads the bootstrap token, the
+/// session credential and the job-signing secret the session answer carries.
+///
+/// The URL is read by the same parser the HTTP client connects with, so the host checked is
+/// the host dialled: `http://localhost@evil.example` is `evil.example`, and
+/// `http://127.0.0.1.evil.example` is a domain, not an address.
+pub fn check_server_url(base: &str) -> Result<(), String> {
+    let url = reqwest::Url::parse(base)
+        .map_err(|error| format!("server URL {base:?} is not a URL: {error}"))?;
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if is_loopback(url.host_str()) => Ok(()),
+        "http" => Err(format!(
+            "server URL {base:?} uses plain http:// for a host that is not this machine \
+             ({}): the runner's credentials and its job-signing secret would travel in clear \
+             text; use https:// (http:// is accepted only for localhost, 127.0.0.0/8 and [::1])",
+            url.host_str().unwrap_or("no host")
+        )),
+        _ => Err(format!(
+            "server URL {base:?} must start with https:// (or http:// for a loopback host)"
+        )),
+    }
+}
+
+/// `host` as the URL parser normalized it: IPv4 in dotted decimal, IPv6 in brackets, domains
+/// lowercased.
+fn is_loopback(host: Option<&str>) -> bool {
+    let Some(host) = host else {
+        return false;
+    };
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return inner
+            .parse::<Ipv6Addr>()
+            .is_ok_and(|address| address == Ipv6Addr::LOCALHOST);
+    }
+    match host.parse::<Ipv4Addr>() {
+        Ok(address) => address.is_loopback(),
+        Err(_) => host == "localhost",
     }
 }
 
@@ -175,6 +215,9 @@ pub enum ClientError {
     Refused(AssignmentError),
     /// Local configuration (URL, key, credentials) is unusable.
     Config(String),
+    /// The server bound a session to another runner or organization than this runner's
+    /// configuration names: it was not used.
+    IdentityMismatch(String),
 }
 
 impl ClientError {
@@ -233,7 +276,7 @@ impl fmt::Display for ClientError {
                 "assignment refused before execution ({}): {error}",
                 error.code()
             ),
-            Self::Config(detail) => f.write_str(detail),
+            Self::Config(detail) | Self::IdentityMismatch(detail) => f.write_str(detail),
         }
     }
 }
@@ -263,6 +306,75 @@ mod tests {
         assert!(!api(409, Some("STREAM_DUPLICATE_SEQUENCE")).is_transient());
         assert!(!api(401, Some("AUTHENTICATION_FAILED")).is_transient());
         assert!(!ClientError::Config("x".into()).is_transient());
+    }
+
+    #[test]
+    fn plain_http_is_refused_for_hosts_that_are_not_loopback() {
+        for url in [
+            "http://example.com",
+            "http://10.0.0.1:8787",
+            "http://0.0.0.0:8787",
+            "http://127.0.0.1.evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1@evil.example",
+            "http://localhost:8787@evil.example/",
+            "http://user:pw@evil.example",
+            "http://evil.example/127.0.0.1",
+            "http://evil.example?host=localhost",
+            "http://evil.example#@127.0.0.1",
+            "http://[::ffff:7f00:1]",
+            "http://[fe80::1]",
+            "http://[::]",
+            "HTTP://evil.example",
+        ] {
+            let error = check_server_url(url).expect_err(url);
+            assert!(
+                error.contains("clear text") && error.contains("https://"),
+                "{url}: {error}"
+            );
+            assert!(
+                matches!(Http::new(url), Err(ClientError::Config(_))),
+                "{url}"
+            );
+        }
+        for url in ["ftp://127.0.0.1", "127.0.0.1:8787", "localhost", ""] {
+            assert!(check_server_url(url).is_err(), "{url}");
+        }
+    }
+
+    #[test]
+    fn plain_http_is_accepted_for_loopback_hosts() {
+        for url in [
+            "http://127.0.0.1:8787",
+            "http://127.0.0.1",
+            "http://127.8.9.10:1/",
+            "http://localhost:8787",
+            "http://LOCALHOST",
+            "http://[::1]:8787",
+            "http://[::1]",
+            "http://evil.example@127.0.0.1:8787",
+        ] {
+            assert_eq!(check_server_url(url), Ok(()), "{url}");
+            assert!(Http::new(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn https_is_accepted_for_any_host() {
+        for url in [
+            "https://edgerunner.example.com",
+            "https://10.0.0.1:8443/",
+            "https://[2001:db8::1]",
+            "https://localhost",
+        ] {
+            assert_eq!(check_server_url(url), Ok(()), "{url}");
+        }
+        assert_eq!(
+            Http::new("https://edgerunner.example.com/")
+                .expect("accepted")
+                .base(),
+            "https://edgerunner.example.com"
+        );
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! - [`evidence`]: where a completion's evaluation run comes from.
 //! - [`worker`]: `edgerunner runner start`: claim up to capacity, run, stream, complete, and
 //!   drain or give back work on shutdown.
+//! - [`workdir`]: the runner's private work directory (fresh name, `0700`) and owner-only
+//!   job files that are never written through a planted link.
 //! - [`keyfile`], [`config`]: the runner's key (owner-only file) and configuration.
 //! - [`admin`]: the REST operations an admin uses daily, with an API key.
 //! - [`custody`]: offline verification of a job's custody bundle (`edgerunner verify`).
@@ -39,4 +41,5 @@ pub mod report;
 pub mod retry;
 pub mod session;
 pub mod stream;
+pub mod workdir;
 pub mod worker;

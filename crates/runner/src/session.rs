@@ -77,6 +77,14 @@ impl Credentials {
     }
 }
 
+/// What this runner's configuration says its sessions are bound to; `None` where it does not
+/// know (a bootstrap-token runner is not told its organization unless configured with it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExpectedBinding {
+    pub runner_id: Option<RunnerId>,
+    pub organization_id: Option<OrganizationId>,
+}
+
 /// A session answer, read and checked.
 #[derive(Clone)]
 pub struct Session {
@@ -102,12 +110,11 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
-    /// Reads `{"token", "claims": {...}, "jobSigning": {...}}`. `expected_runner` is the runner
-    /// id the request named (bootstrap model): the answer must be bound to it, as the SDK checks.
-    pub fn from_json(
-        value: &Value,
-        expected_runner: Option<&RunnerId>,
-    ) -> Result<Self, ClientError> {
+    /// Reads `{"token", "claims": {...}, "jobSigning": {...}}`. The claims must name the runner
+    /// and organization `expected` knows: a session for another identity is refused
+    /// ([`ClientError::IdentityMismatch`]) and never used, since claims would be verified
+    /// against its organization and signing key.
+    pub fn from_json(value: &Value, expected: &ExpectedBinding) -> Result<Self, ClientError> {
         let malformed = |detail: String| ClientError::Malformed {
             what: "POST /api/remote-runners/session".into(),
             detail,
@@ -122,15 +129,24 @@ impl Session {
         let claims = &value["claims"];
         let runner_id = RunnerId::parse(&text(claims, "runnerId")?)
             .map_err(|error| malformed(format!("claims.runnerId: {error}")))?;
-        if let Some(expected) = expected_runner {
+        let organization_id = OrganizationId::parse(&text(claims, "organizationId")?)
+            .map_err(|error| malformed(format!("claims.organizationId: {error}")))?;
+        if let Some(expected) = &expected.runner_id {
             if &runner_id != expected {
-                return Err(malformed(format!(
-                    "the credential is bound to runner {runner_id}, not {expected}"
+                return Err(ClientError::IdentityMismatch(format!(
+                    "the server issued a session for runner {runner_id}, but this runner is \
+                     configured as {expected}; the session was not used"
                 )));
             }
         }
-        let organization_id = OrganizationId::parse(&text(claims, "organizationId")?)
-            .map_err(|error| malformed(format!("claims.organizationId: {error}")))?;
+        if let Some(expected) = &expected.organization_id {
+            if &organization_id != expected {
+                return Err(ClientError::IdentityMismatch(format!(
+                    "the server issued a session bound to organization {organization_id}, but \
+                     this runner is configured for {expected}; the session was not used"
+                )));
+            }
+        }
         let instant = |key: &str| -> Result<UnixMillis, ClientError> {
             UnixMillis::parse_rfc3339(&text(claims, key)?)
                 .map_err(|error| malformed(format!("claims.{key}: {error}")))
@@ -206,7 +222,7 @@ pub(crate) mod tests {
     #[test]
     fn refreshes_thirty_seconds_before_expiry() {
         let value = session_json("run_1", "org_1", "2026-11-30T01:10:00.000Z");
-        let session = Session::from_json(&value, None).expect("a session");
+        let session = Session::from_json(&value, &ExpectedBinding::default()).expect("a session");
         let at = |text: &str| UnixMillis::parse_rfc3339(text).expect("instant");
         assert!(!session.needs_refresh(at("2026-11-30T01:09:29.999Z")));
         assert!(session.needs_refresh(at("2026-11-30T01:09:30.000Z")));
@@ -214,17 +230,66 @@ pub(crate) mod tests {
         assert!(!format!("{session:?}").contains("erc_test"));
     }
 
+    fn expected(runner: Option<&str>, org: Option<&str>) -> ExpectedBinding {
+        ExpectedBinding {
+            runner_id: runner.map(|id| RunnerId::parse(id).expect("id")),
+            organization_id: org.map(|id| OrganizationId::parse(id).expect("id")),
+        }
+    }
+
     #[test]
     fn refuses_a_credential_bound_to_another_runner() {
         let value = session_json("run_2", "org_1", "2026-11-30T01:10:00.000Z");
-        let expected = RunnerId::parse("run_1").expect("id");
-        let error = Session::from_json(&value, Some(&expected)).expect_err("refused");
+        let error = Session::from_json(&value, &expected(Some("run_1"), Some("org_1")))
+            .expect_err("refused");
         assert!(
-            error.to_string().contains("bound to runner run_2"),
+            matches!(error, ClientError::IdentityMismatch(_)),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("session for runner run_2, but this runner is configured as run_1"),
             "{error}"
         );
         let mut missing = value.clone();
         missing["jobSigning"] = Value::Null;
-        assert!(Session::from_json(&missing, None).is_err());
+        assert!(Session::from_json(&missing, &ExpectedBinding::default()).is_err());
+    }
+
+    #[test]
+    fn refuses_a_session_bound_to_another_organization() {
+        let value = session_json("run_1", "org_2", "2026-11-30T01:10:00.000Z");
+        for expectation in [
+            expected(Some("run_1"), Some("org_1")),
+            expected(None, Some("org_1")),
+        ] {
+            let error = Session::from_json(&value, &expectation).expect_err("refused");
+            assert!(
+                matches!(error, ClientError::IdentityMismatch(_)),
+                "{error:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains("organization org_2, but this runner is configured for org_1"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_session_matching_what_the_config_knows_is_accepted() {
+        let value = session_json("run_1", "org_1", "2026-11-30T01:10:00.000Z");
+        for expectation in [
+            expected(Some("run_1"), Some("org_1")),
+            expected(Some("run_1"), None),
+            expected(None, Some("org_1")),
+            ExpectedBinding::default(),
+        ] {
+            let session = Session::from_json(&value, &expectation).expect("accepted");
+            assert_eq!(session.runner_id.as_str(), "run_1");
+            assert_eq!(session.organization_id.as_str(), "org_1");
+        }
     }
 }

@@ -5,15 +5,17 @@
 //!
 //! 1. The claim is verified by [`RunnerClient::claim`] before anything else happens.
 //! 2. The input is read (`GET …/input`) and checked against the signed `inputHash`; the bound
-//!    artifact is read and checked against the signed `contentHash`. A mismatch is reported in
-//!    the stream and completed `failed` without running anything.
+//!    artifact is read and checked against the signed `contentHash`. A mismatch, or an
+//!    artifact that cannot be read, is reported in the stream and completed `failed` without
+//!    running anything.
 //! 3. The evaluation run the completion will name is found or created ([`crate::evidence`]).
 //!    Without one the job is not run and its claim is left to lapse (nothing can complete it).
 //! 4. The first heartbeat moves the job to `running` (and reveals a cancellation requested
 //!    while it was queued); then heartbeats continue on their own task.
-//! 5. The command runs ([`crate::exec`]) with `EDGERUNNER_INPUT` (the input file, exactly the
-//!    bytes served), `EDGERUNNER_ARTIFACT`, `EDGERUNNER_JOB_ID`, `EDGERUNNER_CLAIM_ID`,
-//!    `EDGERUNNER_ATTEMPT` and `EDGERUNNER_WORKDIR`; its lines become batched `log` chunks,
+//! 5. The command runs ([`crate::exec`]) in the job's own directory inside the runner's
+//!    private one ([`crate::workdir`]), with `EDGERUNNER_INPUT` (the input file, exactly the
+//!    bytes served), `EDGERUNNER_ARTIFACT` (the artifact's content), `EDGERUNNER_JOB_ID`,
+//!    `EDGERUNNER_CLAIM_ID`, `EDGERUNNER_ATTEMPT` and `EDGERUNNER_WORKDIR`; its lines become batched `log` chunks,
 //!    framed by a `started` chunk and an `exited` chunk.
 //! 6. It completes once, with one sealed completion re-sent as is on transient failures:
 //!    exit 0 → `succeeded`, other exits and the wall-time limit → `failed`, cancellation →
@@ -27,7 +29,7 @@
 //! does not complete them: their heartbeats stop, their leases lapse, and the server's
 //! recovery requeues them (it has no endpoint to hand a claim back sooner).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +48,7 @@ use crate::http::ClientError;
 use crate::report::Reporter;
 use crate::retry::RetryPolicy;
 use crate::stream::{pump_lines, BatchLimits, ChunkStream};
+use crate::workdir::{write_private_file, RunnerWorkDir};
 
 /// How `runner start` behaves.
 #[derive(Clone, Debug)]
@@ -63,8 +66,8 @@ pub struct WorkerConfig {
     pub max_jobs: Option<u64>,
     /// Stop once a claim finds no job while none is running.
     pub exit_when_idle: bool,
-    /// Each job gets a directory `<job id>-<attempt>` in here.
-    pub work_dir: PathBuf,
+    /// Each job gets a private directory `<job id>-<attempt>` in here.
+    pub work_dir: RunnerWorkDir,
     /// Keep job directories after completion.
     pub keep_work: bool,
     pub batch: BatchLimits,
@@ -258,11 +261,13 @@ impl Worker {
     }
 }
 
-/// Errors no amount of waiting fixes: the credential is refused (rotated, revoked, wrong) or
-/// the local configuration is unusable.
+/// Errors no amount of waiting fixes: the credential is refused (rotated, revoked, wrong),
+/// the local configuration is unusable, or the server's sessions are for another identity.
 fn is_fatal(error: &ClientError) -> bool {
-    matches!(error, ClientError::Config(_))
-        || error.status() == Some(401)
+    matches!(
+        error,
+        ClientError::Config(_) | ClientError::IdentityMismatch(_)
+    ) || error.status() == Some(401)
         || error.code() == Some("RUNNER_REVOKED")
 }
 
@@ -448,17 +453,18 @@ impl JobRun {
         );
         let mut stream = ChunkStream::new(Arc::clone(&self.client), assignment.identity());
 
-        let workdir = self.config.work_dir.join(format!(
+        let workdir_name = format!(
             "{}-{}",
             sanitize(assignment.job_id().as_str()),
             assignment.attempt()
-        ));
+        );
+        let workdir = self.config.work_dir.path().join(&workdir_name);
         let outcome = self
             .run_command(
                 assignment,
                 &heartbeat,
                 &mut stream,
-                &workdir,
+                &workdir_name,
                 &input,
                 &input_text,
             )
@@ -548,7 +554,7 @@ impl JobRun {
         assignment: &Assignment,
         heartbeat: &Heartbeat,
         stream: &mut ChunkStream,
-        workdir: &std::path::Path,
+        workdir_name: &str,
         input: &Value,
         input_text: &str,
     ) -> Prepared {
@@ -584,46 +590,53 @@ impl JobRun {
                 assignment.envelope().input_hash
             ))
         };
+        // Fail closed: a job whose bound artifact cannot be read, or is not the one signed,
+        // is not run. Running it without would evaluate something nobody signed off.
         let artifact = match refusal {
-            Some(_) => None,
-            None => match self.client.job_artifact(assignment.job_id()).await {
-                Ok(artifact) => Some(artifact),
-                Err(error) => {
-                    self.reporter.warn(
-                        "artifact.unavailable",
-                        &format!("{label}: cannot read the bound artifact ({error}); running without EDGERUNNER_ARTIFACT"),
-                        self.fields(assignment, json!({})),
-                    );
-                    None
-                }
-            },
+            Some(reason) => Err(reason),
+            None => self.checked_artifact(assignment).await,
         };
-        let refusal = refusal.or_else(|| {
-            let artifact = artifact.as_ref()?;
-            let signed = &assignment.envelope().subject.content_hash;
-            let computed = stable_json::hash(&artifact["content"]);
-            (&computed != signed).then(|| {
-                format!(
-                    "the served artifact hashes to {computed}, not the signed contentHash {signed}"
+        let artifact = match artifact {
+            Ok(artifact) => artifact,
+            Err(reason) => {
+                let note = json!({ "event": "refused", "reason": reason });
+                let _ = stream.send(ChunkKind::Log, note).await;
+                self.reporter.error(
+                    "job.inputs_refused",
+                    &format!("{label}: {reason}; not run"),
+                    self.fields(assignment, json!({ "reason": reason })),
+                );
+                return Prepared::Complete {
+                    status: CompletionStatus::Failed,
+                    result_hash: None,
+                    summary: format!("not run: {reason}"),
+                };
+            }
+        };
+
+        let workdir = self.config.work_dir.path().join(workdir_name);
+        let input_path = workdir.join("input.json");
+        let artifact_path = workdir.join("artifact.json");
+        let written = (|| -> std::io::Result<()> {
+            self.config.work_dir.create_job_dir(workdir_name)?;
+            write_private_file(&input_path, input_text.as_bytes())?;
+            write_private_file(&artifact_path, artifact["content"].to_string().as_bytes())
+        })();
+        if let Err(error) = written {
+            let reason = format!("cannot prepare {}: {error}", workdir.display());
+            let _ = stream
+                .send(
+                    ChunkKind::Log,
+                    json!({ "event": "refused", "reason": reason }),
                 )
-            })
-        });
-        if let Some(reason) = refusal {
-            let note = json!({ "event": "refused", "reason": reason });
-            let _ = stream.send(ChunkKind::Log, note).await;
-            self.reporter.error(
-                "job.inputs_refused",
-                &format!("{label}: {reason}; not run"),
-                self.fields(assignment, json!({ "reason": reason })),
-            );
+                .await;
             return Prepared::Complete {
                 status: CompletionStatus::Failed,
                 result_hash: None,
-                summary: format!("not run: {reason}"),
+                summary: reason,
             };
         }
-
-        let mut env = vec![
+        let env = vec![
             (
                 "EDGERUNNER_JOB_ID".to_owned(),
                 assignment.job_id().as_str().to_owned(),
@@ -640,39 +653,15 @@ impl JobRun {
                 "EDGERUNNER_WORKDIR".to_owned(),
                 workdir.display().to_string(),
             ),
-        ];
-        let written = (|| -> std::io::Result<()> {
-            std::fs::create_dir_all(workdir)?;
-            let input_path = workdir.join("input.json");
-            std::fs::write(&input_path, input_text)?;
-            env.push((
+            (
                 "EDGERUNNER_INPUT".to_owned(),
                 input_path.display().to_string(),
-            ));
-            if let Some(artifact) = &artifact {
-                let artifact_path = workdir.join("artifact.json");
-                std::fs::write(&artifact_path, artifact["content"].to_string())?;
-                env.push((
-                    "EDGERUNNER_ARTIFACT".to_owned(),
-                    artifact_path.display().to_string(),
-                ));
-            }
-            Ok(())
-        })();
-        if let Err(error) = written {
-            let reason = format!("cannot prepare {}: {error}", workdir.display());
-            let _ = stream
-                .send(
-                    ChunkKind::Log,
-                    json!({ "event": "refused", "reason": reason }),
-                )
-                .await;
-            return Prepared::Complete {
-                status: CompletionStatus::Failed,
-                result_hash: None,
-                summary: reason,
-            };
-        }
+            ),
+            (
+                "EDGERUNNER_ARTIFACT".to_owned(),
+                artifact_path.display().to_string(),
+            ),
+        ];
 
         let wall_seconds = assignment.wall_seconds();
         let started = json!({
@@ -796,11 +785,29 @@ impl JobRun {
         }
     }
 
+    /// The bound artifact, read and checked against the signed `contentHash`; `Err` says why
+    /// the job must not run.
+    async fn checked_artifact(&self, assignment: &Assignment) -> Result<Value, String> {
+        let artifact = self
+            .client
+            .job_artifact(assignment.job_id())
+            .await
+            .map_err(|error| format!("cannot read the bound artifact: {error}"))?;
+        let signed = &assignment.envelope().subject.content_hash;
+        let computed = stable_json::hash(&artifact["content"]);
+        if &computed != signed {
+            return Err(format!(
+                "the served artifact hashes to {computed}, not the signed contentHash {signed}"
+            ));
+        }
+        Ok(artifact)
+    }
+
     fn stop(&self, assignment: &Assignment, event: &str, reason: String) -> Prepared {
         Prepared::Stop(self.not_completed(assignment, event, reason))
     }
 
-    fn cleanup(&self, workdir: &std::path::Path) {
+    fn cleanup(&self, workdir: &Path) {
         if !self.config.keep_work {
             let _ = std::fs::remove_dir_all(workdir);
         }

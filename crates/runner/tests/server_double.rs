@@ -11,6 +11,12 @@
 //!   answer was lost counts as stored when the server says it already has it; a completion
 //!   re-sent after a transient failure is the same completion; a claim that may have reached
 //!   the server is never repeated.
+//! - A genuine job runs only with the artifact its envelope signs: one that cannot be read or
+//!   does not match completes `failed` and the command never runs; its files are owner-only in
+//!   a fresh private directory.
+//! - A session bound to another runner or organization than configured is never used.
+//! - `runner enroll` proves possession of its key; the double checks the proof as the server
+//!   will.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -32,6 +38,7 @@ use edgerunner_protocol::envelope::{
     Environment, IdempotencyKey, JobEnvelope, JobId, JobSigning, MasterSigningSecret, Nonce,
     OrganizationId, RunnerId, Subject, SubjectKind,
 };
+use edgerunner_protocol::keypair::{verify_enrollment_signature, PublicKey};
 use edgerunner_protocol::stable_json;
 use edgerunner_protocol::state::CompletionStatus;
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
@@ -202,10 +209,14 @@ impl Double {
 }
 
 fn session_answer(token: &str, expires_in: i64) -> Value {
+    session_for(RUNNER, ORG, token, expires_in)
+}
+
+fn session_for(runner: &str, org: &str, token: &str, expires_in: i64) -> Value {
     json!({
         "token": token,
         "claims": {
-            "runnerId": RUNNER, "organizationId": ORG, "scopes": ["runner:claim"],
+            "runnerId": runner, "organizationId": org, "scopes": ["runner:claim"],
             "issuedAt": later(0).as_str(), "expiresAt": later(expires_in).as_str(),
         },
         "jobSigning": signing("k").to_json(),
@@ -334,6 +345,420 @@ fn a_spoiled_assignment_is_refused_and_never_run() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The input the job double serves: it names its evaluation run, so no evidence is created.
+fn job_input() -> Value {
+    json!({"question": "2+2", "evaluationRunId": "evr_double"})
+}
+
+/// The artifact content the envelope's `contentHash` signs.
+fn job_artifact_content() -> Value {
+    json!({"template": "t"})
+}
+
+/// A server double with one genuine job whose artifact read is answered with `artifact`;
+/// everything else a job needs is answered as the server would.
+fn job_double(artifact: (u16, Value)) -> Double {
+    let mut envelope = envelope(21);
+    envelope.input_hash = stable_json::hash(&job_input());
+    let claim = assignment(&envelope, &signing("k"));
+    Double::start(Box::new(move |request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        "/api/remote-runners/self" => (200, Some(self_answer())),
+        "/api/remote-runners/claim" if nth == 0 => (200, Some(claim.clone())),
+        "/api/remote-runners/claim" => (204, None),
+        "/api/remote-runners/jobs/job_double/input" => (200, Some(job_input())),
+        "/api/remote-runners/jobs/job_double/artifact" => (artifact.0, Some(artifact.1.clone())),
+        "/api/remote-runners/heartbeat" => (
+            200,
+            Some(json!({
+                "cancelRequested": false, "state": "running",
+                "leaseExpiresAt": later(60).as_str(),
+            })),
+        ),
+        "/api/remote-runners/complete" => (
+            200,
+            Some(json!({"decision": "accepted", "rationale": "first", "jobState": "done"})),
+        ),
+        _ => (200, Some(json!({"accepted": true}))),
+    }))
+}
+
+/// `edgerunner runner start` against `double` until idle, running `command` per job.
+fn start_runner(double: &Double, dir: &std::path::Path, command: &str, extra: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args([
+            "runner",
+            "start",
+            "--exit-when-idle",
+            "--poll-interval",
+            "0.1",
+        ])
+        .args(["--log-format", "json", "--exec", command])
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .args(extra)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_CONFIG_HOME", dir)
+        .env("EVALGATE_BASE_URL", &double.url)
+        .env("EVALGATE_RUNNER_ID", RUNNER)
+        .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
+        .stdin(Stdio::null())
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    stderr
+}
+
+/// The completions the double received.
+fn completions(double: &Double) -> Vec<Value> {
+    double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/complete")
+        .map(|r| serde_json::from_str(&r.body).expect("JSON"))
+        .collect()
+}
+
+fn refusals(double: &Double) -> Vec<String> {
+    double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/stream")
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .filter(|chunk| chunk["payload"]["event"] == "refused")
+        .map(|chunk| chunk["payload"]["reason"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn a_job_whose_artifact_cannot_be_read_fails_and_its_command_never_runs() {
+    let unreadable = [
+        (
+            404,
+            json!({"error": {"code": "NOT_FOUND", "message": "no bound artifact"}}),
+        ),
+        (
+            403,
+            json!({"error": {"code": "FORBIDDEN", "message": "not yours"}}),
+        ),
+        (200, json!("not an artifact document")),
+    ];
+    for artifact in unreadable {
+        let label = artifact.1.to_string();
+        let double = job_double(artifact);
+        let dir = scratch();
+        let marker = dir.join("ran");
+        let stderr = start_runner(&double, &dir, &format!("touch {}", marker.display()), &[]);
+        assert!(
+            !marker.exists(),
+            "{label}: the command ran without its artifact"
+        );
+        let sent = completions(&double);
+        assert_eq!(sent.len(), 1, "{label}: one completion\n{stderr}");
+        assert_eq!(sent[0]["status"], "failed", "{label}");
+        assert_eq!(sent[0]["resultHash"], Value::Null, "{label}: nothing ran");
+        let reasons = refusals(&double);
+        assert_eq!(reasons.len(), 1, "{label}: {reasons:?}");
+        assert!(
+            reasons[0].contains("artifact"),
+            "{label}: the reason names the artifact: {reasons:?}"
+        );
+        assert!(
+            stderr.contains("job.inputs_refused"),
+            "{label}: reported\n{stderr}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_job_runs_only_with_the_artifact_its_envelope_signs() {
+    let genuine = json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    });
+    let mut spoiled = genuine.clone();
+    spoiled["content"]["template"] = "other".into();
+
+    let double = job_double((200, spoiled));
+    let dir = scratch();
+    let marker = dir.join("ran");
+    start_runner(&double, &dir, &format!("touch {}", marker.display()), &[]);
+    assert!(!marker.exists(), "a spoiled artifact must not run");
+    assert_eq!(completions(&double)[0]["status"], "failed");
+    assert!(refusals(&double)[0].contains("not the signed contentHash"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let double = job_double((200, genuine));
+    let dir = scratch();
+    let copy = dir.join("artifact-seen");
+    start_runner(
+        &double,
+        &dir,
+        &format!("cp \"$EDGERUNNER_ARTIFACT\" {}", copy.display()),
+        &[],
+    );
+    assert_eq!(completions(&double)[0]["status"], "succeeded");
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(&copy).expect("the command ran")).expect("JSON");
+    assert_eq!(seen, job_artifact_content());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn job_files_live_in_a_fresh_private_runner_directory() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let genuine = json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    });
+    let double = job_double((200, genuine));
+    let dir = scratch();
+    let seen = dir.join("workdir-seen");
+    start_runner(
+        &double,
+        &dir,
+        &format!("echo \"$EDGERUNNER_WORKDIR\" > {}", seen.display()),
+        &["--keep-work"],
+    );
+    assert_eq!(completions(&double)[0]["status"], "succeeded");
+    let job_dir = PathBuf::from(std::fs::read_to_string(&seen).expect("ran").trim());
+    let runner_dir = job_dir.parent().expect("inside the runner directory");
+    assert_eq!(runner_dir.parent(), Some(dir.join("work").as_path()));
+    let name = runner_dir.file_name().expect("named").to_string_lossy();
+    assert!(
+        name.strip_prefix("edgerunner-").is_some_and(
+            |suffix| suffix.len() == 16 && suffix.bytes().all(|b| b.is_ascii_hexdigit())
+        ),
+        "{name}"
+    );
+    let mode = |path: &std::path::Path| {
+        std::fs::symlink_metadata(path)
+            .expect("exists")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode(runner_dir), 0o700);
+    assert_eq!(mode(&job_dir), 0o700);
+    assert_eq!(mode(&job_dir.join("input.json")), 0o600);
+    assert_eq!(mode(&job_dir.join("artifact.json")), 0o600);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&std::fs::read(job_dir.join("input.json")).expect("kept"))
+            .expect("JSON"),
+        job_input()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_session_for_another_runner_or_organization_is_refused_and_never_used() {
+    use edgerunner::session::ExpectedBinding;
+
+    let org = |id: &str| Some(OrganizationId::parse(id).expect("id"));
+    let runner = |id: &str| Some(RunnerId::parse(id).expect("id"));
+    // (the session the server issues, what the configuration says, what the refusal names)
+    let cases = [
+        (
+            (RUNNER, "org_elsewhere"),
+            ExpectedBinding {
+                runner_id: None,
+                organization_id: org(ORG),
+            },
+            "organization org_elsewhere",
+        ),
+        (
+            ("run_elsewhere", ORG),
+            ExpectedBinding {
+                runner_id: None,
+                organization_id: org(ORG),
+            },
+            "runner run_elsewhere",
+        ),
+        (
+            ("run_elsewhere", ORG),
+            ExpectedBinding {
+                runner_id: runner(RUNNER),
+                organization_id: None,
+            },
+            "runner run_elsewhere",
+        ),
+    ];
+    for ((issued_runner, issued_org), expected, named) in cases {
+        let issued = session_for(issued_runner, issued_org, "erc_foreign", 600);
+        let double = Double::start(Box::new(move |request, _| match request.path.as_str() {
+            "/api/remote-runners/session" => (200, Some(issued.clone())),
+            _ => (200, Some(self_answer())),
+        }));
+        let client = client(&double).with_expected_binding(expected);
+        let error = client.whoami().await.expect_err("refused");
+        assert!(
+            matches!(error, ClientError::IdentityMismatch(_)),
+            "{named}: {error:?}"
+        );
+        assert!(error.to_string().contains(named), "{error}");
+        assert!(error.to_string().contains("not used"), "{error}");
+        assert!(
+            double
+                .received()
+                .iter()
+                .all(|r| r.bearer.as_deref() != Some("erc_foreign")),
+            "{named}: the foreign session was used: {:?}",
+            double.paths()
+        );
+        assert_eq!(double.count("/api/remote-runners/self"), 0);
+    }
+
+    // The same sessions are fine for a runner configured as what they name.
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        _ => (200, Some(self_answer())),
+    }));
+    let client = client(&double).with_expected_binding(ExpectedBinding {
+        runner_id: runner(RUNNER),
+        organization_id: org(ORG),
+    });
+    client.whoami().await.expect("a matching session is used");
+}
+
+#[test]
+fn runner_start_refuses_a_session_for_another_organization_and_claims_nothing() {
+    let double = Double::with_claims(vec![assignment(&envelope(31), &signing("k"))]);
+    let dir = scratch();
+    let marker = dir.join("ran");
+    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args([
+            "runner",
+            "start",
+            "--exit-when-idle",
+            "--poll-interval",
+            "0.1",
+        ])
+        .args(["--log-format", "json", "--exec"])
+        .arg(format!("touch {}", marker.display()))
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("XDG_CONFIG_HOME", &dir)
+        .env("EVALGATE_BASE_URL", &double.url)
+        .env("EVALGATE_RUNNER_ID", RUNNER)
+        .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
+        .env("EVALGATE_ORGANIZATION_ID", "org_configured")
+        .stdin(Stdio::null())
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "bound to organization org_double, but this runner is configured for org_configured"
+        ),
+        "{stderr}"
+    );
+    assert!(!marker.exists());
+    assert_eq!(double.count("/api/remote-runners/claim"), 0);
+    assert_eq!(double.count("/api/remote-runners/self"), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The double's `POST /api/remote-runners/enroll`, as the server will check it: the body's
+/// `signature` must be the enrolling key's proof for the organization it names.
+fn enroll_answer(request: &Received) -> (u16, Option<Value>) {
+    let refuse = |message: &str| {
+        (
+            400,
+            Some(json!({"error": {"code": "ENROLLMENT_PROOF_INVALID", "message": message}})),
+        )
+    };
+    let Ok(body) = serde_json::from_str::<Value>(&request.body) else {
+        return refuse("not JSON");
+    };
+    let (Some(key), Some(org), Some(signature)) = (
+        body["publicKey"].as_str(),
+        body["organizationId"].as_str(),
+        body["signature"].as_str(),
+    ) else {
+        return refuse("publicKey, organizationId and signature are required");
+    };
+    let Ok(key) = PublicKey::from_base64(key) else {
+        return refuse("not a public key");
+    };
+    match verify_enrollment_signature(&key, org, signature) {
+        Ok(possession) => (
+            201,
+            Some(json!({"runner": {
+                "id": "run_enrolled", "state": "pending_approval",
+                "fingerprint": possession.fingerprint().as_str(),
+            }})),
+        ),
+        Err(error) => refuse(&error.to_string()),
+    }
+}
+
+#[test]
+fn runner_enroll_proves_possession_of_the_key_it_enrolls() {
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/enroll" => enroll_answer(request),
+        _ => (404, None),
+    }));
+    let dir = scratch();
+    let config = dir.join("runner.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args([
+            "runner",
+            "enroll",
+            "--server",
+            &double.url,
+            "--organization",
+            ORG,
+        ])
+        .args([
+            "--execution-kind",
+            "prompt",
+            "--runtime",
+            "python3.12",
+            "--json",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let printed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(printed["runner"]["id"], "run_enrolled");
+
+    let sent: Vec<Value> = double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/enroll")
+        .map(|r| serde_json::from_str(&r.body).expect("JSON"))
+        .collect();
+    assert_eq!(sent.len(), 1);
+    let key = edgerunner::keyfile::load(&dir.join("runner.key")).expect("the key it made");
+    let public = key.public_key();
+    assert_eq!(sent[0]["publicKey"], public.to_base64());
+    let signature = sent[0]["signature"].as_str().expect("a signature");
+    let possession =
+        verify_enrollment_signature(&public, ORG, signature).expect("the proof verifies");
+    assert_eq!(possession.fingerprint(), &public.fingerprint());
+    assert_eq!(printed["fingerprint"], public.fingerprint().as_str());
+    assert!(
+        verify_enrollment_signature(&public, "org_elsewhere", signature).is_err(),
+        "the proof is for this organization only"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use edgerunner_protocol::envelope::ServedTarget;
+use edgerunner_protocol::keypair::sign_enrollment;
 use edgerunner_protocol::stable_json::Sha256Hex;
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, SignalKind};
@@ -21,6 +22,7 @@ use crate::http::{ClientError, Http};
 use crate::keyfile;
 use crate::report::{Format, Reporter};
 use crate::stream::BatchLimits;
+use crate::workdir::RunnerWorkDir;
 use crate::worker::{JobOutcome, ShutdownState, Worker, WorkerConfig};
 
 #[derive(Debug, Subcommand)]
@@ -72,6 +74,10 @@ pub struct IdentityArgs {
     /// The private key file (key-pair model) [default: the config file's keyFile]
     #[arg(long, env = "EDGERUNNER_KEY_FILE")]
     pub key_file: Option<PathBuf>,
+    /// The organization this runner belongs to: a session bound to another is refused
+    /// [default: the config file's organizationId]
+    #[arg(long, env = "EVALGATE_ORGANIZATION_ID")]
+    pub organization: Option<String>,
     /// How to write progress and logs (stderr)
     #[arg(long, value_enum, default_value = "auto")]
     pub log_format: LogFormat,
@@ -93,13 +99,16 @@ impl IdentityArgs {
                 runner_id: self.runner_id.clone(),
                 bootstrap_token: self.bootstrap_token.clone(),
                 key_file: self.key_file.clone(),
+                organization_id: self.organization.clone(),
             },
             &path,
             file,
         )?;
         let model = identity.model();
         let http = Http::new(&identity.server)?;
-        Ok((RunnerClient::new(http, identity.credentials), model))
+        let client =
+            RunnerClient::new(http, identity.credentials).with_expected_binding(identity.expected);
+        Ok((client, model))
     }
 }
 
@@ -174,7 +183,8 @@ pub struct StartArgs {
     /// Exit once no job is queued for this runner and none is running
     #[arg(long)]
     pub exit_when_idle: bool,
-    /// Where job directories go [default: a fresh directory under $TMPDIR]
+    /// Where this runner makes its private work directory (a fresh `edgerunner-<random>`,
+    /// mode 0700) for job directories [default: $TMPDIR]
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
     /// Keep each job's directory (input.json, artifact.json, files it wrote)
@@ -269,6 +279,8 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
     let mut body = json!({
         "organizationId": args.organization,
         "publicKey": public_key.to_base64(),
+        // Proof of possession: nobody enrolls a public key they saw but do not hold.
+        "signature": sign_enrollment(&key, &args.organization),
         "name": args.name.clone().unwrap_or_else(host_name),
         "product": args.product,
         "version": env!("CARGO_PKG_VERSION"),
@@ -440,11 +452,9 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(1)
     });
-    let own_work_dir = args.work_dir.is_none();
-    let work_dir = args
-        .work_dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("edgerunner-{}", std::process::id())));
+    let work_parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work_dir = RunnerWorkDir::create_in(&work_parent)
+        .map_err(|error| CliError::Failed(error.to_string()))?;
     let evidence = EvidenceSource {
         input_field: Some(args.evaluation_run_field.clone()).filter(|f| !f.is_empty()),
         api: args
@@ -498,9 +508,8 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     );
     let summary = worker.run(shutdown).await;
     signals.abort();
-    if own_work_dir && !args.keep_work {
-        // Only removes it when empty: a job directory still there was meant to be kept.
-        let _ = std::fs::remove_dir(&work_dir);
+    if !args.keep_work {
+        work_dir.remove_if_empty();
     }
     let count = |wanted: &str| {
         summary
