@@ -211,7 +211,10 @@ mod tests {
     fn the_shipped_placeholders_are_refused_by_name() {
         let example = include_str!("../.dev.vars.example");
         let mut seen = 0;
-        for line in example.lines().filter(|l| !l.starts_with('#') && l.contains('=')) {
+        for line in example
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains('='))
+        {
             let (name, value) = line.split_once('=').expect("KEY=VALUE");
             let err = refuse_placeholder(name, value).expect_err(line);
             assert_eq!(err.code(), "SECRET_IS_PLACEHOLDER");

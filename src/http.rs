@@ -53,8 +53,9 @@ pub(crate) async fn body_bytes(req: &mut Request, cap: usize) -> ApiResult<Vec<u
     };
     let mut bytes = Vec::new();
     while let Some(piece) = stream.next().await {
-        let piece = piece
-            .map_err(|_| ApiError::bad_request("INVALID_BODY", "could not read the request body"))?;
+        let piece = piece.map_err(|_| {
+            ApiError::bad_request("INVALID_BODY", "could not read the request body")
+        })?;
         if bytes.len() + piece.len() > cap {
             return Err(too_large(cap));
         }

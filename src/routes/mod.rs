@@ -165,11 +165,21 @@ mod tests {
     #[test]
     fn names_refuse_every_control_character_and_text_keeps_line_breaks() {
         let body = |text: &str| json!({ "f": text }).as_object().cloned().expect("object");
-        for bad in ["\0", "a\0b", "tab\there", "line\nbreak", "\u{7f}", "a\u{85}b"] {
+        for bad in [
+            "\0",
+            "a\0b",
+            "tab\there",
+            "line\nbreak",
+            "\u{7f}",
+            "a\u{85}b",
+        ] {
             let err = required_name(&body(bad), "f", 200).expect_err(bad);
             assert_eq!(err.code(), "INVALID_CHARACTERS", "{bad:?}");
         }
-        assert_eq!(required_name(&body("gpu-box 1 é"), "f", 200).ok(), Some("gpu-box 1 é"));
+        assert_eq!(
+            required_name(&body("gpu-box 1 é"), "f", 200).ok(),
+            Some("gpu-box 1 é")
+        );
         assert!(required_str(&body("two\nlines\ttab"), "f", 200).is_ok());
         for bad in ["\0", "bell\u{7}"] {
             let err = required_str(&body(bad), "f", 200).expect_err(bad);

@@ -101,11 +101,28 @@ impl AdminClient {
         status: &str,
         reason: &str,
     ) -> Result<Value, ClientError> {
-        let body = json!({ "status": status, "reason": reason });
+        self.patch_runner(id, &json!({ "status": status, "reason": reason }))
+            .await
+    }
+
+    /// Approves a pending key-pair runner: `{"status": "active", "reason", "fingerprint"}`,
+    /// the fingerprint being the one the admin compared with the runner's own print-out (the
+    /// server refuses an approval without it, or with another key's).
+    pub async fn approve_runner(
+        &self,
+        id: &str,
+        fingerprint: &str,
+        reason: &str,
+    ) -> Result<Value, ClientError> {
+        let body = json!({ "status": "active", "reason": reason, "fingerprint": fingerprint });
+        self.patch_runner(id, &body).await
+    }
+
+    async fn patch_runner(&self, id: &str, body: &Value) -> Result<Value, ClientError> {
         self.call(
             Method::PATCH,
             &format!("/api/remote-runners/{}", segment(id)),
-            Some(&body),
+            Some(body),
         )
         .await
     }

@@ -648,7 +648,10 @@ impl KeyPairRunner {
     /// states it: the enrollment's proof that this key's holder is enrolling it.
     pub fn sign_enrollment(&self, organization_id: &str) -> String {
         let signing = SigningKey::from_bytes(&self.key.to_seed());
-        let message = format!("edgerunner-enroll-v1\n{organization_id}\n{}", self.fingerprint());
+        let message = format!(
+            "edgerunner-enroll-v1\n{organization_id}\n{}",
+            self.fingerprint()
+        );
         STANDARD.encode(signing.sign(message.as_bytes()).to_bytes())
     }
 
@@ -693,7 +696,13 @@ impl KeyPairRunner {
     /// Enrolls and has the org's admin approve it; returns the runner id.
     pub async fn enroll_approved(&self, org: &Org) -> String {
         let id = self.enroll(org).await;
-        approve(&org.admin_key, &id, &self.fingerprint(), "fingerprint checked by e2e").await;
+        approve(
+            &org.admin_key,
+            &id,
+            &self.fingerprint(),
+            "fingerprint checked by e2e",
+        )
+        .await;
         id
     }
 

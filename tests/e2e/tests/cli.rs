@@ -546,6 +546,8 @@ async fn a_key_pair_runner_enrolls_waits_for_approval_then_runs_its_job() {
             "runners",
             "approve",
             &runner_id,
+            "--fingerprint",
+            &fingerprint,
             "--reason",
             "fingerprint checked by e2e",
         ],

@@ -323,7 +323,10 @@ async fn keypair_runner_enrolls_waits_for_approval_and_gets_a_working_session() 
     )
     .await
     .expect_error(409, "FINGERPRINT_MISMATCH");
-    assert_eq!(runner_record(&org.admin_key, &runner_id).await["state"], "pending_approval");
+    assert_eq!(
+        runner_record(&org.admin_key, &runner_id).await["state"],
+        "pending_approval"
+    );
     approve(
         &org.admin_key,
         &runner_id,
@@ -1551,7 +1554,13 @@ async fn runner_files_from_enrollment_and_upload_are_served_to_the_organization(
     assert_eq!(reply.text, lscpu);
 
     // Upload from the runner itself, with its credential.
-    approve(&org.admin_key, &runner_id, &runner.fingerprint(), "approved for files").await;
+    approve(
+        &org.admin_key,
+        &runner_id,
+        &runner.fingerprint(),
+        "approved for files",
+    )
+    .await;
     let credential = credential_of(&runner.signed_session().await);
     let log = "runner started\nclaimed nothing\n";
     let reply = put_raw(

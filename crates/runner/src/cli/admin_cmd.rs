@@ -58,7 +58,7 @@ pub enum RunnersCommand {
     /// Register a runner (bootstrap-token model); prints its one-time bootstrap token
     Register(RegisterArgs),
     /// Approve a key-pair runner after comparing its fingerprint
-    Approve(StatusArgs),
+    Approve(ApproveArgs),
     /// Stop giving a runner new work; its running jobs finish
     Drain(StatusArgs),
     /// Reactivate a draining or lost runner
@@ -69,6 +69,17 @@ pub enum RunnersCommand {
     Rotate { id: String },
     /// A runner's audit events
     Events { id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    pub id: String,
+    /// The fingerprint you compared with the runner's own print-out (`SHA256:…`)
+    #[arg(long)]
+    pub fingerprint: String,
+    /// Recorded in the audit trail
+    #[arg(long)]
+    pub reason: String,
 }
 
 #[derive(Debug, Args)]
@@ -188,7 +199,13 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                 let answer = admin.register_runner(&body).await?;
                 show(&answer, &|answer| render_token(answer, &server))
             }
-            RunnersCommand::Approve(status) | RunnersCommand::Activate(status) => {
+            RunnersCommand::Approve(approve) => {
+                let answer = admin
+                    .approve_runner(&approve.id, &approve.fingerprint, &approve.reason)
+                    .await?;
+                show(&answer, &render_runner)
+            }
+            RunnersCommand::Activate(status) => {
                 let answer = admin
                     .set_runner_status(&status.id, "active", &status.reason)
                     .await?;

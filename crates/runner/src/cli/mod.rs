@@ -272,7 +272,21 @@ mod tests {
         ])
         .is_ok());
         assert!(parse(&["admin", "--json", "runners", "list"]).is_ok());
-        assert!(parse(&["admin", "runners", "approve", "run_1", "--reason", "checked"]).is_ok());
+        assert!(parse(&[
+            "admin",
+            "runners",
+            "approve",
+            "run_1",
+            "--fingerprint",
+            "SHA256:x",
+            "--reason",
+            "checked"
+        ])
+        .is_ok());
+        assert!(
+            parse(&["admin", "runners", "approve", "run_1", "--reason", "checked"]).is_err(),
+            "approval names the fingerprint compared"
+        );
         assert!(
             parse(&["admin", "runners", "approve", "run_1"]).is_err(),
             "a reason is required"

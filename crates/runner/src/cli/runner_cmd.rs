@@ -343,7 +343,7 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
         println!("config:      {}", absolute(&config_path).display());
         println!();
         println!("An admin approves it after comparing the fingerprint above with the server's:");
-        println!("  edgerunner admin runners approve {runner_id} --reason \"fingerprint checked\"");
+        println!("  edgerunner admin runners approve {runner_id} --fingerprint {fingerprint} --reason \"fingerprint checked\"");
         println!("Then start it:");
         println!(
             "  edgerunner runner start --config {} --exec '<command>'",
