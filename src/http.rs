@@ -37,7 +37,13 @@ pub(crate) async fn body_bytes(req: &mut Request, cap: usize) -> ApiResult<Vec<u
     let declared = req.headers().get("content-length").ok().flatten();
     if let Some(text) = declared {
         match text.trim().parse::<u64>() {
-            Ok(n) if n > cap as u64 => return Err(too_large(cap)),
+            Ok(n) if n > cap as u64 => {
+                return Err(ApiError::new(
+                    413,
+                    "BODY_TOO_LARGE",
+                    format!("request body declares {n} bytes; this route takes at most {cap}"),
+                ))
+            }
             Ok(_) => {}
             Err(_) => {
                 return Err(ApiError::bad_request(

@@ -78,10 +78,7 @@ pub(crate) fn optional_str<'a>(
     field: &str,
     max_len: usize,
 ) -> ApiResult<Option<&'a str>> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(_) => required_str(body, field, max_len).map(Some),
-    }
+    optional(body, field, max_len, required_str)
 }
 
 /// An optional name: [`required_name`] when present.
@@ -90,9 +87,19 @@ pub(crate) fn optional_name<'a>(
     field: &str,
     max_len: usize,
 ) -> ApiResult<Option<&'a str>> {
+    optional(body, field, max_len, required_name)
+}
+
+/// Absent or null is `None`; anything else must pass `required`.
+fn optional<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+    max_len: usize,
+    required: fn(&'a Map<String, Value>, &str, usize) -> ApiResult<&'a str>,
+) -> ApiResult<Option<&'a str>> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(_) => required_name(body, field, max_len).map(Some),
+        Some(_) => required(body, field, max_len).map(Some),
     }
 }
 

@@ -64,6 +64,11 @@ async fn a_declared_body_over_the_cap_is_refused() {
     let body = format!("{{\"runnerId\":\"{}\"}}", "x".repeat(2 * 1024 * 1024));
     let reply = send_text(Method::POST, "/api/remote-runners/session", None, &body).await;
     reply.expect_error(413, "BODY_TOO_LARGE");
+    // Refused on the declared length, not after counting what was read.
+    assert!(
+        reply.text.contains(&format!("declares {} bytes", body.len())),
+        "{reply:?}"
+    );
 }
 
 #[tokio::test]
@@ -85,6 +90,7 @@ async fn a_body_without_a_length_is_cut_off_at_the_cap() {
     let (status, body) = raw_exchange(head, pieces).await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(code_in(&body), "BODY_TOO_LARGE");
+    assert!(body.contains("exceeds this route's 16384 bytes"), "{body}");
 }
 
 fn nested(depth: usize) -> String {
