@@ -80,7 +80,7 @@ fn lay_down_stream(
     count: u64,
     payload_bytes: usize,
 ) -> ChainHead {
-    assert!(payload_bytes >= 2 && payload_bytes % 2 == 0);
+    assert!(payload_bytes >= 2 && payload_bytes.is_multiple_of(2));
     let sql = format!(
         "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {last}) \
          INSERT INTO stream_chunks (job_id, organization_id, claim_id, dispatch_attempt, sequence, kind, \
