@@ -12,7 +12,8 @@
 use std::cell::Cell;
 
 use edgerunner_protocol::chunk::{
-    validate_append, AppendLimits, ChainHead, ChunkIdentity, StreamChunk,
+    validate_append, AppendLimits, ChainHead, ChunkIdentity, StreamChunk, MAX_CHUNKS_PER_ATTEMPT,
+    MAX_STREAM_BYTES_PER_ATTEMPT,
 };
 use edgerunner_protocol::completion::{
     reconcile, AcceptedCompletion, ActiveClaim, Completion, JobCompletionView, Outcome,
@@ -23,7 +24,7 @@ use edgerunner_protocol::envelope::{
     SubjectKind,
 };
 use edgerunner_protocol::recovery::{decide, JobLease, RecoveryDecision};
-use edgerunner_protocol::stable_json::Sha256Hex;
+use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
 use serde_json::{json, Value};
@@ -209,6 +210,8 @@ struct Snapshot {
     /// The current attempt's newest chunks, newest first.
     head: Vec<jobs::ChunkHeadRow>,
     accepted: Option<jobs::AcceptedRow>,
+    /// Duplicate, conflict and stale decisions stored in full so far.
+    stored_refusals: i64,
 }
 
 impl Snapshot {
@@ -220,10 +223,11 @@ impl Snapshot {
                 jobs::select_claims(db, job_id)?,
                 jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS)?,
                 jobs::select_accepted(db, job_id)?,
+                jobs::select_stored_refusals(db, job_id)?,
             ],
         )
         .await?;
-        let [job, claims, head, accepted] = results.as_slice() else {
+        let [job, claims, head, accepted, refusals] = results.as_slice() else {
             return Err(ApiError::internal(
                 "job snapshot batch returned the wrong number of results",
             ));
@@ -238,6 +242,10 @@ impl Snapshot {
             claims: claims.results()?,
             head: head.results()?,
             accepted: accepted.results::<jobs::AcceptedRow>()?.into_iter().next(),
+            stored_refusals: refusals
+                .results::<jobs::StoredRefusals>()?
+                .first()
+                .map_or(0, |r| r.stored),
         })
     }
 
@@ -589,8 +597,14 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
         dispatch_attempt: DispatchAttempt::new(u32::try_from(active.dispatch_attempt).unwrap_or(0))
             .ok_or_else(|| ApiError::internal("attempt out of range"))?,
     };
+    // The head row carries the attempt's running byte total (a stream older than migration
+    // 0004 counts from there).
+    let stored_bytes = snap.head.first().and_then(|c| c.stream_bytes).unwrap_or(0);
     let limits = AppendLimits {
         max_payload_bytes: MAX_CHUNK_PAYLOAD_BYTES,
+        max_chunks: MAX_CHUNKS_PER_ATTEMPT,
+        max_stream_bytes: MAX_STREAM_BYTES_PER_ATTEMPT,
+        stream_bytes: u64::try_from(stored_bytes).unwrap_or(0),
         lease_expires_at: UnixMillis::new(job.lease_expires_at.unwrap_or(0))
             .map_err(ApiError::internal)?,
         now: UnixMillis::new(ctx.now).map_err(ApiError::internal)?,
@@ -600,31 +614,26 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
         return refuse(err.http_status(), err.code(), err.to_string());
     }
     let sequence = i64::try_from(chunk.sequence).map_err(ApiError::internal)?;
-    let payload = chunk.payload.to_string();
-    let changed = store::batch(
-        ctx.db,
-        vec![store::stmt(
-            ctx.db,
-            "INSERT INTO stream_chunks (job_id, organization_id, claim_id, dispatch_attempt, sequence, kind, \
-               previous_checksum, payload, payload_hash, checksum, emitted_at, received_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            &[
-                job.id.as_str().into(),
-                job.organization_id.as_str().into(),
-                active.id.as_str().into(),
-                active.dispatch_attempt.into(),
-                sequence.into(),
-                chunk.kind.as_str().into(),
-                chunk.previous_checksum.as_ref().map(Sha256Hex::as_str).into(),
-                payload.as_str().into(),
-                chunk.payload_hash.as_str().into(),
-                chunk.checksum.as_str().into(),
-                chunk.emitted_at.as_str().into(),
-                ctx.now.into(),
-            ],
-        )?],
-    )
-    .await?;
+    // Stored as the stable JSON that was hashed and measured, so the schema's byte count (of
+    // the stored text) and the limit just checked count the same bytes.
+    let payload = stable_json::stable_json(&chunk.payload);
+    let stream_bytes = stored_bytes + i64::try_from(payload.len()).map_err(ApiError::internal)?;
+    let new_chunk = jobs::NewChunk {
+        job_id: &job.id,
+        organization_id: &job.organization_id,
+        claim_id: &active.id,
+        dispatch_attempt: active.dispatch_attempt,
+        sequence,
+        kind: chunk.kind.as_str(),
+        previous_checksum: chunk.previous_checksum.as_ref().map(Sha256Hex::as_str),
+        payload: &payload,
+        payload_hash: chunk.payload_hash.as_str(),
+        checksum: chunk.checksum.as_str(),
+        emitted_at: chunk.emitted_at.as_str(),
+        received_at: ctx.now,
+        stream_bytes,
+    };
+    let changed = store::batch(ctx.db, vec![jobs::insert_chunk(ctx.db, &new_chunk)?]).await?;
     store::expect_one(changed[0], || {
         ApiError::internal("chunk insert changed no row")
     })?;
@@ -681,6 +690,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
     };
 
     let view = JobCompletionView {
+        now: UnixMillis::new(ctx.now).map_err(ApiError::internal)?,
         organization_id: OrganizationId::parse(&job.organization_id).map_err(ApiError::internal)?,
         state: snap.state()?,
         dispatch_attempt: u32::try_from(job.dispatch_attempt).unwrap_or(0),
@@ -696,6 +706,10 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
                     .first()
                     .map(|c| Sha256Hex::parse(&c.checksum))
                     .transpose()
+                    .map_err(ApiError::internal)?,
+                // The lease heartbeats and appends are checked against (NULL cannot be: the
+                // schema holds a lease exactly while a claim is active).
+                lease_expires_at: UnixMillis::new(job.lease_expires_at.unwrap_or(0))
                     .map_err(ApiError::internal)?,
             }),
             None => None,
@@ -767,20 +781,50 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
     recorded.at = ctx.now;
 
     let Outcome::Accepted { job_state } = outcome else {
-        recorded.kind = match outcome {
-            Outcome::Duplicate => "job.completion_duplicate",
-            Outcome::Conflict => "job.completion_conflict",
-            _ => "job.completion_stale",
+        // Stored in full (row and event) up to MAX_STORED_REFUSALS; past that only counted on
+        // the job row with the latest checksum, and one event marks where counting began. The
+        // runner's answer is the same either way, but names no stored completion.
+        let stored = snap.stored_refusals < jobs::MAX_STORED_REFUSALS;
+        let statements = if stored {
+            recorded.kind = match outcome {
+                Outcome::Duplicate => "job.completion_duplicate",
+                Outcome::Conflict => "job.completion_conflict",
+                _ => "job.completion_stale",
+            };
+            vec![insert_completion, events::insert(ctx.db, &recorded)?]
+        } else {
+            let mut statements = vec![jobs::count_unstored_decision(
+                ctx.db,
+                &job.id,
+                outcome.as_str(),
+                completion.checksum().as_str(),
+                ctx.now,
+            )?];
+            if job.unstored_decisions == 0 {
+                let detail = json!({
+                    "stored": snap.stored_refusals,
+                    "decision": outcome.as_str(),
+                    "completionChecksum": completion.checksum().as_str(),
+                })
+                .to_string();
+                let mut capped = event(job, &actor, "job.completion_decisions_capped");
+                capped.runner_id = Some(runner);
+                capped.claim_id = Some(&claim.id);
+                capped.attempt = Some(attempt);
+                capped.reason = Some(
+                    "the job holds as many refused completion decisions as it stores; later ones are counted on the job",
+                );
+                capped.detail_json = Some(&detail);
+                capped.at = ctx.now;
+                statements.push(events::insert(ctx.db, &capped)?);
+            }
+            statements
         };
-        store::batch(
-            ctx.db,
-            vec![insert_completion, events::insert(ctx.db, &recorded)?],
-        )
-        .await?;
+        store::batch(ctx.db, statements).await?;
         let decision_body = json!({
             "decision": outcome.as_str(),
             "rationale": decision.rationale,
-            "completionId": completion_id,
+            "completionId": stored.then_some(completion_id.as_str()),
             "jobState": job.state,
         });
         return Ok(match outcome {

@@ -197,6 +197,12 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         )
         .await?
         .into_response(),
+        #[cfg(feature = "bench-floor")]
+        (Get, ["__bench", "memory"]) => json_response(
+            200,
+            &serde_json::json!({ "wasmMemoryBytes": platform::wasm_memory_bytes() }),
+        )
+        .map_err(ApiError::from),
 
         (_, ["api", ..]) => Err(ApiError::not_found("no such route")),
         _ => Err(ApiError::not_found("no such route")),

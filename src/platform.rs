@@ -38,3 +38,14 @@ pub(crate) fn rfc3339(ms: i64) -> Option<String> {
         .ok()
         .map(|t| t.to_rfc3339())
 }
+
+/// The Worker's own wasm linear memory in bytes (`memory.buffer.byteLength`). It only grows:
+/// a reading is the high-water mark of everything this isolate has served. For the bench build.
+#[cfg(feature = "bench-floor")]
+pub(crate) fn wasm_memory_bytes() -> u64 {
+    #[cfg(target_arch = "wasm32")]
+    let pages = core::arch::wasm32::memory_size(0) as u64;
+    #[cfg(not(target_arch = "wasm32"))]
+    let pages = 0;
+    pages * 65_536
+}

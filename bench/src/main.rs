@@ -60,9 +60,18 @@ struct Args {
     /// The claim's matching query (src/store/queries/claim_candidates.sql).
     #[arg(long)]
     claim_query: PathBuf,
+    /// A shell command printing one memory reading as a JSON line,
+    /// `{"wasmMemoryBytes", "workerdRssBytes"}` (scripts/bench `--memory-reading`).
+    #[arg(long)]
+    memory_probe: Option<String>,
+    /// Chunks of 256 KiB for the big job (default: 256 in a full run, 4 with --smoke).
+    #[arg(long, env = "EDGERUNNER_BENCH_BUNDLE_CHUNKS")]
+    bundle_chunks: Option<usize>,
 }
 
 struct Sizes {
+    /// 256 KiB chunks of the big job whose bundle is served (256 = the 64 MiB stream limit).
+    bundle_chunks: usize,
     queue_levels: [u64; 3],
     claim_reps: usize,
     lifecycle: [(usize, usize); 3],
@@ -71,6 +80,7 @@ struct Sizes {
 }
 
 const FULL: Sizes = Sizes {
+    bundle_chunks: 256,
     queue_levels: [100, 10_000, 100_000],
     claim_reps: 60,
     lifecycle: [(1, 20), (8, 5), (32, 2)],
@@ -79,6 +89,7 @@ const FULL: Sizes = Sizes {
 };
 
 const SMOKE: Sizes = Sizes {
+    bundle_chunks: 4,
     queue_levels: [10, 30, 60],
     claim_reps: 5,
     lifecycle: [(1, 2), (8, 1), (32, 1)],
@@ -620,6 +631,94 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
     Ok(Value::Array(out))
 }
 
+/// One memory reading (`--memory-probe`), labelled; `null` figures when there is no probe.
+fn memory_reading(probe: Option<&str>, label: &str) -> Res<Value> {
+    let Some(probe) = probe else {
+        return Ok(json!({ "at": label, "wasmMemoryBytes": null, "workerdRssBytes": null }));
+    };
+    let out = std::process::Command::new("sh")
+        .args(["-c", probe])
+        .output()
+        .map_err(err("memory probe"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "memory probe failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut reading: Value =
+        serde_json::from_slice(&out.stdout).map_err(err("memory probe output"))?;
+    reading["at"] = label.into();
+    eprintln!("memory {label}: {reading}");
+    Ok(reading)
+}
+
+/// Scenario 5, the memory check: one job streams `bundle_chunks` chunks of 256 KiB (at full
+/// size, the 64 MiB per-attempt limit) and completes; then its custody bundle is downloaded
+/// (streamed by the server) and counted.
+async fn big_bundle(bench: &Bench, chunks: usize) -> Res<Value> {
+    let runner = bench.register_runners(1, 1).await?;
+    let client = bench.client(&runner[0])?;
+    let assignment = client
+        .claim()
+        .await
+        .map_err(err("claim"))?
+        .ok_or("no job to claim")?;
+    let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
+    let phase = Phase::start();
+    for n in 0..chunks {
+        if n % 16 == 0 {
+            client
+                .heartbeat(assignment.claim_id(), 120)
+                .await
+                .map_err(err("heartbeat"))?;
+        }
+        // A JSON string of exactly 256 KiB as stable JSON.
+        let payload = Value::String(format!("{n:08}{}", "m".repeat(256 * 1024 - 10)));
+        stream
+            .send(ChunkKind::Log, payload)
+            .await
+            .map_err(err("stream"))?;
+    }
+    let (stream_wall, _) = phase.end();
+    let runs = bench.evaluation_runs(1).await?;
+    let done = assignment.completion(
+        CompletionStatus::Succeeded,
+        Some(stable_json::hash(&json!({ "ok": true }))),
+        stream.final_checksum(),
+        evidence(runs.into_iter().next().ok_or("no run")?),
+    );
+    client.complete(&done).await.map_err(err("complete"))?;
+    let job_id = assignment.identity().job_id.as_str().to_owned();
+    let path = format!("/api/remote-runners/jobs/{job_id}/bundle");
+    let start = Instant::now();
+    let mut answer = bench
+        .http
+        .get(format!("{}{path}", bench.server))
+        .bearer_auth(&bench.api_key)
+        .send()
+        .await
+        .map_err(err(&path))?;
+    if !answer.status().is_success() {
+        return Err(format!("{path}: {}", answer.status()));
+    }
+    let streamed = answer.content_length().is_none();
+    let mut bytes = 0usize;
+    while let Some(piece) = answer.chunk().await.map_err(err(&path))? {
+        bytes += piece.len();
+    }
+    let bundle_wall = start.elapsed().as_secs_f64();
+    eprintln!("bundle of {job_id}: {bytes} bytes in {bundle_wall:.1} s (streamed: {streamed})");
+    Ok(json!({
+        "chunks": chunks,
+        "payloadBytes": chunks * 256 * 1024,
+        "streamSeconds": round(stream_wall),
+        "bundleBytes": bytes,
+        "bundleSeconds": round(bundle_wall),
+        "streamed": streamed,
+    }))
+}
+
 /// Scenario 4, recovery: `n` claimed jobs whose leases are pushed into the past through D1, then
 /// timed admin reap passes (limit 500) until `more` is false.
 async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
@@ -925,6 +1024,21 @@ fn markdown(report: &Value, analysis: &str) -> String {
         f(&r["bundle"]["wasmBytes"]) / 1024.0,
         verdict(gzip <= 1024.0 * 1024.0)
     ));
+    let peak = r["memory"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["wasmMemoryBytes"].as_f64())
+        .fold(f64::NAN, f64::max);
+    if peak.is_finite() {
+        // Inserted before the blank line that ends the table above.
+        md.truncate(md.len() - 1);
+        md.push_str(&format!(
+            "| wasm memory < 32 MiB throughout (section 6) | {:.2} MiB peak | {} |\n\n",
+            peak / 1_048_576.0,
+            verdict(peak < 32.0 * 1_048_576.0)
+        ));
+    }
 
     md.push_str("## 1. Claim latency by queue depth\n\nEach claim is preceded by one floor request (interleaved, so both see the same background load); the claimed job is then completed outside the timing. The queue is seeded to the depth plus the number of claims, so it never falls below the depth during the measurement.\n\n");
     md.push_str("| depth | queued at start | claims | claim p50 ms | claim p99 ms | floor p50 ms | floor p99 ms | p50 ratio | p99 ratio | client CPU |\n|---|---|---|---|---|---|---|---|---|---|\n");
@@ -994,6 +1108,7 @@ fn markdown(report: &Value, analysis: &str) -> String {
         "\n## 5. Bundle\n\nThe production build (no `bench-floor`), from `wrangler deploy --dry-run --outdir`: {} bytes wasm, {} bytes gzip -9.\n",
         r["bundle"]["wasmBytes"], r["bundle"]["wasmGzipBytes"]
     ));
+    md.push_str(&memory_markdown(r));
     md.push_str(&format!(
         "\n## Claim query plan on local D1\n\n`EXPLAIN QUERY PLAN` of src/store/queries/claim_candidates.sql (literal values) through `wrangler d1 execute --local`; the run fails unless it searches `jobs_queue` and never scans `jobs`:\n\n```\n{}\n```\n",
         r["explain"]["plan"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n")).unwrap_or_default()
@@ -1005,6 +1120,45 @@ fn markdown(report: &Value, analysis: &str) -> String {
     md.push_str("\n## Analysis\n\n<!-- analysis: kept by the harness across runs -->\n");
     md.push_str(analysis.trim());
     md.push_str("\n<!-- /analysis -->\n");
+    md
+}
+
+/// Bytes as MiB with two decimals, or "–" when not measured.
+fn mib(v: &Value) -> String {
+    v.as_f64()
+        .map_or_else(|| "–".to_owned(), |b| format!("{:.2}", b / 1_048_576.0))
+}
+
+/// Section 6: the Worker's wasm linear memory (and workerd's resident memory) at each point.
+fn memory_markdown(r: &Value) -> String {
+    let mut md = String::new();
+    let big = &r["bigBundle"];
+    md.push_str(&format!(
+        "\n## 6. Memory\n\nThe Worker's own wasm linear memory (`memory.buffer.byteLength`, read by `GET /__bench/memory`, a route only the bench build has) and the workerd process's resident memory (`VmRSS` in `/proc/<pid>/status`), read by `scripts/bench --memory-reading`. Wasm memory only grows, so each reading is the high-water mark of everything served before it. Goal: under 32 MiB of wasm memory throughout. The big job streamed {} chunks of 256 KiB ({} MiB of payload) in {} s; its bundle, {} bytes, was served in {} s ({}).\n\n| reading | wasm memory MiB | workerd VmRSS MiB |\n|---|---|---|\n",
+        big["chunks"],
+        mib(&big["payloadBytes"]),
+        big["streamSeconds"],
+        big["bundleBytes"],
+        big["bundleSeconds"],
+        if big["streamed"].as_bool() == Some(true) { "streamed: no Content-Length" } else { "NOT streamed: it had a Content-Length" },
+    ));
+    let mut peak = 0.0f64;
+    for reading in r["memory"].as_array().into_iter().flatten() {
+        peak = peak.max(reading["wasmMemoryBytes"].as_f64().unwrap_or(0.0));
+        md.push_str(&format!(
+            "| {} | {} | {} |\n",
+            reading["at"].as_str().unwrap_or(""),
+            mib(&reading["wasmMemoryBytes"]),
+            mib(&reading["workerdRssBytes"]),
+        ));
+    }
+    // A slot for the request another change adds: a 90 MB body to /session, refused.
+    md.push_str("| after a 90 MB body to `/session` | (not measured yet) | (not measured yet) |\n");
+    md.push_str(&format!(
+        "\nPeak wasm memory: {} MiB ({}).\n",
+        mib(&Value::from(peak)),
+        verdict(peak < 32.0 * 1_048_576.0)
+    ));
     md
 }
 
@@ -1083,10 +1237,34 @@ async fn run(args: Args) -> Res<()> {
         .await
         .map_err(err("cancel template"))?;
 
+    let probe = args.memory_probe.as_deref();
+    let mut memory = vec![memory_reading(probe, "start")?];
+    // The big job: enqueued alone (the template is cancelled), so its runner claims it.
+    bench
+        .admin
+        .enqueue(&json!({
+            "idempotencyKey": format!("bench-bundle-{}", now_ms()),
+            "subject": { "kind": "prompt", "artifactId": artifact_id, "versionId": version_id, "environment": "staging" },
+            "input": { "question": "a stream at its limit" },
+            "requirements": {
+                "executionKind": "prompt", "runtime": RUNTIME,
+                "limits": { "cpuSeconds": 60, "memoryMb": 512, "wallSeconds": 120, "outputBytes": 1_048_576 },
+                "network": { "mode": "deny_all" }, "streaming": true, "cancellation": true,
+            },
+        }))
+        .await
+        .map_err(err("enqueue the big job"))?;
+    let big = big_bundle(&bench, args.bundle_chunks.unwrap_or(sizes.bundle_chunks)).await?;
+    memory.push(memory_reading(
+        probe,
+        "after serving the bundle of a 64 MiB-stream job",
+    )?);
+
     let explain = explain_claim(&bench, &args.claim_query)?;
     eprintln!("claim query plan on local D1: {:?}", explain["plan"]);
 
     let claim = claim_latency(&mut bench, sizes).await?;
+    memory.push(memory_reading(probe, "after 1. claim latency")?);
     // Lifecycles, stream and recovery claim from the remaining queue; top it up.
     let needed = sizes
         .lifecycle
@@ -1098,8 +1276,11 @@ async fn run(args: Args) -> Res<()> {
     let queued = bench.queued()?;
     bench.seed(needed.saturating_sub(queued))?;
     let lifecycle = lifecycle(&bench, sizes).await?;
+    memory.push(memory_reading(probe, "after 2. lifecycle throughput")?);
     let stream = stream_rate(&bench, sizes).await?;
+    memory.push(memory_reading(probe, "after 3. stream appends")?);
     let recovery = recovery(&bench, sizes.recovery).await?;
+    memory.push(memory_reading(probe, "after 4. recovery")?);
     let (wall, cpu) = started.end();
 
     let report = json!({
@@ -1117,6 +1298,8 @@ async fn run(args: Args) -> Res<()> {
         "lifecycle": lifecycle,
         "stream": stream,
         "recovery": recovery,
+        "bigBundle": big,
+        "memory": memory,
         "bundle": { "wasmBytes": args.wasm_bytes, "wasmGzipBytes": args.wasm_gzip_bytes },
         "seedingNote": "The queue is seeded with one SQL statement per depth through `wrangler d1 execute DB --local --file`: a recursive CTE (`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < N) INSERT INTO jobs (...) SELECT ... FROM n, jobs AS t WHERE t.id = <template>`) copies a template job that was enqueued through the API (so the artifact, version and promotion the foreign keys require exist, and its intent and input hashes are real) under new ids (`job_benchBB_NNNNNNN`) and idempotency keys, state `queued`, attempt 0. The template itself is cancelled. Seeded jobs are valid queued jobs that the claim grants like any other.",
     });

@@ -345,6 +345,13 @@ fn parse_stream_cursor(text: &str) -> Option<(i64, i64)> {
     Some((attempt, sequence))
 }
 
+/// Chunks the job detail shows (without payloads); the rest is read page by page with
+/// `GET …/stream?after=` from the cursor it returns. The detail's size stays bounded whatever
+/// the stream holds (the other lists are bounded by the per-job limits).
+const DETAIL_STREAM_CHUNKS: i64 = 1_000;
+/// Events the job detail shows.
+const DETAIL_EVENTS: i64 = 1_000;
+
 pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
@@ -352,14 +359,24 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     let job = jobs::get(&ctx.db, org, id)
         .await?
         .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let claims = store::read_batch(&ctx.db, vec![jobs::select_claims(&ctx.db, id)?]).await?;
-    let claims: Vec<jobs::ClaimRow> = claims
-        .first()
-        .map(|r| r.results())
-        .transpose()?
-        .unwrap_or_default();
-    let timeline = events::for_job(&ctx.db, org, id, 1000).await?;
-    let chunks = jobs::chunks(&ctx.db, org, id, 10_000).await?;
+    let results = store::read_batch(
+        &ctx.db,
+        vec![
+            jobs::select_claims(&ctx.db, id)?,
+            jobs::select_chunk_heads(&ctx.db, org, id, DETAIL_STREAM_CHUNKS + 1)?,
+            jobs::select_stream_totals(&ctx.db, org, id)?,
+        ],
+    )
+    .await?;
+    let claims: Vec<jobs::ClaimRow> = store::rows_of(&results, 0)?;
+    let mut chunks: Vec<jobs::ChunkRow> = store::rows_of(&results, 1)?;
+    let totals: Vec<jobs::StreamTotal> = store::rows_of(&results, 2)?;
+    let stream_more = chunks.len() as i64 > DETAIL_STREAM_CHUNKS;
+    chunks.truncate(DETAIL_STREAM_CHUNKS as usize);
+    let stream_cursor = chunks
+        .last()
+        .map_or((0, -1), |c| (c.dispatch_attempt, c.sequence));
+    let timeline = events::for_job(&ctx.db, org, id, DETAIL_EVENTS).await?;
     let completions = jobs::completions(&ctx.db, org, id).await?;
     let evidence = jobs::evidence(&ctx.db, org, id).await?;
     let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
@@ -392,6 +409,25 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
                 })
                 .collect(),
         );
+        map.insert("streamMore".into(), stream_more.into());
+        map.insert(
+            "streamCursor".into(),
+            format!("{}.{}", stream_cursor.0, stream_cursor.1).into(),
+        );
+        map.insert(
+            "streamTotals".into(),
+            totals
+                .iter()
+                .map(|t| {
+                    json!({
+                        "dispatchAttempt": t.dispatch_attempt,
+                        "chunks": t.chunks,
+                        "payloadBytes": t.stream_bytes,
+                        "lastChecksum": t.last_checksum,
+                    })
+                })
+                .collect(),
+        );
         map.insert(
             "completions".into(),
             completions
@@ -417,6 +453,7 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
                 })
                 .collect(),
         );
+        map.insert("unstoredDecisions".into(), job.unstored_json());
         map.insert(
             "evidence".into(),
             evidence
@@ -605,6 +642,15 @@ pub(crate) async fn reap(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
 /// with its decision — so that `edgerunner verify` can re-check every hash and link offline.
 /// JSON text stored by the server is re-parsed with number lexemes intact, so the hashes the
 /// runner computed still hold.
+///
+/// A job may hold 3 attempts × 64 MiB of stream, so the document is never built whole: the
+/// small parts (job, claims, each attempt's extent, the completion ids) are read first, then
+/// the body is streamed — chunk pages by keyset (`stream_page.sql`, ≤ 1 MiB of payload each),
+/// then completions one at a time — and the Worker holds one page at a time. The extents read
+/// first bound the pages, so the bundle is the job as it was at that read even while its
+/// stream grows (chunks and completions are immutable, and a completion closes its stream).
+/// A read that fails mid-body cuts the body short: the document does not parse, and `verify`
+/// says so.
 pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
@@ -626,32 +672,168 @@ pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
             }))
         })
         .collect::<ApiResult<Vec<_>>>()?;
-    let stream = jobs::bundle_chunks(&ctx.db, org, id)
-        .await?
-        .iter()
-        .map(|c| c.sent_json(id))
-        .collect::<ApiResult<Vec<_>>>()?;
-    let completions = jobs::bundle_completions(&ctx.db, org, id)
-        .await?
+    let results = store::read_batch(
+        &ctx.db,
+        vec![
+            jobs::select_stream_totals(&ctx.db, org, id)?,
+            jobs::select_completion_ids(&ctx.db, org, id)?,
+        ],
+    )
+    .await?;
+    let extents = store::rows_of::<jobs::StreamTotal>(&results, 0)?
         .into_iter()
-        .map(|c| {
-            Ok(json!({
+        .map(|t| (t.dispatch_attempt, t.chunks - 1))
+        .collect();
+    let completions = store::rows_of::<jobs::CompletionId>(&results, 1)?
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    // The keys in the order the document always had; `unstoredDecisions` is new and last.
+    let head = format!(
+        "{{\"bundleVersion\":1,\"job\":{},\"claims\":{},\"stream\":[",
+        job.to_json(),
+        Value::Array(claims),
+    );
+    let writer = BundleWriter {
+        env: ctx.env.clone(),
+        org: org.to_owned(),
+        job: id.to_owned(),
+        unstored: job.unstored_json(),
+        extents,
+        completions,
+        after: (0, -1),
+        first: true,
+        part: Part::Head(head),
+    };
+    let body = futures_util::stream::try_unfold(writer, |mut writer| async move {
+        let piece = writer.next_piece().await.map_err(|err| {
+            worker::Error::RustError(format!("bundle body cut short: {}", err.code()))
+        })?;
+        Ok::<_, worker::Error>(piece.map(|bytes| (bytes, writer)))
+    });
+    let mut res = Response::from_stream(body)?;
+    res.headers_mut().set("content-type", "application/json")?;
+    Ok(res)
+}
+
+/// Chunks per page of the streamed bundle (and the stream page's payload budget bounds it).
+const BUNDLE_PAGE_CHUNKS: i64 = 500;
+
+/// The streamed bundle's state between pieces.
+struct BundleWriter {
+    env: worker::Env,
+    org: String,
+    job: String,
+    unstored: Value,
+    /// The last sequence of each attempt when the bundle began: nothing past it is written.
+    extents: std::collections::BTreeMap<i64, i64>,
+    /// Completion ids, oldest first, still to write.
+    completions: std::collections::VecDeque<String>,
+    /// The keyset cursor `(attempt, sequence)` of the last chunk written.
+    after: (i64, i64),
+    /// No element written yet in the current list.
+    first: bool,
+    part: Part,
+}
+
+enum Part {
+    Head(String),
+    Stream,
+    Completions,
+    Done,
+}
+
+impl BundleWriter {
+    /// The next bytes of the document, or `None` once it is whole.
+    async fn next_piece(&mut self) -> ApiResult<Option<Vec<u8>>> {
+        match std::mem::replace(&mut self.part, Part::Done) {
+            Part::Head(head) => {
+                self.part = Part::Stream;
+                Ok(Some(head.into_bytes()))
+            }
+            Part::Stream => {
+                let page = self.stream_page().await?;
+                if page.is_empty() {
+                    self.part = Part::Completions;
+                    self.first = true;
+                    return Ok(Some(b"],\"completions\":[".to_vec()));
+                }
+                self.part = Part::Stream;
+                Ok(Some(page))
+            }
+            Part::Completions => match self.completions.pop_front() {
+                Some(id) => {
+                    self.part = Part::Completions;
+                    self.completion(&id).await.map(Some)
+                }
+                None => Ok(Some(
+                    format!("],\"unstoredDecisions\":{}}}", self.unstored).into_bytes(),
+                )),
+            },
+            Part::Done => Ok(None),
+        }
+    }
+
+    /// The next page of chunks as list elements; empty once the stream (as of the start) is out.
+    async fn stream_page(&mut self) -> ApiResult<Vec<u8>> {
+        let db = self.env.d1("DB")?;
+        let page = jobs::StreamPage {
+            after: self.after,
+            attempts: (1, 3),
+            limit: BUNDLE_PAGE_CHUNKS,
+            byte_budget: STREAM_PAGE_BYTES,
+            job: &self.job,
+        };
+        let results =
+            store::read_batch(&db, vec![jobs::select_stream_page(&db, &self.org, &page)?]).await?;
+        let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 0)?;
+        let mut out = Vec::new();
+        for row in &rows {
+            let known = self
+                .extents
+                .get(&row.dispatch_attempt)
+                .is_some_and(|last| row.sequence <= *last);
+            if !known {
+                // Appended after the bundle began (rows come in key order): the end.
+                self.extents.clear();
+                break;
+            }
+            if !std::mem::take(&mut self.first) {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, &row.sent_json(&self.job)?)
+                .map_err(ApiError::internal)?;
+            self.after = (row.dispatch_attempt, row.sequence);
+        }
+        Ok(out)
+    }
+
+    /// One completion as a list element.
+    async fn completion(&mut self, id: &str) -> ApiResult<Vec<u8>> {
+        let db = self.env.d1("DB")?;
+        let c = jobs::bundle_completion(&db, &self.org, &self.job, id)
+            .await?
+            .ok_or_else(|| ApiError::internal("a completion of the bundle vanished"))?;
+        let received = c
+            .received
+            .as_deref()
+            .map(serde_json::from_str::<Value>)
+            .transpose()
+            .map_err(ApiError::internal)?;
+        let mut out = Vec::new();
+        if !std::mem::take(&mut self.first) {
+            out.push(b',');
+        }
+        serde_json::to_writer(
+            &mut out,
+            &json!({
                 "id": c.id,
                 "decision": c.decision,
                 "rationale": c.rationale,
-                "completion": c.received.as_deref().map(parse).transpose()?,
-            }))
-        })
-        .collect::<ApiResult<Vec<_>>>()?;
-    json_response(
-        200,
-        &json!({
-            "bundleVersion": 1,
-            "job": job.to_json(),
-            "claims": claims,
-            "stream": stream,
-            "completions": completions,
-        }),
-    )
-    .map_err(ApiError::from)
+                "completion": received,
+            }),
+        )
+        .map_err(ApiError::internal)?;
+        Ok(out)
+    }
 }

@@ -39,6 +39,10 @@ pub(crate) const CLAIM_REQUIRES_QUEUED_JOB: &str = "claim_requires_queued_job";
 pub(crate) const EVIDENCE_NOT_IN_COMPLETION_RUN: &str = "evidence_not_in_completion_run";
 pub(crate) const COMPLETION_DOES_NOT_CLOSE_STREAM: &str = "completion_does_not_close_stream";
 pub(crate) const EVIDENCE_RUN_IN_CUSTODY: &str = "evidence_run_in_custody";
+pub(crate) const STREAM_CHUNK_LIMIT: &str = "stream_chunk_limit";
+pub(crate) const STREAM_BYTES_LIMIT: &str = "stream_bytes_limit";
+pub(crate) const STREAM_BYTES_MISCOUNTED: &str = "stream_bytes_miscounted";
+pub(crate) const COMPLETION_DECISIONS_AT_CAP: &str = "completion_decisions_at_cap";
 
 // UNIQUE constraints, by the column list SQLite reports.
 pub(crate) const UNIQUE_IDEMPOTENCY_KEY: &str = "UNIQUE jobs.organization_id, jobs.idempotency_key";
@@ -179,6 +183,34 @@ pub(crate) const GUARDS: &[Guard] = &[
         409,
         "COMPLETION_STREAM_CHECKSUM_MISMATCH",
         "the final stream checksum is not the last stored chunk's",
+    ),
+    // Per-job storage limits (migrations/0004_job_bounds.sql). The job's object checks each
+    // before it writes; these answer only if that check and the schema ever disagree.
+    guard(
+        STREAM_CHUNK_LIMIT,
+        409,
+        "STREAM_CHUNK_LIMIT",
+        "this attempt's stream holds as many chunks as it may; it is closed",
+    ),
+    guard(
+        STREAM_BYTES_LIMIT,
+        409,
+        "STREAM_BYTES_LIMIT",
+        "this chunk would take the attempt's stream past its payload byte limit",
+    ),
+    // Our bug if it ever fires (the object computes the running total): a 500, named.
+    guard(
+        STREAM_BYTES_MISCOUNTED,
+        500,
+        "INTERNAL",
+        "internal error",
+    ),
+    // Our bug if it ever fires (the object counts stored decisions under its lock).
+    guard(
+        COMPLETION_DECISIONS_AT_CAP,
+        500,
+        "INTERNAL",
+        "internal error",
     ),
     // Evidence.
     guard(

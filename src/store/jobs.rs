@@ -31,12 +31,27 @@ pub(crate) struct JobRow {
     pub(crate) created_at: i64,
     pub(crate) updated_at: i64,
     pub(crate) finished_at: Option<i64>,
+    /// Non-accepted completion decisions past the stored ones (migration 0004), with the
+    /// latest one's checksum, decision and time. Lists do not read them (default 0 / none).
+    #[serde(default)]
+    pub(crate) unstored_decisions: i64,
+    #[serde(default)]
+    pub(crate) last_unstored_checksum: Option<String>,
+    #[serde(default)]
+    pub(crate) last_unstored_decision: Option<String>,
+    #[serde(default)]
+    pub(crate) last_unstored_at: Option<i64>,
 }
 
 const JOB_COLUMNS: &str = "id, organization_id, idempotency_key, intent_hash, subject_kind, \
     subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, \
     requirements, state, dispatch_attempt, active_claim_id, lease_expires_at, cancel_reason, \
-    created_at, updated_at, finished_at";
+    created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, \
+    last_unstored_decision, last_unstored_at";
+
+/// Duplicate, conflict and stale decisions stored in full per job; later ones are counted on
+/// the job row (the schema's `job_completions_refusals_are_bounded` holds the same number).
+pub(crate) const MAX_STORED_REFUSALS: i64 = 20;
 
 impl JobRow {
     pub(crate) fn to_json(&self) -> Value {
@@ -61,6 +76,16 @@ impl JobRow {
             "createdAt": rfc3339(self.created_at),
             "updatedAt": rfc3339(self.updated_at),
             "finishedAt": self.finished_at.and_then(rfc3339),
+        })
+    }
+
+    /// The decisions counted but not stored (job detail and custody bundle).
+    pub(crate) fn unstored_json(&self) -> Value {
+        json!({
+            "count": self.unstored_decisions,
+            "lastChecksum": self.last_unstored_checksum,
+            "lastDecision": self.last_unstored_decision,
+            "lastAt": self.last_unstored_at.and_then(rfc3339),
         })
     }
 }
@@ -390,6 +415,8 @@ pub(crate) fn select_claims(db: &D1Database, job: &str) -> ApiResult<D1PreparedS
 pub(crate) struct ChunkHeadRow {
     pub(crate) sequence: i64,
     pub(crate) checksum: String,
+    /// The attempt's payload bytes through this chunk (NULL for chunks older than 0004).
+    pub(crate) stream_bytes: Option<i64>,
 }
 
 /// The newest chunks of the job's current attempt, newest first (the chain head and the
@@ -401,7 +428,7 @@ pub(crate) fn select_stream_head(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT sequence, checksum FROM stream_chunks \
+        "SELECT sequence, checksum, stream_bytes FROM stream_chunks \
          WHERE job_id = ?1 AND dispatch_attempt = (SELECT dispatch_attempt FROM jobs WHERE id = ?1) \
          ORDER BY sequence DESC LIMIT ?2",
         &[job.into(), limit.into()],
@@ -422,6 +449,78 @@ pub(crate) fn select_accepted(db: &D1Database, job: &str) -> ApiResult<D1Prepare
     )
 }
 
+/// How many non-accepted decisions the job has stored ([`StoredRefusals`]).
+pub(crate) fn select_stored_refusals(db: &D1Database, job: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "SELECT count(*) AS stored FROM job_completions WHERE job_id = ?1 AND decision <> 'accepted'",
+        &[job.into()],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct StoredRefusals {
+    pub(crate) stored: i64,
+}
+
+/// A stream chunk, under the job's object (the chain and limit triggers check it again).
+pub(crate) struct NewChunk<'a> {
+    pub(crate) job_id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) claim_id: &'a str,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) sequence: i64,
+    pub(crate) kind: &'a str,
+    pub(crate) previous_checksum: Option<&'a str>,
+    pub(crate) payload: &'a str,
+    pub(crate) payload_hash: &'a str,
+    pub(crate) checksum: &'a str,
+    pub(crate) emitted_at: &'a str,
+    pub(crate) received_at: i64,
+    /// The attempt's payload bytes through this chunk.
+    pub(crate) stream_bytes: i64,
+}
+
+pub(crate) fn insert_chunk(db: &D1Database, c: &NewChunk<'_>) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "INSERT INTO stream_chunks (job_id, organization_id, claim_id, dispatch_attempt, sequence, kind, \
+           previous_checksum, payload, payload_hash, checksum, emitted_at, received_at, stream_bytes) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        &[
+            c.job_id.into(),
+            c.organization_id.into(),
+            c.claim_id.into(),
+            c.dispatch_attempt.into(),
+            c.sequence.into(),
+            c.kind.into(),
+            c.previous_checksum.into(),
+            c.payload.into(),
+            c.payload_hash.into(),
+            c.checksum.into(),
+            c.emitted_at.into(),
+            c.received_at.into(),
+            c.stream_bytes.into(),
+        ],
+    )
+}
+
+/// Counts a non-accepted decision past [`MAX_STORED_REFUSALS`] on the job row.
+pub(crate) fn count_unstored_decision(
+    db: &D1Database,
+    job: &str,
+    decision: &str,
+    checksum: &str,
+    now: i64,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "UPDATE jobs SET unstored_decisions = unstored_decisions + 1, last_unstored_checksum = ?3, \
+           last_unstored_decision = ?2, last_unstored_at = ?4 WHERE id = ?1",
+        &[job.into(), decision.into(), checksum.into(), now.into()],
+    )
+}
+
 #[derive(Deserialize)]
 pub(crate) struct ChunkRow {
     pub(crate) dispatch_attempt: i64,
@@ -435,19 +534,49 @@ pub(crate) struct ChunkRow {
     pub(crate) claim_id: String,
 }
 
-pub(crate) async fn chunks(
+/// The first `limit` chunks of the job's stream without payloads ([`ChunkRow`]s), in order: a
+/// range of the primary key. The rest is read with `GET …/stream?after=`.
+pub(crate) fn select_chunk_heads(
     db: &D1Database,
     org: &str,
     job: &str,
     limit: i64,
-) -> ApiResult<Vec<ChunkRow>> {
-    all(
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         "SELECT dispatch_attempt, sequence, kind, previous_checksum, payload_hash, checksum, emitted_at, received_at, claim_id \
          FROM stream_chunks WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt, sequence LIMIT ?3",
         &[org.into(), job.into(), limit.into()],
     )
-    .await
+}
+
+/// Each attempt's stream in sum ([`StreamTotal`]): its chunk count and payload bytes, read from
+/// its last chunk (one primary-key seek per attempt).
+pub(crate) fn select_stream_totals(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        // Attempts are 1–3 (a CHECK): three seeks of the primary key, never a scan.
+        "SELECT s.dispatch_attempt, s.sequence + 1 AS chunks, s.stream_bytes, s.checksum AS last_checksum \
+         FROM (SELECT 1 AS attempt UNION ALL SELECT 2 UNION ALL SELECT 3) AS n \
+         JOIN stream_chunks AS s ON s.job_id = ?2 AND s.dispatch_attempt = n.attempt \
+          AND s.sequence = (SELECT max(t.sequence) FROM stream_chunks AS t \
+                             WHERE t.job_id = ?2 AND t.dispatch_attempt = n.attempt) \
+         WHERE s.organization_id = ?1 \
+         ORDER BY s.dispatch_attempt",
+        &[org.into(), job.into()],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct StreamTotal {
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) chunks: i64,
+    pub(crate) stream_bytes: Option<i64>,
+    pub(crate) last_checksum: String,
 }
 
 #[derive(Deserialize)]
@@ -555,20 +684,6 @@ pub(crate) async fn bundle_claims(
     .await
 }
 
-pub(crate) async fn bundle_chunks(
-    db: &D1Database,
-    org: &str,
-    job: &str,
-) -> ApiResult<Vec<ChunkWithPayload>> {
-    all(
-        db,
-        "SELECT claim_id, dispatch_attempt, sequence, kind, previous_checksum, payload, payload_hash, checksum, emitted_at, received_at \
-         FROM stream_chunks WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt, sequence",
-        &[org.into(), job.into()],
-    )
-    .await
-}
-
 #[derive(Deserialize)]
 pub(crate) struct BundleCompletion {
     pub(crate) id: String,
@@ -577,16 +692,36 @@ pub(crate) struct BundleCompletion {
     pub(crate) received: Option<String>,
 }
 
-pub(crate) async fn bundle_completions(
+/// The job's completion ids, oldest first ([`CompletionId`]s): the bundle reads each whole later.
+pub(crate) fn select_completion_ids(
     db: &D1Database,
     org: &str,
     job: &str,
-) -> ApiResult<Vec<BundleCompletion>> {
-    all(
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        "SELECT id FROM job_completions WHERE job_id = ?2 AND organization_id = ?1 ORDER BY received_at, id",
+        &[org.into(), job.into()],
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CompletionId {
+    pub(crate) id: String,
+}
+
+/// One completion of the job as received ([`BundleCompletion`]).
+pub(crate) async fn bundle_completion(
+    db: &D1Database,
+    org: &str,
+    job: &str,
+    id: &str,
+) -> ApiResult<Option<BundleCompletion>> {
+    first(
         db,
         "SELECT id, decision, rationale, received FROM job_completions \
-         WHERE job_id = ?2 AND organization_id = ?1 ORDER BY received_at, id",
-        &[org.into(), job.into()],
+         WHERE id = ?3 AND job_id = ?2 AND organization_id = ?1",
+        &[org.into(), job.into(), id.into()],
     )
     .await
 }

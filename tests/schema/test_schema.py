@@ -348,6 +348,12 @@ class World:
             "emitted_at": emitted_at,
             "received_at": NOW,
         }
+        # The attempt's running payload total (migration 0004): the predecessor's plus this one.
+        before = self.one(
+            "SELECT stream_bytes FROM stream_chunks WHERE job_id = ? AND dispatch_attempt = ? AND sequence = ?",
+            job_id, attempt, sequence - 1,
+        )
+        row["stream_bytes"] = ((before[0] or 0) if before else 0) + len(row["payload"].encode())
         row.update(overrides)
         return row
 
@@ -1885,6 +1891,78 @@ class QueryPlanTests(SchemaTest):
         for name, sql, params, index in lookups:
             with self.subTest(name):
                 self.assertUsesIndex(sql, params, index)
+
+
+# =============================================================================================
+# Per-job storage limits (migrations/0004_job_bounds.sql)
+# =============================================================================================
+
+
+MAX_CHUNKS_PER_ATTEMPT = 10_000
+MAX_STREAM_BYTES_PER_ATTEMPT = 64 * 1024 * 1024
+MAX_STORED_REFUSALS = 20
+
+
+class JobBoundsTests(SchemaTest):
+    def setUp(self):
+        super().setUp()
+        self.org, self.runner, self.job, self.claim = self.claimed_job()
+
+    def fake_stream(self, count, payload_bytes=2):
+        """`count` chained chunks of one attempt written in one statement (fake checksums, exact
+        running totals), as a head to append after; returns the last checksum."""
+        self.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)"
+            " INSERT INTO stream_chunks (job_id, organization_id, claim_id, dispatch_attempt, sequence, kind,"
+            "   previous_checksum, payload, payload_hash, checksum, emitted_at, received_at, stream_bytes)"
+            " SELECT ?, ?, ?, 1, i, 'log', CASE WHEN i = 0 THEN NULL ELSE printf('%064x', i) END,"
+            "   '\"' || substr(hex(zeroblob(?)), 1, ? - 2) || '\"', printf('%064x', 0), printf('%064x', i + 1),"
+            "   '2026-05-28T07:00:00Z', ?, (i + 1) * ? FROM n",
+            count, self.job, self.org, self.claim, payload_bytes, payload_bytes, NOW, payload_bytes,
+        )
+        return "%064x" % count
+
+    def test_each_chunk_carries_its_attempts_exact_running_byte_total(self):
+        c0 = self.w.append(self.chunk(0, None))
+        wrong = self.w.chunk(self.job, self.claim, 1, 1, c0)
+        wrong["stream_bytes"] += 1
+        self.assertRefused(self.w.append, wrong, message="stream_bytes_miscounted")
+        row = self.w.chunk(self.job, self.claim, 1, 1, c0)
+        self.w.append(row)
+        first = len(stable_json({"message": "line 0"}).encode())
+        self.assertEqual(row["stream_bytes"], first + len(row["payload"].encode()))
+
+    def chunk(self, sequence, previous, **kw):
+        return self.w.chunk(self.job, self.claim, 1, sequence, previous, **kw)
+
+    def test_an_attempt_holds_at_most_ten_thousand_chunks(self):
+        last = self.fake_stream(MAX_CHUNKS_PER_ATTEMPT - 1)
+        last = self.w.append(self.chunk(MAX_CHUNKS_PER_ATTEMPT - 1, last))
+        self.assertRefused(self.w.append, self.chunk(MAX_CHUNKS_PER_ATTEMPT, last), message="stream_chunk_limit")
+
+    def test_an_attempt_holds_at_most_64_mib_of_payload(self):
+        chunk_bytes = 256 * 1024
+        last = self.fake_stream(MAX_STREAM_BYTES_PER_ATTEMPT // chunk_bytes, payload_bytes=chunk_bytes)
+        total = self.w.one("SELECT max(stream_bytes) FROM stream_chunks WHERE job_id = ?", self.job)[0]
+        self.assertEqual(total, MAX_STREAM_BYTES_PER_ATTEMPT)
+        self.assertRefused(self.w.append, self.chunk(MAX_STREAM_BYTES_PER_ATTEMPT // chunk_bytes, last,
+                                                      payload={}), message="stream_bytes_limit")
+
+    def test_refused_decisions_are_stored_up_to_twenty_per_job_then_counted_on_the_job(self):
+        self.w.complete(self.job, self.claim, self.runner, 1)
+        for n in range(MAX_STORED_REFUSALS):
+            self.w.insert("job_completions", self.w.completion_row(
+                self.job, self.claim, self.runner, 1, decision="conflict", status="failed",
+                completed_at=f"2026-05-28T07:01:{n:02d}Z"))
+        extra = self.w.completion_row(self.job, self.claim, self.runner, 1, decision="duplicate")
+        self.assertRefused(self.w.insert, "job_completions", extra, message="completion_decisions_at_cap")
+        self.execute("UPDATE jobs SET unstored_decisions = unstored_decisions + 1, last_unstored_checksum = ?,"
+                     " last_unstored_decision = 'duplicate', last_unstored_at = ? WHERE id = ?",
+                     extra["completion_checksum"], NOW, self.job)
+        self.assertEqual(self.w.one("SELECT unstored_decisions, last_unstored_checksum FROM jobs WHERE id = ?",
+                                    self.job), (1, extra["completion_checksum"]))
+        self.assertRefused(self.execute, "UPDATE jobs SET last_unstored_decision = 'accepted' WHERE id = ?",
+                           self.job, message="CHECK constraint failed")
 
 
 if __name__ == "__main__":

@@ -27,11 +27,14 @@
 //! | sequence not ahead of the head | [`ChunkError::Gap`] | 422 |
 //! | `previousChecksum` null at sequence 0 | [`ChunkError::PreviousAtZero`] | 422 |
 //! | `previousChecksum` = the head's last | [`ChunkError::PreviousMismatch`] | 422 |
+//! | the attempt holds fewer than its chunk limit | [`ChunkError::ChunkLimit`] | 409 |
+//! | the attempt's payload bytes stay within its limit | [`ChunkError::BytesLimit`] | 409 |
 //!
 //! (Parsing comes first and reports [`ChunkError::Malformed`] and [`ChunkError::BadKind`], 422.)
 //!
 //! 409 means "well-formed, but conflicts with what is stored": another claim now holds the job,
-//! the lease is gone, or this sequence or chunk was already taken; retrying the same chunk can
+//! the lease is gone, this sequence or chunk was already taken, or the attempt's stream is full
+//! ([`MAX_CHUNKS_PER_ATTEMPT`], [`MAX_STREAM_BYTES_PER_ATTEMPT`]); retrying the same chunk can
 //! never succeed, and the runner should stop or resynchronise. 422 means the chunk is wrong in
 //! itself or does not fit the chain: a hash that does not match, a gap, a wrong predecessor, an
 //! oversized payload. (The edge's whole-body size limit answers 413 before any of this.)
@@ -302,11 +305,22 @@ impl ChainHead {
     }
 }
 
+/// Chunks one attempt's stream may hold (sequences `0..MAX_CHUNKS_PER_ATTEMPT`).
+pub const MAX_CHUNKS_PER_ATTEMPT: u64 = 10_000;
+/// Payload bytes (stable JSON, as stored) one attempt's stream may hold in all: 64 MiB.
+pub const MAX_STREAM_BYTES_PER_ATTEMPT: u64 = 64 * 1024 * 1024;
+
 /// The bounds one append must stay within.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AppendLimits {
     /// Largest payload, counted as the bytes of its stable JSON (what is hashed and stored).
     pub max_payload_bytes: usize,
+    /// Chunks the attempt may hold: a chunk at this sequence or beyond is refused.
+    pub max_chunks: u64,
+    /// Payload bytes the attempt may hold in all.
+    pub max_stream_bytes: u64,
+    /// Payload bytes the attempt already holds (the stored head's running total).
+    pub stream_bytes: u64,
     /// When the active claim's lease lapses.
     pub lease_expires_at: UnixMillis,
     pub now: UnixMillis,
@@ -363,6 +377,21 @@ pub fn validate_append(
             })
         }
         (Some(_), _) => {}
+    }
+    // Last, so that a replay or a misplaced chunk is still told what is wrong with it; a chunk
+    // refused here would have extended the chain.
+    if chunk.sequence >= limits.max_chunks {
+        return Err(ChunkError::ChunkLimit {
+            max_chunks: limits.max_chunks,
+        });
+    }
+    let total = limits.stream_bytes.saturating_add(payload.len() as u64);
+    if total > limits.max_stream_bytes {
+        return Err(ChunkError::BytesLimit {
+            stored: limits.stream_bytes,
+            bytes: payload.len() as u64,
+            max_bytes: limits.max_stream_bytes,
+        });
     }
     Ok(head.advanced(&chunk.checksum))
 }
@@ -487,6 +516,16 @@ pub enum ChunkError {
     PreviousMismatch {
         expected: Sha256Hex,
     },
+    /// The attempt already holds its [`AppendLimits::max_chunks`] chunks.
+    ChunkLimit {
+        max_chunks: u64,
+    },
+    /// This payload would take the attempt past [`AppendLimits::max_stream_bytes`].
+    BytesLimit {
+        stored: u64,
+        bytes: u64,
+        max_bytes: u64,
+    },
 }
 
 impl ChunkError {
@@ -504,6 +543,8 @@ impl ChunkError {
             Self::Gap { .. } => "STREAM_SEQUENCE_GAP",
             Self::PreviousAtZero => "STREAM_PREVIOUS_AT_ZERO",
             Self::PreviousMismatch { .. } => "STREAM_PREVIOUS_MISMATCH",
+            Self::ChunkLimit { .. } => "STREAM_CHUNK_LIMIT",
+            Self::BytesLimit { .. } => "STREAM_BYTES_LIMIT",
         }
     }
 
@@ -512,7 +553,9 @@ impl ChunkError {
             Self::IdentityChanged { .. }
             | Self::LeaseExpired
             | Self::DuplicateChecksum
-            | Self::DuplicateSequence { .. } => 409,
+            | Self::DuplicateSequence { .. }
+            | Self::ChunkLimit { .. }
+            | Self::BytesLimit { .. } => 409,
             Self::Malformed { .. }
             | Self::BadKind { .. }
             | Self::PayloadTooLarge { .. }
@@ -573,6 +616,19 @@ impl fmt::Display for ChunkError {
                     "previousChecksum must be the last stored checksum, {expected}"
                 )
             }
+            Self::ChunkLimit { max_chunks } => write!(
+                f,
+                "this attempt's stream already holds {max_chunks} chunks, its limit; it is closed"
+            ),
+            Self::BytesLimit {
+                stored,
+                bytes,
+                max_bytes,
+            } => write!(
+                f,
+                "this attempt's stream holds {stored} payload bytes; {bytes} more would pass its \
+                 limit of {max_bytes}"
+            ),
         }
     }
 }
@@ -607,6 +663,9 @@ mod tests {
     fn limits() -> AppendLimits {
         AppendLimits {
             max_payload_bytes: 1 << 20,
+            max_chunks: MAX_CHUNKS_PER_ATTEMPT,
+            max_stream_bytes: MAX_STREAM_BYTES_PER_ATTEMPT,
+            stream_bytes: 0,
             lease_expires_at: UnixMillis::new(2_000_000_000_000).expect("in range"),
             now: UnixMillis::new(1_900_000_000_000).expect("in range"),
         }
@@ -742,10 +801,52 @@ mod tests {
             },
             ChunkError::PreviousAtZero,
             ChunkError::PreviousMismatch { expected: hash },
+            ChunkError::ChunkLimit { max_chunks: 0 },
+            ChunkError::BytesLimit {
+                stored: 0,
+                bytes: 0,
+                max_bytes: 0,
+            },
         ];
         let codes: HashSet<&str> = errors.iter().map(ChunkError::code).collect();
         assert_eq!(codes.len(), errors.len());
         assert!(errors.iter().all(|e| matches!(e.http_status(), 409 | 422)));
+    }
+
+    #[test]
+    fn an_attempt_holds_at_most_its_chunk_limit() {
+        let mut limits = limits();
+        limits.max_chunks = 2;
+        let mut head = ChainHead::empty();
+        for _ in 0..2 {
+            let chunk = head.next_chunk(&identity(), ChunkKind::Log, json!({}), at(0));
+            head = validate_append(&head, &identity(), &chunk, &limits).expect("under the limit");
+        }
+        let third = head.next_chunk(&identity(), ChunkKind::Log, json!({}), at(0));
+        assert_eq!(
+            validate_append(&head, &identity(), &third, &limits),
+            Err(ChunkError::ChunkLimit { max_chunks: 2 })
+        );
+    }
+
+    #[test]
+    fn an_attempt_holds_at_most_its_payload_bytes_counted_as_stable_json() {
+        let chunk =
+            ChainHead::empty().next_chunk(&identity(), ChunkKind::Log, json!({"a": "bc"}), at(0));
+        let bytes = stable_json::stable_json(&chunk.payload).len() as u64;
+        let mut limits = limits();
+        limits.max_stream_bytes = 100;
+        limits.stream_bytes = 100 - bytes;
+        assert!(validate_append(&ChainHead::empty(), &identity(), &chunk, &limits).is_ok());
+        limits.stream_bytes += 1;
+        assert_eq!(
+            validate_append(&ChainHead::empty(), &identity(), &chunk, &limits),
+            Err(ChunkError::BytesLimit {
+                stored: 101 - bytes,
+                bytes,
+                max_bytes: 100,
+            })
+        );
     }
 
     #[test]

@@ -25,9 +25,10 @@
 //!    take now (only a job whose cancellation was requested may end `cancelled`).
 //!
 //! Errors (nothing is applied, and nothing but the refusal is recorded): an attempt that was
-//! never dispatched, a claim id that is not the attempt's, and, on the accepting path only,
-//! bindings that do not match. A stale completion is recorded even if its stream checksum is
-//! outdated: its stream belonged to a superseded claim.
+//! never dispatched, a claim id that is not the attempt's, evidence lists longer than
+//! [`MAX_EVIDENCE_IDS`], and, on the accepting path only, a lease that lapsed at or before `now`
+//! (whether or not recovery has run yet) and bindings that do not match. A stale completion is
+//! recorded even if its stream checksum is outdated: its stream belonged to a superseded claim.
 //!
 //! The edge authenticates the runner and scopes the job to its organization before calling
 //! this; [`reconcile`] is the decision, not the authorization.
@@ -38,9 +39,15 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use crate::envelope::{ClaimId, DispatchAttempt, JobId, OrganizationId, RunnerId};
+use crate::recovery::lease_expired;
 use crate::stable_json::{self, canonical_u64, FieldError, Fields, Sha256Hex};
 use crate::state::{CompletionStatus, JobInput, JobState};
-use crate::time::Timestamp;
+use crate::time::{Timestamp, UnixMillis};
+
+/// Evidence ids one completion may name in its three lists (`testResultIds`, `costRecordIds`,
+/// `modelCallIds`) together; the run and the trace are one id each on top. Each id becomes a
+/// custody row written in the accepting transaction, so the count is what that write costs.
+pub const MAX_EVIDENCE_IDS: usize = 1_000;
 
 /// The field that carries the checksum, and the one field the checksum does not cover.
 pub const CHECKSUM_FIELD: &str = "completionChecksum";
@@ -291,6 +298,20 @@ impl CompletionFields {
                 reason: "`resultHash` is required when status is succeeded".into(),
             });
         }
+        // Counted before any id is parsed, so an oversized list costs no more than its length.
+        if let Ok(Value::Object(evidence)) = fields.value("evidence") {
+            let count: usize = ["testResultIds", "costRecordIds", "modelCallIds"]
+                .iter()
+                .filter_map(|name| evidence.get(*name).and_then(Value::as_array))
+                .map(Vec::len)
+                .sum();
+            if count > MAX_EVIDENCE_IDS {
+                return Err(CompletionError::EvidenceLimit {
+                    count,
+                    max: MAX_EVIDENCE_IDS,
+                });
+            }
+        }
         let read = || -> Result<Self, FieldError> {
             Ok(Self {
                 job_id: fields.parsed("jobId", JobId::parse)?,
@@ -357,9 +378,11 @@ impl Completion {
     }
 }
 
-/// What reconciliation needs to know about the job a completion names.
+/// What reconciliation needs to know about the job a completion names, at `now`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobCompletionView {
+    /// The instant the completion is decided at (the active claim's lease is read against it).
+    pub now: UnixMillis,
     pub organization_id: OrganizationId,
     pub state: JobState,
     /// Attempts dispatched so far (0 while the job has never been claimed).
@@ -378,6 +401,9 @@ pub struct ActiveClaim {
     pub attempt: DispatchAttempt,
     /// The stream's last stored checksum (`None` before the first chunk).
     pub stream_checksum: Option<Sha256Hex>,
+    /// When the claim's lease lapses: from that instant on it may not complete, exactly as it
+    /// may no longer heartbeat or append, whether or not recovery has run yet.
+    pub lease_expires_at: UnixMillis,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -515,6 +541,9 @@ pub fn reconcile(
     if fields.runner_id != claim.runner_id {
         return Err(CompletionError::RunnerMismatch);
     }
+    if lease_expired(claim.lease_expires_at.get(), job.now.get()) {
+        return Err(CompletionError::LeaseExpired);
+    }
     if fields.input_hash != job.input_hash {
         return Err(CompletionError::InputHashMismatch);
     }
@@ -568,6 +597,13 @@ pub enum CompletionError {
         state: JobState,
         status: CompletionStatus,
     },
+    /// The active claim's lease lapsed before the completion arrived.
+    LeaseExpired,
+    /// The evidence lists name more than [`MAX_EVIDENCE_IDS`] ids together.
+    EvidenceLimit {
+        count: usize,
+        max: usize,
+    },
 }
 
 impl CompletionError {
@@ -583,6 +619,9 @@ impl CompletionError {
             Self::InputHashMismatch => "COMPLETION_INPUT_HASH_MISMATCH",
             Self::FinalStreamChecksumMismatch { .. } => "COMPLETION_STREAM_CHECKSUM_MISMATCH",
             Self::StatusNotAllowed { .. } => "COMPLETION_STATUS_NOT_ALLOWED",
+            // The heartbeat's code for the same instant: one lease, one answer.
+            Self::LeaseExpired => "LEASE_EXPIRED",
+            Self::EvidenceLimit { .. } => "EVIDENCE_LIMIT",
         }
     }
 
@@ -594,12 +633,14 @@ impl CompletionError {
             Self::Malformed { .. }
             | Self::UnknownStatus { .. }
             | Self::ChecksumMismatch { .. }
-            | Self::UnknownAttempt { .. } => 422,
+            | Self::UnknownAttempt { .. }
+            | Self::EvidenceLimit { .. } => 422,
             Self::OrganizationMismatch | Self::RunnerMismatch => 403,
             Self::ClaimMismatch
             | Self::InputHashMismatch
             | Self::FinalStreamChecksumMismatch { .. }
-            | Self::StatusNotAllowed { .. } => 409,
+            | Self::StatusNotAllowed { .. }
+            | Self::LeaseExpired => 409,
         }
     }
 }
@@ -642,6 +683,13 @@ impl fmt::Display for CompletionError {
             Self::StatusNotAllowed { state, status } => {
                 write!(f, "a {state} job cannot complete as {status}")
             }
+            Self::LeaseExpired => f.write_str(
+                "the claim's lease lapsed before this completion; the job will be recovered",
+            ),
+            Self::EvidenceLimit { count, max } => write!(
+                f,
+                "the evidence lists name {count} ids together; at most {max} are accepted"
+            ),
         }
     }
 }
@@ -676,6 +724,7 @@ mod tests {
 
     fn job() -> JobCompletionView {
         JobCompletionView {
+            now: UnixMillis::new(1_900_000_000_000).expect("in range"),
             organization_id: OrganizationId::parse("org_1").expect("id"),
             state: JobState::Running,
             dispatch_attempt: 1,
@@ -687,9 +736,58 @@ mod tests {
                 stream_checksum: Some(hash(
                     "d8832e52c5c095f96c0f4e657374d0a63cd6ce2daaea1a5c925d1aea5e117e81",
                 )),
+                lease_expires_at: UnixMillis::new(2_000_000_000_000).expect("in range"),
             }),
             accepted: None,
         }
+    }
+
+    #[test]
+    fn a_completion_at_or_after_its_lease_expiry_is_refused() {
+        let mut at_expiry = job();
+        at_expiry.now = at_expiry
+            .active_claim
+            .as_ref()
+            .expect("claim")
+            .lease_expires_at;
+        assert_eq!(
+            reconcile(&at_expiry, &sdk()),
+            Err(CompletionError::LeaseExpired)
+        );
+        // A replay of an accepted completion is no lease's business.
+        at_expiry.accepted = Some(AcceptedCompletion {
+            attempt: DispatchAttempt::FIRST,
+            checksum: sdk().checksum().clone(),
+        });
+        assert_eq!(
+            reconcile(&at_expiry, &sdk()).map(|d| d.outcome),
+            Ok(Outcome::Duplicate)
+        );
+    }
+
+    #[test]
+    fn evidence_lists_past_their_limit_are_refused_before_parsing() {
+        let mut value = sdk().to_json();
+        let many: Vec<Value> = (0..=MAX_EVIDENCE_IDS as u64).map(Value::from).collect();
+        value["evidence"]["testResultIds"] = Value::Array(many[..600].to_vec());
+        value["evidence"]["costRecordIds"] = Value::Array(many[600..].to_vec());
+        let map = value.as_object_mut().expect("object");
+        map.remove(CHECKSUM_FIELD);
+        let checksum = completion_checksum(map);
+        map.insert(CHECKSUM_FIELD.into(), checksum.into());
+        assert_eq!(
+            Completion::from_json(&value),
+            Err(CompletionError::EvidenceLimit {
+                count: MAX_EVIDENCE_IDS + 1,
+                max: MAX_EVIDENCE_IDS,
+            })
+        );
+        value["evidence"]["costRecordIds"] = Value::Array(many[600..MAX_EVIDENCE_IDS].to_vec());
+        let map = value.as_object_mut().expect("object");
+        map.remove(CHECKSUM_FIELD);
+        let checksum = completion_checksum(map);
+        map.insert(CHECKSUM_FIELD.into(), checksum.into());
+        assert!(Completion::from_json(&value).is_ok());
     }
 
     fn attempt(n: u32) -> DispatchAttempt {
