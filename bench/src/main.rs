@@ -631,6 +631,28 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
     Ok(Value::Array(out))
 }
 
+/// The memory check's first stranger: 90 MB (no credential) to `/session`, whose cap is
+/// 16 KiB. The answer must be `413 BODY_TOO_LARGE`; the reading after it shows what the
+/// attempt cost the Worker.
+async fn oversized_session_body(bench: &Bench) -> Res<Value> {
+    const BYTES: usize = 90 * 1024 * 1024;
+    let started = Instant::now();
+    let res = bench
+        .http
+        .post(format!("{}/api/remote-runners/session", bench.server))
+        .header("content-type", "application/json")
+        .body(vec![b' '; BYTES])
+        .send()
+        .await
+        .map_err(err("90 MB to /session"))?;
+    let status = res.status().as_u16();
+    let text = res.text().await.unwrap_or_default();
+    if status != 413 || !text.contains("BODY_TOO_LARGE") {
+        return Err(format!("90 MB to /session answered {status}: {text}"));
+    }
+    Ok(json!({ "bytes": BYTES, "status": status, "ms": started.elapsed().as_millis() as u64 }))
+}
+
 /// One memory reading (`--memory-probe`), labelled; `null` figures when there is no probe.
 fn memory_reading(probe: Option<&str>, label: &str) -> Res<Value> {
     let Some(probe) = probe else {
@@ -1239,6 +1261,8 @@ async fn run(args: Args) -> Res<()> {
 
     let probe = args.memory_probe.as_deref();
     let mut memory = vec![memory_reading(probe, "start")?];
+    let big_body = oversized_session_body(&bench).await?;
+    memory.push(memory_reading(probe, "after a 90 MB body to /session")?);
     // The big job: enqueued alone (the template is cancelled), so its runner claims it.
     bench
         .admin
@@ -1300,6 +1324,7 @@ async fn run(args: Args) -> Res<()> {
         "recovery": recovery,
         "bigBundle": big,
         "memory": memory,
+        "oversizedBody": big_body,
         "bundle": { "wasmBytes": args.wasm_bytes, "wasmGzipBytes": args.wasm_gzip_bytes },
         "seedingNote": "The queue is seeded with one SQL statement per depth through `wrangler d1 execute DB --local --file`: a recursive CTE (`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < N) INSERT INTO jobs (...) SELECT ... FROM n, jobs AS t WHERE t.id = <template>`) copies a template job that was enqueued through the API (so the artifact, version and promotion the foreign keys require exist, and its intent and input hashes are real) under new ids (`job_benchBB_NNNNNNN`) and idempotency keys, state `queued`, attempt 0. The template itself is cancelled. Seeded jobs are valid queued jobs that the claim grants like any other.",
     });
