@@ -66,7 +66,9 @@ async fn a_declared_body_over_the_cap_is_refused() {
     reply.expect_error(413, "BODY_TOO_LARGE");
     // Refused on the declared length, not after counting what was read.
     assert!(
-        reply.text.contains(&format!("declares {} bytes", body.len())),
+        reply
+            .text
+            .contains(&format!("declares {} bytes", body.len())),
         "{reply:?}"
     );
 }
