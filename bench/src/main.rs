@@ -1174,8 +1174,6 @@ fn memory_markdown(r: &Value) -> String {
             mib(&reading["workerdRssBytes"]),
         ));
     }
-    // A slot for the request another change adds: a 90 MB body to /session, refused.
-    md.push_str("| after a 90 MB body to `/session` | (not measured yet) | (not measured yet) |\n");
     md.push_str(&format!(
         "\nPeak wasm memory: {} MiB ({}).\n",
         mib(&Value::from(peak)),

@@ -174,6 +174,36 @@ async fn every_json_route_refuses_deep_nesting_with_a_code() {
             "/api/evidence/runs/evr_x/test-results".into(),
             Some(admin),
         ),
+        (
+            Method::POST,
+            "/api/evidence/runs/evr_x/cost-records".into(),
+            Some(admin),
+        ),
+        (
+            Method::POST,
+            "/api/evidence/runs/evr_x/model-calls".into(),
+            Some(admin),
+        ),
+        (
+            Method::POST,
+            "/api/evidence/runs/evr_x/traces".into(),
+            Some(admin),
+        ),
+        (
+            Method::POST,
+            format!("/api/remote-runners/{runner_id}/rotate"),
+            Some(admin),
+        ),
+        (
+            Method::POST,
+            "/api/remote-runners/jobs/job_x/evidence/runs".into(),
+            runner,
+        ),
+        (
+            Method::POST,
+            "/api/remote-runners/jobs/job_x/evidence/runs/evr_x/test-results".into(),
+            runner,
+        ),
     ];
     for depth in [127, 128, 1000] {
         for body in [nested(depth), deep_object(depth)] {
@@ -190,6 +220,8 @@ async fn every_json_route_refuses_deep_nesting_with_a_code() {
             }
         }
     }
+    // Nothing deep rotated the runner's token: its credential still exchanges.
+    exchange(&runner_id, &token).await;
     // At the limit, a body is read as usual (and refused, if at all, for what it says).
     let ok = nested(64);
     send_text(Method::POST, "/api/remote-runners/heartbeat", runner, &ok)
