@@ -24,7 +24,7 @@ use edgerunner_protocol::envelope::{
     SubjectKind,
 };
 use edgerunner_protocol::recovery::{decide, JobLease, RecoveryDecision};
-use edgerunner_protocol::stable_json::{self, Sha256Hex};
+use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
 use serde_json::{json, Value};
@@ -610,14 +610,15 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
         now: UnixMillis::new(ctx.now).map_err(ApiError::internal)?,
     };
     let head = snap.chain_head()?;
-    if let Err(err) = validate_append(&head, &expected, &chunk, &limits) {
-        return refuse(err.http_status(), err.code(), err.to_string());
-    }
+    let admitted = match validate_append(&head, &expected, &chunk, &limits) {
+        Ok(admitted) => admitted,
+        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
+    };
     let sequence = i64::try_from(chunk.sequence).map_err(ApiError::internal)?;
     // Stored as the stable JSON that was hashed and measured, so the schema's byte count (of
     // the stored text) and the limit just checked count the same bytes.
-    let payload = stable_json::stable_json(&chunk.payload);
-    let stream_bytes = stored_bytes + i64::try_from(payload.len()).map_err(ApiError::internal)?;
+    let payload = admitted.payload;
+    let stream_bytes = i64::try_from(admitted.stream_bytes).map_err(ApiError::internal)?;
     let new_chunk = jobs::NewChunk {
         job_id: &job.id,
         organization_id: &job.organization_id,

@@ -326,13 +326,22 @@ pub struct AppendLimits {
     pub now: UnixMillis,
 }
 
-/// Admits `chunk` after `head` for the active claim `expected`, returning the new head.
+/// What admitting a chunk yields: the chain's new head, and the payload's stable JSON (the
+/// bytes that were hashed and measured, and that are stored) with the attempt's new byte total.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub head: ChainHead,
+    pub payload: String,
+    pub stream_bytes: u64,
+}
+
+/// Admits `chunk` after `head` for the active claim `expected`.
 pub fn validate_append(
     head: &ChainHead,
     expected: &ChunkIdentity,
     chunk: &StreamChunk,
     limits: &AppendLimits,
-) -> Result<ChainHead, ChunkError> {
+) -> Result<Admitted, ChunkError> {
     check_identity(expected, &chunk.identity)?;
     if lease_expired(limits.lease_expires_at.get(), limits.now.get()) {
         return Err(ChunkError::LeaseExpired);
@@ -393,7 +402,11 @@ pub fn validate_append(
             max_bytes: limits.max_stream_bytes,
         });
     }
-    Ok(head.advanced(&chunk.checksum))
+    Ok(Admitted {
+        head: head.advanced(&chunk.checksum),
+        payload,
+        stream_bytes: total,
+    })
 }
 
 fn check_identity(expected: &ChunkIdentity, received: &ChunkIdentity) -> Result<(), ChunkError> {
@@ -680,12 +693,32 @@ mod tests {
     const SDK_CHUNK_1: &str = r#"{"jobId": "job_1", "claimId": "claim_1", "dispatchAttempt": 1, "sequence": 1, "kind": "trajectory", "previousChecksum": "80a224042082261bb7b81744aa8f5c23b8887efbc706aec81e5cf67cd65efca3", "payload": {"event": "agent_started", "score": 1.0}, "payloadHash": "f75d9f9e9705d4dfdeb0bcc72a86b84aaf744a3df9ebd18e27679b34f26ccd63", "checksum": "d8832e52c5c095f96c0f4e657374d0a63cd6ce2daaea1a5c925d1aea5e117e81", "emittedAt": "2026-11-29T07:00:01Z"}"#;
 
     #[test]
+    fn an_admitted_chunk_carries_its_stored_payload_and_the_new_byte_total() {
+        let first = StreamChunk::from_json(&parse(SDK_CHUNK_0)).expect("parses");
+        let limits = AppendLimits {
+            stream_bytes: 100,
+            ..limits()
+        };
+        let admitted =
+            validate_append(&ChainHead::empty(), &identity(), &first, &limits).expect("admits");
+        assert_eq!(admitted.payload, stable_json::stable_json(&first.payload));
+        assert_eq!(
+            stable_json::sha256_hex(admitted.payload.as_bytes()),
+            first.payload_hash
+        );
+        assert_eq!(admitted.stream_bytes, 100 + admitted.payload.len() as u64);
+    }
+
+    #[test]
     fn chunks_made_by_the_python_sdk_validate() {
         let first = StreamChunk::from_json(&parse(SDK_CHUNK_0)).expect("parses");
         let second = StreamChunk::from_json(&parse(SDK_CHUNK_1)).expect("parses");
         let head = validate_append(&ChainHead::empty(), &identity(), &first, &limits())
+            .map(|a| a.head)
             .expect("first chunk appends");
-        let head = validate_append(&head, &identity(), &second, &limits()).expect("second appends");
+        let head = validate_append(&head, &identity(), &second, &limits())
+            .map(|a| a.head)
+            .expect("second appends");
         assert_eq!(head.next_sequence(), 2);
         assert_eq!(head.last_checksum(), Some(&second.checksum));
         assert_eq!(StreamChunk::from_json(&first.to_json()), Ok(first));
@@ -820,7 +853,9 @@ mod tests {
         let mut head = ChainHead::empty();
         for _ in 0..2 {
             let chunk = head.next_chunk(&identity(), ChunkKind::Log, json!({}), at(0));
-            head = validate_append(&head, &identity(), &chunk, &limits).expect("under the limit");
+            head = validate_append(&head, &identity(), &chunk, &limits)
+                .expect("under the limit")
+                .head;
         }
         let third = head.next_chunk(&identity(), ChunkKind::Log, json!({}), at(0));
         assert_eq!(
@@ -899,7 +934,11 @@ mod tests {
         let mut heads = vec![ChainHead::empty()];
         for chunk in chunks {
             let last = heads.last().cloned().unwrap_or_default();
-            heads.push(validate_append(&last, identity, chunk, &limits()).expect("valid chain"));
+            heads.push(
+                validate_append(&last, identity, chunk, &limits())
+                    .expect("valid chain")
+                    .head,
+            );
         }
         heads
     }
@@ -1139,8 +1178,9 @@ mod tests {
                 return;
             };
             seen.insert(expected.code());
-            let outcome =
-                chunk.and_then(|chunk| validate_append(&heads[i], &identity, &chunk, &limits));
+            let outcome = chunk.and_then(|chunk| {
+                validate_append(&heads[i], &identity, &chunk, &limits).map(|a| a.head)
+            });
             assert_eq!(outcome, Err(expected), "chunk {i} of {}", chunks.len());
         });
         assert_eq!(seen.len(), 12, "every error was exercised: {seen:?}");
