@@ -50,7 +50,7 @@ impl Bucket {
         }
     }
 
-    fn default_limit(self) -> u64 {
+    fn default_limit(self) -> i64 {
         match self {
             Self::Enroll => 10,
             Self::Challenge => 60,
@@ -58,11 +58,8 @@ impl Bucket {
         }
     }
 
-    fn limit(self, env: &worker::Env) -> u64 {
-        env.var(self.variable())
-            .ok()
-            .and_then(|v| v.to_string().trim().parse::<u64>().ok())
-            .unwrap_or(self.default_limit())
+    fn limit(self, env: &worker::Env) -> i64 {
+        crate::platform::setting(env, self.variable(), self.default_limit(), 0)
     }
 }
 

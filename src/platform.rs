@@ -1,4 +1,5 @@
-//! The two things the protocol crate refuses to do itself: read the clock and draw randomness.
+//! What the protocol crate refuses to do itself: read the clock, draw randomness, and read the
+//! Worker's configuration.
 
 use edgerunner_protocol::stable_json::sha256_hex;
 
@@ -48,4 +49,22 @@ pub(crate) fn wasm_memory_bytes() -> u64 {
     #[cfg(not(target_arch = "wasm32"))]
     let pages = 0;
     pages * 65_536
+}
+
+/// A whole-number setting from the Worker's `[vars]`: `default` when unset, and when set to
+/// something that is not a number of at least `min` (said in the log, so a typo is visible).
+pub(crate) fn setting(env: &worker::Env, name: &str, default: i64, min: i64) -> i64 {
+    let Ok(value) = env.var(name) else {
+        return default;
+    };
+    let text = value.to_string();
+    match text.trim().parse::<i64>() {
+        Ok(n) if n >= min => n,
+        _ => {
+            worker::console_warn!(
+                "{name}={text:?} is not a whole number >= {min}; using {default}"
+            );
+            default
+        }
+    }
 }

@@ -137,12 +137,12 @@ const PURGE_LIMIT: i64 = 500;
 const DEFAULT_PENDING_MAX_AGE_HOURS: i64 = 168;
 
 fn pending_max_age_millis(env: &Env) -> i64 {
-    env.var("PENDING_ENROLLMENT_MAX_AGE_HOURS")
-        .ok()
-        .and_then(|v| v.to_string().trim().parse::<i64>().ok())
-        .filter(|h| *h >= 1)
-        .unwrap_or(DEFAULT_PENDING_MAX_AGE_HOURS)
-        * 3_600_000
+    crate::platform::setting(
+        env,
+        "PENDING_ENROLLMENT_MAX_AGE_HOURS",
+        DEFAULT_PENDING_MAX_AGE_HOURS,
+        1,
+    ) * 3_600_000
 }
 
 /// The cron pass's housekeeping of what strangers can leave behind: enrollments nobody

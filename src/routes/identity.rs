@@ -37,11 +37,12 @@ const MAX_ENROLL_FILES_BYTES: usize = 64 * 1024;
 const DEFAULT_MAX_PENDING_ENROLLMENTS: i64 = 100;
 
 fn max_pending_enrollments(env: &worker::Env) -> i64 {
-    env.var("MAX_PENDING_ENROLLMENTS")
-        .ok()
-        .and_then(|v| v.to_string().trim().parse::<i64>().ok())
-        .filter(|n| *n >= 0)
-        .unwrap_or(DEFAULT_MAX_PENDING_ENROLLMENTS)
+    crate::platform::setting(
+        env,
+        "MAX_PENDING_ENROLLMENTS",
+        DEFAULT_MAX_PENDING_ENROLLMENTS,
+        0,
+    )
 }
 
 fn valid_file_name(name: &str) -> bool {

@@ -20,14 +20,9 @@ pub(crate) fn required_str<'a>(
     field: &str,
     max_len: usize,
 ) -> ApiResult<&'a str> {
-    let text = required_text(body, field, max_len)?;
-    if text
-        .chars()
-        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
-    {
-        return Err(control_characters(field));
-    }
-    Ok(text)
+    without(required_text(body, field, max_len)?, field, |c| {
+        c.is_control() && !matches!(c, '\t' | '\n' | '\r')
+    })
 }
 
 /// A name or key: a required string without any control character (no tab, no line break).
@@ -36,18 +31,22 @@ pub(crate) fn required_name<'a>(
     field: &str,
     max_len: usize,
 ) -> ApiResult<&'a str> {
-    let text = required_text(body, field, max_len)?;
-    if text.chars().any(char::is_control) {
-        return Err(control_characters(field));
-    }
-    Ok(text)
+    without(
+        required_text(body, field, max_len)?,
+        field,
+        char::is_control,
+    )
 }
 
-fn control_characters(field: &str) -> ApiError {
-    ApiError::unprocessable(
-        "INVALID_CHARACTERS",
-        format!("{field} must not contain NUL or control characters"),
-    )
+/// `text`, unless it holds a character `refused` names: `422 INVALID_CHARACTERS`.
+fn without<'a>(text: &'a str, field: &str, refused: fn(char) -> bool) -> ApiResult<&'a str> {
+    if text.chars().any(refused) {
+        return Err(ApiError::unprocessable(
+            "INVALID_CHARACTERS",
+            format!("{field} must not contain NUL or control characters"),
+        ));
+    }
+    Ok(text)
 }
 
 fn required_text<'a>(
