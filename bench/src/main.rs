@@ -631,6 +631,20 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
     Ok(Value::Array(out))
 }
 
+/// A prompt job of the bench's one release, staged, with the runners' requirements.
+fn bench_job(key: &str, artifact_id: &str, version_id: u64, question: &str) -> Value {
+    json!({
+        "idempotencyKey": format!("{key}-{}", now_ms()),
+        "subject": { "kind": "prompt", "artifactId": artifact_id, "versionId": version_id, "environment": "staging" },
+        "input": { "question": question },
+        "requirements": {
+            "executionKind": "prompt", "runtime": RUNTIME,
+            "limits": { "cpuSeconds": 60, "memoryMb": 512, "wallSeconds": 120, "outputBytes": 1_048_576 },
+            "network": { "mode": "deny_all" }, "streaming": true, "cancellation": true,
+        },
+    })
+}
+
 /// The memory check's first stranger: 90 MB (no credential) to `/session`, whose cap is
 /// 16 KiB. The answer must be `413 BODY_TOO_LARGE`; the reading after it shows what the
 /// attempt cost the Worker.
@@ -1231,16 +1245,12 @@ async fn run(args: Args) -> Res<()> {
         .await?;
     let job = bench
         .admin
-        .enqueue(&json!({
-            "idempotencyKey": format!("bench-template-{}", now_ms()),
-            "subject": { "kind": "prompt", "artifactId": artifact_id, "versionId": version_id, "environment": "staging" },
-            "input": { "question": "bench" },
-            "requirements": {
-                "executionKind": "prompt", "runtime": RUNTIME,
-                "limits": { "cpuSeconds": 60, "memoryMb": 512, "wallSeconds": 120, "outputBytes": 1_048_576 },
-                "network": { "mode": "deny_all" }, "streaming": true, "cancellation": true,
-            },
-        }))
+        .enqueue(&bench_job(
+            "bench-template",
+            &artifact_id,
+            version_id,
+            "bench",
+        ))
         .await
         .map_err(err("enqueue"))?;
     bench.template_job = job["id"].as_str().ok_or("job id")?.to_owned();
@@ -1264,16 +1274,12 @@ async fn run(args: Args) -> Res<()> {
     // The big job: enqueued alone (the template is cancelled), so its runner claims it.
     bench
         .admin
-        .enqueue(&json!({
-            "idempotencyKey": format!("bench-bundle-{}", now_ms()),
-            "subject": { "kind": "prompt", "artifactId": artifact_id, "versionId": version_id, "environment": "staging" },
-            "input": { "question": "a stream at its limit" },
-            "requirements": {
-                "executionKind": "prompt", "runtime": RUNTIME,
-                "limits": { "cpuSeconds": 60, "memoryMb": 512, "wallSeconds": 120, "outputBytes": 1_048_576 },
-                "network": { "mode": "deny_all" }, "streaming": true, "cancellation": true,
-            },
-        }))
+        .enqueue(&bench_job(
+            "bench-bundle",
+            &artifact_id,
+            version_id,
+            "a stream at its limit",
+        ))
         .await
         .map_err(err("enqueue the big job"))?;
     let big = big_bundle(&bench, args.bundle_chunks.unwrap_or(sizes.bundle_chunks)).await?;

@@ -300,25 +300,7 @@ fn a_spoiled_assignment_is_refused_and_never_run() {
         let double = Double::with_claims(vec![answer]);
         let dir = scratch();
         let marker = dir.join("ran");
-        let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
-            .args([
-                "runner",
-                "start",
-                "--exit-when-idle",
-                "--poll-interval",
-                "0.1",
-            ])
-            .args(["--log-format", "json", "--exec"])
-            .arg(format!("touch {}", marker.display()))
-            .arg("--work-dir")
-            .arg(dir.join("work"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("XDG_CONFIG_HOME", &dir)
-            .env("EVALGATE_BASE_URL", &double.url)
-            .env("EVALGATE_RUNNER_ID", RUNNER)
-            .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
-            .stdin(Stdio::null())
+        let output = runner_start(&double, &dir, &format!("touch {}", marker.display()))
             .output()
             .expect("edgerunner runs");
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -385,9 +367,11 @@ fn job_double(artifact: (u16, Value)) -> Double {
     }))
 }
 
-/// `edgerunner runner start` against `double` until idle, running `command` per job.
-fn start_runner(double: &Double, dir: &std::path::Path, command: &str, extra: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+/// `edgerunner runner start` as a bootstrap-token runner against `double`, until idle,
+/// running `command` per job in a work directory under `dir`.
+fn runner_start(double: &Double, dir: &std::path::Path, command: &str) -> Command {
+    let mut start = Command::new(env!("CARGO_BIN_EXE_edgerunner"));
+    start
         .args([
             "runner",
             "start",
@@ -398,14 +382,20 @@ fn start_runner(double: &Double, dir: &std::path::Path, command: &str, extra: &[
         .args(["--log-format", "json", "--exec", command])
         .arg("--work-dir")
         .arg(dir.join("work"))
-        .args(extra)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("XDG_CONFIG_HOME", dir)
         .env("EVALGATE_BASE_URL", &double.url)
         .env("EVALGATE_RUNNER_ID", RUNNER)
         .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    start
+}
+
+/// [`runner_start`] with `extra` arguments, expecting success; its log.
+fn start_runner(double: &Double, dir: &std::path::Path, command: &str, extra: &[&str]) -> String {
+    let output = runner_start(double, dir, command)
+        .args(extra)
         .output()
         .expect("edgerunner runs");
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -633,26 +623,8 @@ fn runner_start_refuses_a_session_for_another_organization_and_claims_nothing() 
     let double = Double::with_claims(vec![assignment(&envelope(31), &signing("k"))]);
     let dir = scratch();
     let marker = dir.join("ran");
-    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
-        .args([
-            "runner",
-            "start",
-            "--exit-when-idle",
-            "--poll-interval",
-            "0.1",
-        ])
-        .args(["--log-format", "json", "--exec"])
-        .arg(format!("touch {}", marker.display()))
-        .arg("--work-dir")
-        .arg(dir.join("work"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("XDG_CONFIG_HOME", &dir)
-        .env("EVALGATE_BASE_URL", &double.url)
-        .env("EVALGATE_RUNNER_ID", RUNNER)
-        .env("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", "erb_double")
+    let output = runner_start(&double, &dir, &format!("touch {}", marker.display()))
         .env("EVALGATE_ORGANIZATION_ID", "org_configured")
-        .stdin(Stdio::null())
         .output()
         .expect("edgerunner runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
