@@ -95,8 +95,94 @@ async fn a_body_without_a_length_is_cut_off_at_the_cap() {
     assert!(body.contains("exceeds this route's 16384 bytes"), "{body}");
 }
 
+/// `{}` padded with spaces to exactly `len` bytes: valid JSON of any size.
+fn padded(len: usize) -> String {
+    format!("{{{}}}", " ".repeat(len - 2))
+}
+
+#[tokio::test]
+async fn every_body_cap_refuses_one_byte_past_it_and_reads_a_body_at_it() {
+    let org = bootstrap_org("open-caps");
+    let admin = org.admin_key.as_str();
+    let (runner_id, token) = register_simple_runner(&org, "caps").await;
+    let credential = exchange(&runner_id, &token).await;
+    let runner = Some(credential.as_str());
+    let caps: Vec<(Method, &str, Option<&str>, usize)> = vec![
+        (Method::POST, "/api/remote-runners/session", None, 16 * 1024),
+        (
+            Method::POST,
+            "/api/remote-runners/challenge",
+            None,
+            16 * 1024,
+        ),
+        (
+            Method::POST,
+            "/api/remote-runners/heartbeat",
+            runner,
+            16 * 1024,
+        ),
+        (
+            Method::POST,
+            "/api/remote-runners/jobs/reap",
+            Some(admin),
+            16 * 1024,
+        ),
+        (Method::POST, "/api/remote-runners/claim", runner, 64 * 1024),
+        (Method::POST, "/api/remote-runners/enroll", None, 128 * 1024),
+        (
+            Method::POST,
+            "/api/remote-runners/jobs",
+            Some(admin),
+            1024 * 1024,
+        ),
+        (
+            Method::POST,
+            "/api/remote-runners/stream",
+            runner,
+            1024 * 1024,
+        ),
+        (
+            Method::PUT,
+            "/api/remote-runners/self/files/caps.txt",
+            runner,
+            256 * 1024,
+        ),
+    ];
+    for (method, path, bearer, cap) in caps {
+        let reply = send_text(method.clone(), path, bearer, &padded(cap + 1)).await;
+        assert_eq!(
+            reply.status,
+            413,
+            "{method} {path} at {} bytes: {reply:?}",
+            cap + 1
+        );
+        let code = if path.contains("/files/") {
+            "FILE_TOO_LARGE"
+        } else {
+            "BODY_TOO_LARGE"
+        };
+        reply.expect_error(413, code);
+        if code == "BODY_TOO_LARGE" {
+            assert!(
+                reply.text.contains(&format!(
+                    "declares {} bytes; this route takes at most {cap}",
+                    cap + 1
+                )),
+                "{reply:?}"
+            );
+        }
+        let at_cap = send_text(method.clone(), path, bearer, &padded(cap)).await;
+        assert_ne!(at_cap.status, 413, "{method} {path} at its cap: {at_cap:?}");
+        assert!(
+            at_cap.status < 500,
+            "{method} {path} at its cap: {at_cap:?}"
+        );
+    }
+}
+
+/// An array nested exactly `depth` levels deep.
 fn nested(depth: usize) -> String {
-    format!("{}1{}", "[".repeat(depth - 1), "]".repeat(depth - 1))
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
 }
 
 /// `{"jobId": "job_…", "payload": <depth-deep>}`: the deep part where a chunk's payload goes.
@@ -220,6 +306,15 @@ async fn every_json_route_refuses_deep_nesting_with_a_code() {
             }
         }
     }
+    // One level past the limit is refused; at the limit the body is read.
+    send_text(
+        Method::POST,
+        "/api/remote-runners/heartbeat",
+        runner,
+        &nested(65),
+    )
+    .await
+    .expect_error(400, "JSON_TOO_DEEP");
     // Nothing deep rotated the runner's token: its credential still exchanges.
     exchange(&runner_id, &token).await;
     // At the limit, a body is read as usual (and refused, if at all, for what it says).
@@ -324,6 +419,13 @@ async fn enrollment_takes_a_proof_that_the_enroller_holds_the_key() {
         .await
         .expect_error(401, "AUTHENTICATION_FAILED");
 
+    let mut long = runner.enrollment(&org.id);
+    long["signature"] = json!("A".repeat(257));
+    runner
+        .enroll_from(&address, &long)
+        .await
+        .expect_error(422, "INVALID_FIELD");
+
     let mut garbled = runner.enrollment(&org.id);
     garbled["signature"] = json!("not base64 at all");
     runner
@@ -354,6 +456,12 @@ async fn enrollment_files_are_capped_at_64_kib_in_all() {
         .enroll_from(&fresh_address(), &body)
         .await
         .expect_error(413, "ENROLL_FILES_TOO_LARGE");
+    let mut body = runner.enrollment(&org.id);
+    body["files"] = json!({ "a.txt": "x".repeat(64 * 1024 - 5) });
+    runner
+        .enroll_from(&fresh_address(), &body)
+        .await
+        .expect(201);
 }
 
 #[tokio::test]
