@@ -36,7 +36,14 @@ impl ApiError {
     pub(crate) fn violation(detail: &str) -> Self {
         match crate::store::guards::Guard::reported(detail) {
             Some(guard) => {
-                console_log!("schema guard {}: {detail}", guard.name);
+                // An expected refusal, not a failure: one line, without the driver's stack.
+                console_log!(
+                    "refused by schema guard {} ({} {}): {}",
+                    guard.name,
+                    guard.status,
+                    guard.code,
+                    first_sentence(detail)
+                );
                 Self {
                     guard: Some(guard.name),
                     ..Self::new(guard.status, guard.code, guard.message)
@@ -149,3 +156,28 @@ from_protocol_error!(
     edgerunner_protocol::keypair::KeyError,
     edgerunner_protocol::envelope::EnvelopeError,
 );
+
+/// The database's own words from a driver error's text: from its first `Error: ` to the end of
+/// that line, without the `: SQLITE_…` suffix (the whole text when it has no such shape).
+fn first_sentence(detail: &str) -> &str {
+    let from = detail
+        .find("Error: ")
+        .map_or(detail, |at| &detail[at + "Error: ".len()..]);
+    let line = from.lines().next().unwrap_or(from);
+    line.find(": SQLITE_").map_or(line, |at| &line[..at])
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::first_sentence;
+
+    #[test]
+    fn a_guard_log_line_keeps_the_database_words_only() {
+        let detail = "D1: D1Error {\n    cause: JsValue(Error: UNIQUE constraint failed: runners.fingerprint: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_UNIQUE)\n    Error: UNIQUE …\n        at D1DatabaseSessionAlwaysPrimary._sendOrThrow";
+        assert_eq!(
+            first_sentence(detail),
+            "UNIQUE constraint failed: runners.fingerprint"
+        );
+        assert_eq!(first_sentence("plain words"), "plain words");
+    }
+}

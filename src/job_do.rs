@@ -23,7 +23,7 @@ use edgerunner_protocol::envelope::{
     IdempotencyKey, JobEnvelope, JobId, JobSigning, Nonce, OrganizationId, RunnerId, Subject,
     SubjectKind,
 };
-use edgerunner_protocol::recovery::{decide, JobLease, RecoveryDecision};
+use edgerunner_protocol::recovery::{decide, decide_release, JobLease, RecoveryDecision};
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
@@ -157,6 +157,7 @@ async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<OpOutcome> {
         "complete" => complete(&op_ctx, snapshot, &body).await?,
         "cancel" => cancel(&op_ctx, snapshot, &body).await?,
         "recover" => recover(&op_ctx, snapshot, &body).await?,
+        "release" => release(&op_ctx, snapshot, &body).await?,
         _ => return Err(ApiError::internal(format!("unknown job operation {op}"))),
     };
     Ok(match op_ctx.alarm.get() {
@@ -525,7 +526,7 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<R
         )?,
         store::stmt(
             ctx.db,
-            "UPDATE job_claims SET lease_expires_at = ?2, started_at = COALESCE(started_at, ?3) WHERE id = ?1 AND state = 'active'",
+            "UPDATE job_claims SET lease_expires_at = ?2, started_at = COALESCE(started_at, ?3), last_heartbeat_at = ?3 WHERE id = ?1 AND state = 'active'",
             &[claim_id.into(), lease.into(), ctx.now.into()],
         )?,
         store::stmt(
@@ -919,6 +920,9 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
                         | guards::COMPLETION_DOES_NOT_CLOSE_STREAM
                 )
             ) {
+                if err.guard() == Some(guards::UNIQUE_COMPLETION_EVIDENCE) {
+                    return explain_attached(ctx, &job.organization_id, &attachments).await;
+                }
                 return Ok(err.into_reply());
             }
             return Err(err);
@@ -936,6 +940,65 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
         "completionId": completion_id,
         "jobState": job_state.as_str(),
     })))
+}
+
+/// A completion's evidence met another accepted completion's: say which row, and of which job,
+/// since the runner named an evaluation run and may not know the rows in it were taken.
+async fn explain_attached(
+    ctx: &OpCtx<'_>,
+    org: &str,
+    attachments: &[(&str, String)],
+) -> ApiResult<Reply> {
+    #[derive(serde::Deserialize)]
+    struct Holder {
+        evidence_kind: String,
+        evidence_id: String,
+        job_id: String,
+    }
+    let mut holders: Vec<Holder> = Vec::new();
+    // One read per bounded page of ids (attachments are ≤ 1,000 + 1 by EVIDENCE_LIMIT).
+    for page in attachments.chunks(90) {
+        let mut sql = String::from(
+            "SELECT evidence_kind, evidence_id, job_id FROM completion_evidence WHERE organization_id = ?1 AND (",
+        );
+        let mut args: Vec<store::Arg<'_>> = vec![org.into()];
+        for (i, (kind, id)) in page.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(" OR ");
+            }
+            sql.push_str(&format!(
+                "(evidence_kind = ?{} AND evidence_id = ?{})",
+                args.len() + 1,
+                args.len() + 2
+            ));
+            args.push((*kind).into());
+            args.push(id.as_str().into());
+        }
+        // The run first: when it is taken, that is the whole story.
+        sql.push_str(") ORDER BY evidence_kind = 'evaluation_run' DESC LIMIT 1");
+        let found: Vec<Holder> = store::rows_of(
+            &store::read_batch(ctx.db, vec![store::stmt(ctx.db, &sql, &args)?]).await?,
+            0,
+        )?;
+        holders.extend(found);
+        if !holders.is_empty() {
+            break;
+        }
+    }
+    let message = match holders.first() {
+        Some(h) if h.evidence_kind == "evaluation_run" => format!(
+            "evaluation run {} is already in the custody of job {}'s accepted completion; a completion names a run of its own",
+            h.evidence_id, h.job_id
+        ),
+        Some(h) => format!(
+            "{} {} is already attached to job {}'s accepted completion; each evidence row belongs to one completion",
+            h.evidence_kind.replace('_', " "),
+            h.evidence_id,
+            h.job_id
+        ),
+        None => "evidence named here is already attached to another accepted completion".to_owned(),
+    };
+    refuse(409, "EVIDENCE_ALREADY_ATTACHED", message)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1038,10 +1101,14 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
     lost.runner_id = Some(&claim.runner_id);
     lost.claim_id = Some(&claim.id);
     lost.attempt = Some(claim.dispatch_attempt);
-    lost.reason = Some("the lease expired without a heartbeat");
+    let lapse = lapse_reason(&claim, job.lease_expires_at);
+    lost.reason = Some(&lapse);
     lost.at = ctx.now;
-    let detail =
-        json!({ "decision": decision.code(), "nextAttempt": job.dispatch_attempt + 1 }).to_string();
+    let next_attempt = match decision {
+        RecoveryDecision::Requeue { next_attempt } => Some(next_attempt),
+        _ => None,
+    };
+    let detail = json!({ "decision": decision.code(), "nextAttempt": next_attempt }).to_string();
     let mut then = event(
         job,
         actor,
@@ -1085,10 +1152,14 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
             ctx.db,
             "UPDATE runners SET active_claims = active_claims - 1, \
                state = CASE WHEN state = 'active' THEN 'lost' ELSE state END, \
-               state_reason = CASE WHEN state = 'active' THEN 'a lease expired without a heartbeat' ELSE state_reason END, \
+               state_reason = CASE WHEN state = 'active' THEN ?3 ELSE state_reason END, \
                credential_generation = credential_generation + CASE WHEN state = 'active' THEN 1 ELSE 0 END, \
                updated_at = ?2 WHERE id = ?1",
-            &[claim.runner_id.as_str().into(), ctx.now.into()],
+            &[
+                claim.runner_id.as_str().into(),
+                ctx.now.into(),
+                format!("job {}: {lapse}", job.id).as_str().into(),
+            ],
         )?,
         events::insert(ctx.db, &lost)?,
         events::insert(ctx.db, &then)?,
@@ -1106,5 +1177,131 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         "state": next.as_str(),
         "lostClaimId": claim.id,
         "lostRunnerId": claim.runner_id,
+    })))
+}
+
+/// What a lapsed lease says happened: when the claim last heartbeated, or that it never did.
+fn lapse_reason(claim: &jobs::ClaimRow, lease: Option<i64>) -> String {
+    let at = |ms: i64| rfc3339(ms).unwrap_or_else(|| format!("{ms} ms"));
+    let expired = lease.map_or_else(
+        || "its lease".to_owned(),
+        |ms| format!("its lease ({})", at(ms)),
+    );
+    match (claim.last_heartbeat_at, claim.started_at) {
+        (Some(last), _) => format!(
+            "{expired} expired with no heartbeat since {} (attempt {})",
+            at(last),
+            claim.dispatch_attempt
+        ),
+        (None, Some(first)) => format!(
+            "{expired} expired; heartbeats were accepted from {} (the last one's time was not recorded)",
+            at(first)
+        ),
+        (None, None) => format!(
+            "{expired} expired before any heartbeat (claimed {}, attempt {})",
+            at(claim.issued_at),
+            claim.dispatch_attempt
+        ),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Release: the holder hands its claim back (it is stopping, or restarted and runs none of it).
+// ------------------------------------------------------------------------------------------
+
+async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+    let runner = str_field(body, "runnerId")?;
+    let claim_id = str_field(body, "claimId")?;
+    let why = str_field(body, "reason")?;
+    let claim = match held_claim(&snap, runner, claim_id) {
+        Ok(claim) => claim.clone(),
+        Err(reply) => return Ok(reply),
+    };
+    let job = &snap.job;
+    if edgerunner_protocol::recovery::lease_expired(job.lease_expires_at.unwrap_or(0), ctx.now) {
+        // Recovery owns a lapsed lease (its alarm is due): one decision per lease.
+        return refuse(
+            409,
+            "LEASE_EXPIRED",
+            "the lease lapsed before this hand-back; the job will be recovered",
+        );
+    }
+    let state = snap.state()?;
+    let attempt = u32::try_from(claim.dispatch_attempt).unwrap_or(0);
+    let Some(decision) = decide_release(state, attempt) else {
+        return Err(ApiError::internal(format!(
+            "job {} is {state} yet holds active claim {claim_id}",
+            job.id
+        )));
+    };
+    let next = decision.next_state();
+    let actor = format!("runner:{runner}");
+    let rationale = decision.reason();
+    let detail = json!({
+        "decision": decision.code(),
+        "nextAttempt": (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
+    })
+    .to_string();
+    let mut released = event(job, &actor, "job.released");
+    released.runner_id = Some(runner);
+    released.claim_id = Some(claim_id);
+    released.attempt = Some(claim.dispatch_attempt);
+    released.reason = Some(why);
+    released.detail_json = Some(&detail);
+    released.at = ctx.now;
+    let finished_at = (next == JobState::Cancelled).then_some(ctx.now);
+    let end_reason = format!("handed back: {why}");
+    let mut statements = vec![
+        store::stmt(
+            ctx.db,
+            "UPDATE job_claims SET state = 'released', ended_at = ?2, end_reason = ?3 WHERE id = ?1 AND state = 'active'",
+            &[claim_id.into(), ctx.now.into(), end_reason.as_str().into()],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET state = ?5, active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?6, \
+               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END) \
+             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?4",
+            &[
+                job.id.as_str().into(),
+                claim_id.into(),
+                claim.dispatch_attempt.into(),
+                state.as_str().into(),
+                next.as_str().into(),
+                ctx.now.into(),
+                finished_at.into(),
+                rationale.as_str().into(),
+            ],
+        )?,
+        // Capacity comes back at once; the runner's state and credential are untouched (it
+        // said what it is doing, it is not presumed dead).
+        store::stmt(
+            ctx.db,
+            "UPDATE runners SET active_claims = active_claims - 1, last_seen_at = ?2, updated_at = ?2 WHERE id = ?1",
+            &[runner.into(), ctx.now.into()],
+        )?,
+        events::insert(ctx.db, &released)?,
+    ];
+    let mut ended;
+    if next == JobState::Cancelled {
+        ended = event(job, &actor, "job.cancelled");
+        ended.attempt = Some(claim.dispatch_attempt);
+        ended.reason = Some(&rationale);
+        ended.at = ctx.now;
+        statements.push(events::insert(ctx.db, &ended)?);
+    }
+    let changed = store::batch(ctx.db, statements).await?;
+    if changed.get(..3) != Some(&[1, 1, 1][..]) {
+        return Err(ApiError::internal(format!(
+            "release batch changed {changed:?} rows"
+        )));
+    }
+    ctx.alarm.set(AlarmChange::Clear);
+    Ok(Reply::ok(json!({
+        "jobId": job.id,
+        "claimId": claim_id,
+        "decision": decision.code(),
+        "state": next.as_str(),
+        "nextAttempt": (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
     })))
 }

@@ -104,6 +104,9 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Post, ["api", "remote-runners", "enroll"]) => identity::enroll(req, &ctx).await,
         (Post, ["api", "remote-runners", "challenge"]) => identity::challenge(req, &ctx).await,
         (Get, ["api", "remote-runners", "self"]) => identity::get_self(req, &ctx).await,
+        (Get, ["api", "remote-runners", "self", "claims"]) => {
+            identity::get_self_claims(req, &ctx).await
+        }
         (Put, ["api", "remote-runners", "self", "files", name]) => {
             identity::put_self_file(req, &ctx, name).await
         }
@@ -112,6 +115,7 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Post, ["api", "remote-runners", "heartbeat"]) => routes::jobs::heartbeat(req, &ctx).await,
         (Post, ["api", "remote-runners", "stream"]) => routes::jobs::stream(req, &ctx).await,
         (Post, ["api", "remote-runners", "complete"]) => routes::jobs::complete(req, &ctx).await,
+        (Post, ["api", "remote-runners", "release"]) => routes::jobs::release(req, &ctx).await,
         (Post, ["api", "remote-runners", "jobs"]) => routes::jobs::enqueue(req, &ctx).await,
         (Post, ["api", "remote-runners", "jobs", "reap"]) => routes::jobs::reap(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs"]) => routes::jobs::list(req, &ctx).await,

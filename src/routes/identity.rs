@@ -456,6 +456,24 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     json_response(200, &caller.runner.to_json(&files)).map_err(ApiError::from)
 }
 
+/// The claims this runner holds now: what a restarted process hands back
+/// (`POST /api/remote-runners/release`), since a fresh process runs none of them.
+pub(crate) async fn get_self_claims(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let claims = runners::active_claims(
+        &ctx.db,
+        caller.organization_id(),
+        caller.runner_id(),
+        i64::from(edgerunner_protocol::capability::MAX_CONCURRENT_JOBS),
+    )
+    .await?;
+    let claims: Vec<_> = claims
+        .iter()
+        .map(runners::RunnerClaimRow::to_json)
+        .collect();
+    json_response(200, &serde_json::json!({ "claims": claims })).map_err(ApiError::from)
+}
+
 pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
     let bytes = body_bytes(&mut req, MAX_FILE_BYTES).await.map_err(|err| {

@@ -555,6 +555,26 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     reply.into_response()
 }
 
+/// The holder hands its claim back: the job is free at once and the runner is not marked lost
+/// (see `edgerunner_protocol::recovery::ReleaseDecision`).
+pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
+    refuse_unknown(&body, &["claimId", "reason"])?;
+    let claim_id = required_str(&body, "claimId", 300)?;
+    let reason = required_str(&body, "reason", 500)?;
+    let job_id = job_of_claim(claim_id)?;
+    let reply = objects::call(
+        &ctx.env,
+        JOBS,
+        job_id,
+        "release",
+        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "claimId": claim_id, "reason": reason }),
+    )
+    .await?;
+    reply.into_response()
+}
+
 pub(crate) async fn stream(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     forward_named_job(req, ctx, "stream", "chunk", "STREAM_CHUNK_MALFORMED").await
 }

@@ -382,6 +382,8 @@ pub(crate) struct ClaimRow {
     pub(crate) started_at: Option<i64>,
     pub(crate) ended_at: Option<i64>,
     pub(crate) end_reason: Option<String>,
+    #[serde(default)]
+    pub(crate) last_heartbeat_at: Option<i64>,
 }
 
 impl ClaimRow {
@@ -406,7 +408,7 @@ pub(crate) fn select_claims(db: &D1Database, job: &str) -> ApiResult<D1PreparedS
     stmt(
         db,
         "SELECT id, runner_id, dispatch_attempt, state, key_id, issued_at, expires_at, lease_expires_at, \
-           started_at, ended_at, end_reason FROM job_claims WHERE job_id = ?1 ORDER BY dispatch_attempt",
+           started_at, ended_at, end_reason, last_heartbeat_at FROM job_claims WHERE job_id = ?1 ORDER BY dispatch_attempt",
         &[job.into()],
     )
 }

@@ -200,6 +200,21 @@ pub(crate) async fn claims(
     .await
 }
 
+/// The claims the runner holds now, oldest first (at most `limit`).
+pub(crate) async fn active_claims(
+    db: &D1Database,
+    org: &str,
+    runner: &str,
+    limit: i64,
+) -> ApiResult<Vec<RunnerClaimRow>> {
+    all(
+        db,
+        include_str!("queries/runner_active_claims.sql"),
+        &[org.into(), runner.into(), limit.into()],
+    )
+    .await
+}
+
 /// Everything a new runner row needs; fields of the other identity model stay `None`.
 pub(crate) struct NewRunner<'a> {
     pub(crate) id: &'a str,

@@ -184,6 +184,77 @@ impl RecoveryDecision {
     }
 }
 
+/// What a runner's hand-back of the claim it holds does to the job (`POST …/release`).
+///
+/// A hand-back is the runner saying "I will not finish this": it is stopping (a second signal,
+/// a drain timeout) or it restarted and no longer runs the work. Unlike a lapsed lease it does
+/// not mark the runner lost, and the job is free at once instead of after the lease.
+///
+/// The released attempt is still an attempt: its number fences the old claim's late writes (the
+/// next grant is attempt *n + 1* with a new nonce), and the schema bounds attempts at
+/// [`MAX_DISPATCH_ATTEMPTS`]. So a job handed back at its last attempt ends `cancelled`, as a
+/// job whose last lease lapsed does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseDecision {
+    /// Back to the queue for attempt `next_attempt`.
+    Requeue { next_attempt: u32 },
+    /// Handed back at the last allowed attempt: the job ends `cancelled`.
+    Exhausted { attempts: u32 },
+    /// Handed back while cancellation was pending: the job ends `cancelled`, never requeued.
+    Cancel,
+}
+
+/// The hand-back decision for a job in `state` that has dispatched `dispatch_attempt` attempts;
+/// `None` when the job holds no claim (queued or finished), so there is nothing to hand back.
+pub fn decide_release(state: JobState, dispatch_attempt: u32) -> Option<ReleaseDecision> {
+    match state {
+        JobState::Claimed | JobState::Running if dispatch_attempt < MAX_DISPATCH_ATTEMPTS => {
+            Some(ReleaseDecision::Requeue {
+                next_attempt: dispatch_attempt + 1,
+            })
+        }
+        JobState::Claimed | JobState::Running => Some(ReleaseDecision::Exhausted {
+            attempts: dispatch_attempt,
+        }),
+        JobState::CancelRequested => Some(ReleaseDecision::Cancel),
+        _ => None,
+    }
+}
+
+impl ReleaseDecision {
+    /// Where the job goes.
+    pub fn next_state(&self) -> JobState {
+        match self {
+            ReleaseDecision::Requeue { .. } => JobState::Queued,
+            ReleaseDecision::Exhausted { .. } | ReleaseDecision::Cancel => JobState::Cancelled,
+        }
+    }
+
+    /// A stable name for the durable event.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ReleaseDecision::Requeue { .. } => "RELEASED_REQUEUED",
+            ReleaseDecision::Exhausted { .. } => "RELEASED_AT_LAST_ATTEMPT",
+            ReleaseDecision::Cancel => "RELEASED_AFTER_CANCEL_REQUEST",
+        }
+    }
+
+    /// The human rationale recorded with the decision.
+    pub fn reason(&self) -> String {
+        match self {
+            ReleaseDecision::Requeue { next_attempt } => format!(
+                "handed back by its runner; requeued for attempt {next_attempt} of {MAX_DISPATCH_ATTEMPTS}"
+            ),
+            ReleaseDecision::Exhausted { attempts } => format!(
+                "handed back by its runner at attempt {attempts} of {MAX_DISPATCH_ATTEMPTS}; no attempt left, cancelled"
+            ),
+            ReleaseDecision::Cancel => {
+                "handed back by its runner while cancellation was requested; cancelled".to_owned()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[cfg(target_arch = "wasm32")]
@@ -395,5 +466,28 @@ mod tests {
             decide(&lease(done, 1, Some(NOW - 1)), NOW),
             RecoveryDecision::Nothing
         );
+    }
+
+    #[test]
+    fn a_hand_back_requeues_until_the_last_attempt() {
+        for state in [JobState::Claimed, JobState::Running] {
+            assert_eq!(
+                decide_release(state, 1),
+                Some(ReleaseDecision::Requeue { next_attempt: 2 })
+            );
+            assert_eq!(
+                decide_release(state, 2),
+                Some(ReleaseDecision::Requeue { next_attempt: 3 })
+            );
+            let last = decide_release(state, 3).expect("an active job can be handed back");
+            assert_eq!(last, ReleaseDecision::Exhausted { attempts: 3 });
+            assert_eq!(last.next_state(), JobState::Cancelled);
+        }
+        let cancel = decide_release(JobState::CancelRequested, 1).expect("active");
+        assert_eq!(cancel, ReleaseDecision::Cancel);
+        assert_eq!(cancel.next_state(), JobState::Cancelled);
+        for state in JobState::ALL.into_iter().filter(|s| !s.is_active()) {
+            assert_eq!(decide_release(state, 1), None, "{state} holds no claim");
+        }
     }
 }

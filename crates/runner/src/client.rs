@@ -38,6 +38,8 @@ const CHALLENGE: &str = "/api/remote-runners/challenge";
 const CLAIM: &str = "/api/remote-runners/claim";
 const HEARTBEAT: &str = "/api/remote-runners/heartbeat";
 const STREAM: &str = "/api/remote-runners/stream";
+const RELEASE: &str = "/api/remote-runners/release";
+const SELF_CLAIMS: &str = "/api/remote-runners/self/claims";
 const COMPLETE: &str = "/api/remote-runners/complete";
 
 /// A runner's connection to the control plane. Share it as `Arc<RunnerClient>`: the session
@@ -378,6 +380,36 @@ impl RunnerClient {
         })
         .await?;
         answer.json("GET /api/remote-runners/self")
+    }
+
+    /// Hands a claim this runner holds back: the job is requeued at once (or ends, at its last
+    /// attempt), and this runner is not marked lost. Returns the job's state after it.
+    pub async fn release(&self, claim_id: &str, reason: &str) -> Result<String, ClientError> {
+        let body = json!({ "claimId": claim_id, "reason": reason });
+        let (_, answer) = retry(self.retry, ClientError::is_transient, || {
+            self.runner_request(Method::POST, RELEASE, Some(&body))
+        })
+        .await?;
+        let value = answer.json("POST /api/remote-runners/release")?;
+        Ok(value["state"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// The ids of the claims this runner's identity holds now (`GET …/self/claims`).
+    pub async fn held_claims(&self) -> Result<Vec<String>, ClientError> {
+        let (_, answer) = retry(self.retry, ClientError::is_transient, || {
+            self.runner_request(Method::GET, SELF_CLAIMS, None)
+        })
+        .await?;
+        let value = answer.json("GET /api/remote-runners/self/claims")?;
+        Ok(value["claims"]
+            .as_array()
+            .map(|claims| {
+                claims
+                    .iter()
+                    .filter_map(|c| c["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 }
 

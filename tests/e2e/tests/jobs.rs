@@ -1441,6 +1441,11 @@ async fn completion_refusals_store_nothing() {
         409,
         Some("EVIDENCE_ALREADY_ATTACHED"),
     );
+    // It says which row is taken, and by which job (the run itself, here).
+    assert!(
+        reply.text.contains(&first_job) && reply.text.contains("in the custody of"),
+        "the refusal names the job holding the run: {reply:?}"
+    );
     assert_untouched(&key, &second_job, "evidence already attached").await;
     let first_after = job(&key, &first_job).await;
     assert_eq!(

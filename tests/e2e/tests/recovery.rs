@@ -227,6 +227,14 @@ fn assert_one_loss<'a>(
     assert_eq!(next["actor"], actor, "{job}");
     assert_eq!(next["attempt"], attempt, "{job}");
     assert_eq!(next["detail"]["decision"], decision, "{job}");
+    if then == "job.requeued" {
+        assert_eq!(next["detail"]["nextAttempt"], attempt + 1, "{job}");
+    } else {
+        assert!(
+            next["detail"]["nextAttempt"].is_null(),
+            "a job that ends has no next attempt: {job}"
+        );
+    }
     assert!(next["reason"].is_string(), "{job}");
     assert_eq!(
         lost["at"], next["at"],

@@ -1,0 +1,5 @@
+-- Each claim remembers when its last heartbeat was accepted, so that a lapsed lease can say
+-- what happened ("no heartbeat since …", or "never heartbeated") instead of guessing. Written
+-- by the heartbeat's own guarded batch; NULL until the first one (claims made before this
+-- migration stay NULL and read as "no heartbeat recorded").
+ALTER TABLE job_claims ADD COLUMN last_heartbeat_at INTEGER;

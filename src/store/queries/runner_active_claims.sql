@@ -1,0 +1,7 @@
+-- The claims a runner holds now (at most its capacity, ?3 rows), oldest first: a range of
+-- job_claims_by_runner (runner_id, state, issued_at).
+SELECT id, job_id, dispatch_attempt, state, issued_at, lease_expires_at, started_at, ended_at, end_reason
+  FROM job_claims
+ WHERE runner_id = ?2 AND organization_id = ?1 AND state = 'active'
+ ORDER BY issued_at, id
+ LIMIT ?3
