@@ -5,7 +5,8 @@
 # minutes to build, land outside it, one folder per pinned version under
 # ${XDG_CACHE_HOME:-~/.cache}/edgerunner/tools (or $EDGERUNNER_TOOLS_HOME), so that every clone on
 # a machine shares them. Each install is skipped when the pinned version is already there, so a
-# second run — and a fresh clone on a machine that has run this before — is fast.
+# second run — and a fresh clone on a machine that has run this before — is fast. Compiled
+# dependencies are shared the same way (seed_target / save_target below).
 
 set -euo pipefail
 
@@ -115,6 +116,46 @@ ensure_chromium() {
     CHROMIUM_BIN="$(command -v chromium)"
   fi
   export CHROMIUM_BIN
+}
+
+# Compiled dependencies, shared by the clones on a machine: a copy of a finished run's target/
+# (without incremental state) under ${XDG_CACHE_HOME:-~/.cache}/edgerunner/target-<rustc version>
+# (or $EDGERUNNER_TARGET_CACHE). A fresh clone starts from it, so cargo rebuilds only this
+# repository's own crates, not the ~400 crates they depend on; a checkout that already has a
+# target/ is left alone. The copy is refreshed after every passing scripts/test.
+target_cache_dir() {
+  local base="${EDGERUNNER_TARGET_CACHE:-$(dirname "$TOOLS_HOME")}"
+  printf '%s/target-%s' "$base" "$(rustc -V | tr -c 'A-Za-z0-9.\n' '-' | tr -d '\n')"
+}
+
+seed_target() {
+  local cache
+  case "$TOOLS_HOME" in "$ROOT"/*) return 0 ;; esac
+  cache="$(target_cache_dir)"
+  if [ ! -e "$ROOT/target" ] && [ -d "$cache" ]; then
+    log "seeding target/ from the machine's build cache ($cache)"
+    cp -a "$cache" "$ROOT/target.seeding" && mv "$ROOT/target.seeding" "$ROOT/target" \
+      || { rm -rf "$ROOT/target.seeding"; log "could not copy the build cache; building from scratch"; }
+  fi
+}
+
+save_target() {
+  local cache tmp
+  case "$TOOLS_HOME" in "$ROOT"/*) return 0 ;; esac  # no cache outside the checkout to share
+  cache="$(target_cache_dir)"
+  mkdir -p "$(dirname "$cache")" 2>/dev/null && [ -w "$(dirname "$cache")" ] || return 0
+  tmp="$(mktemp -d "$cache.new.XXXXXX")"
+  if cp -a "$ROOT/target/." "$tmp/" && rm -rf "$tmp/panel" "$tmp/tmp" \
+     && find "$tmp" -type d -name incremental -prune -exec rm -rf {} +; then
+    ( flock 9
+      rm -rf "$cache.old"
+      if [ -d "$cache" ]; then mv "$cache" "$cache.old"; fi
+      mv "$tmp" "$cache"
+      rm -rf "$cache.old" ) 9>"$cache.lock"
+    log "saved target/ as the machine's build cache: $(du -sh "$cache" | cut -f1)"
+  else
+    rm -rf "$tmp"
+  fi
 }
 
 ensure_all() {
