@@ -37,6 +37,7 @@ const PAGE_CHUNKS: u32 = 500;
 --timeout ran out)."
 )]
 pub struct LogsArgs {
+    /// The job id (job_…); with --json, one object per log line or chunk
     pub id: String,
     /// Keep reading until the job finishes, then print the rest and exit by its outcome
     #[arg(long, short)]
