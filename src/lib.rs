@@ -163,6 +163,9 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         (Post, ["api", "releases", "artifacts"]) => {
             routes::releases::create_artifact(req, &ctx).await
         }
+        (Get, ["api", "releases", "artifacts"]) => {
+            routes::releases::list_artifacts(req, &ctx).await
+        }
         (Get, ["api", "releases", "artifacts", id]) => {
             routes::releases::get_artifact(req, &ctx, id).await
         }

@@ -297,7 +297,9 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         job: id,
     };
     // The organization's job and the page in one round trip (a reader following a running job
-    // asks every few seconds).
+    // asks every few seconds). One batch is one transaction, so the job's state is as of the
+    // page: a terminal state with `more: false` means the whole stream has been read (a
+    // completion closes its stream, and nothing is appended after it).
     let results = store::read_batch(
         &ctx.db,
         vec![
@@ -306,9 +308,10 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         ],
     )
     .await?;
-    if store::rows_of::<jobs::Found>(&results, 0)?.is_empty() {
-        return Err(ApiError::not_found("no such job"));
-    }
+    let job = store::rows_of::<jobs::Found>(&results, 0)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
     let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 1)?;
     let in_range = rows.first().map_or(0, |r| r.page_rows);
     let more = (rows.len() as i64) < in_range || in_range == limit;
@@ -329,6 +332,8 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
             "chunks": chunks,
             "cursor": format!("{}.{}", cursor.0, cursor.1),
             "more": more,
+            "state": job.state,
+            "dispatchAttempt": job.dispatch_attempt,
         }),
     )
     .map_err(ApiError::from)

@@ -1,13 +1,13 @@
 //! The release registry (artifacts, their immutable versions, promotions to an environment)
 //! and the executable targets runners are set up to serve.
 
-use edgerunner_protocol::capability::{ExecutionKind, Requirements};
+use edgerunner_protocol::capability::{ExecutionKind, Requirements, REQUIREMENTS_SHAPE};
 use edgerunner_protocol::envelope::Environment;
 use edgerunner_protocol::stable_json::{self, MAX_PORTABLE_INTEGER};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::{limit_param, optional_str, refuse_unknown, required_name, required_str};
+use super::{limit_param, optional_str, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{json_object, query_param};
@@ -115,6 +115,47 @@ pub(crate) async fn create_artifact(mut req: Request, ctx: &Ctx) -> ApiResult<Re
         created_at: ctx.now,
     };
     json_response(201, &artifact.to_json()).map_err(ApiError::from)
+}
+
+/// `GET /api/releases/artifacts?kind=&limit=&cursor=`: the organization's artifacts, newest
+/// first, keyset-paged like the runner and job lists, each with its newest version's id.
+pub(crate) async fn list_artifacts(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    let limit = limit_param(&req, 100, 1000)?;
+    let kind = match query_param(&req, "kind") {
+        None => None,
+        Some(text) => Some(ExecutionKind::parse(&text).ok_or_else(|| {
+            ApiError::unprocessable(
+                "INVALID_KIND",
+                "kind must be one of prompt, scorer, tool, workflow, agent",
+            )
+        })?),
+    };
+    let cursor = Cursor::from_query(&req)?;
+    let mut rows = releases::list_artifacts(
+        &ctx.db,
+        &caller.organization_id,
+        kind.map(ExecutionKind::as_str),
+        cursor.as_ref().map(|c| (c.at, c.id.as_str())),
+        limit + 1,
+    )
+    .await?;
+    let next_cursor = (rows.len() as i64 > limit)
+        .then(|| {
+            rows.truncate(limit as usize);
+            rows.last().map(|a| Cursor::encode(a.created_at, &a.id))
+        })
+        .flatten();
+    let artifacts: Vec<Value> = rows
+        .iter()
+        .map(releases::ArtifactListRow::to_json)
+        .collect();
+    json_response(
+        200,
+        &json!({ "artifacts": artifacts, "nextCursor": next_cursor }),
+    )
+    .map_err(ApiError::from)
 }
 
 pub(crate) async fn get_artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -292,7 +333,7 @@ pub(crate) async fn create_target(mut req: Request, ctx: &Ctx) -> ApiResult<Resp
         None | Some(Value::Null) => {
             return Err(ApiError::unprocessable(
                 "MISSING_FIELD",
-                "requirements is required",
+                format!("requirements is required: {REQUIREMENTS_SHAPE}"),
             ));
         }
         Some(value) => Requirements::parse(value)?,

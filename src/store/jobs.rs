@@ -209,19 +209,20 @@ pub(crate) struct StreamPage<'a> {
     pub(crate) job: &'a str,
 }
 
-/// Whether the organization has the job: one row ([`Found`]) or none.
+/// Whether the organization has the job, and its state and attempt: one row ([`Found`]) or
+/// none. Read in the same batch as a stream page, it is the state as of that page.
 pub(crate) fn select_found(db: &D1Database, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT 1 AS found FROM jobs WHERE id = ?2 AND organization_id = ?1",
+        "SELECT state, dispatch_attempt FROM jobs WHERE id = ?2 AND organization_id = ?1",
         &[org.into(), id.into()],
     )
 }
 
 #[derive(Deserialize)]
 pub(crate) struct Found {
-    #[allow(dead_code)] // read only to know that a row came back
-    found: i64,
+    pub(crate) state: String,
+    pub(crate) dispatch_attempt: i64,
 }
 
 /// A page of the job's stream ([`ChunkWithPayload`]s).

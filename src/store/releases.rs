@@ -79,6 +79,58 @@ pub(crate) async fn get_artifact(
     .await
 }
 
+/// An artifact in a list, with its newest version's id (`None` before its first version).
+#[derive(Deserialize)]
+pub(crate) struct ArtifactListRow {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) created_at: i64,
+    pub(crate) latest_version_id: Option<i64>,
+}
+
+impl ArtifactListRow {
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "createdAt": rfc3339(self.created_at),
+            "latestVersionId": self.latest_version_id,
+        })
+    }
+}
+
+/// A page of the organization's artifacts, newest first (`created_at`, then id, descending),
+/// after the keyset cursor `after` when given, only of `kind` when given. The newest version
+/// is read from `release_versions_by_artifact`'s end, one index probe per row.
+pub(crate) async fn list_artifacts(
+    db: &D1Database,
+    org: &str,
+    kind: Option<&str>,
+    after: Option<(i64, &str)>,
+    limit: i64,
+) -> ApiResult<Vec<ArtifactListRow>> {
+    let (after_at, after_id) = match after {
+        Some((at, id)) => (Arg::Int(at), id.into()),
+        None => (Arg::Null, Arg::Null),
+    };
+    all(
+        db,
+        "SELECT a.id, a.kind, a.name, a.created_at, \
+                (SELECT MAX(v.id) FROM release_versions AS v \
+                  WHERE v.artifact_id = a.id AND v.organization_id = a.organization_id) \
+                  AS latest_version_id \
+           FROM release_artifacts AS a \
+          WHERE a.organization_id = ?1 \
+            AND (?2 IS NULL OR a.kind = ?2) \
+            AND (?3 IS NULL OR (a.created_at, a.id) < (?3, ?4)) \
+          ORDER BY a.created_at DESC, a.id DESC LIMIT ?5",
+        &[org.into(), kind.into(), after_at, after_id, Arg::Int(limit)],
+    )
+    .await
+}
+
 // ---------------------------------------------------------------------------------------------
 // Versions
 // ---------------------------------------------------------------------------------------------

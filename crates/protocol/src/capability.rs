@@ -90,6 +90,19 @@ const REQUIREMENT_FIELDS: &[&str] = &[
     "tags",
 ];
 const LIMIT_FIELDS: &[&str] = &["cpuSeconds", "memoryMb", "wallSeconds", "outputBytes"];
+
+/// What job requirements look like, for the refusals that say what was expected (a test keeps
+/// the names here the parser's own).
+pub const REQUIREMENTS_SHAPE: &str = "{\"executionKind\": \"prompt\"|\"scorer\"|\"tool\"|\"workflow\"|\"agent\", \
+     \"runtime\": \"python3.12\", \
+     \"limits\": {\"cpuSeconds\": n, \"memoryMb\": n, \"wallSeconds\": n, \"outputBytes\": n}}, \
+     optionally with \"network\", \"streaming\", \"cancellation\", \"problemType\", \"external\", \"tags\"";
+/// The four limits a job states, each an integer from 1 to [`MAX_LIMIT`].
+const LIMITS_SHAPE: &str =
+    "{\"cpuSeconds\": n, \"memoryMb\": n, \"wallSeconds\": n, \"outputBytes\": n} \
+     (each n an integer from 1 to 9007199254740991)";
+const NETWORK_SHAPE: &str = "\"deny_all\", {\"mode\": \"deny_all\"} or \
+     {\"mode\": \"allowlist\", \"origins\": [\"https://host[:port]\", …]}";
 const NETWORK_FIELDS: &[&str] = &["mode", "origins"];
 const SERVED_TARGET_FIELDS: &[&str] = &["versionId", "contentHash"];
 
@@ -656,6 +669,9 @@ pub struct Requirements {
 impl Requirements {
     pub fn parse(value: &Value) -> Result<Requirements, CapabilityError> {
         let doc = Doc::Requirements;
+        if value.is_null() {
+            return Err(doc.error("", Problem::Missing));
+        }
         let obj = Obj::open(doc, "", value, REQUIREMENT_FIELDS)?;
         let execution_kind = obj.string("executionKind", |s| {
             ExecutionKind::parse(s).ok_or_else(|| unknown_kind(s))
@@ -1197,22 +1213,55 @@ impl fmt::Display for CapabilityError {
         } else {
             format!("{what}.{field}")
         };
+        // What was expected, after a field that is missing or of the wrong type.
+        let shape = match self {
+            CapabilityError::InvalidRequirements(_) => requirement_shape(field),
+            _ => None,
+        };
         match problem {
-            Problem::Missing => write!(f, "{subject} is required"),
-            Problem::UnknownField(allowed) => write!(
-                f,
-                "{subject} is not a known field; expected one of {}",
-                allowed.join(", ")
-            ),
-            Problem::WrongType(expected) => write!(f, "{subject} must be {expected}"),
-            Problem::OutOfRange { min, max } => {
-                write!(f, "{subject} must be an integer from {min} to {max}")
+            Problem::Missing => write!(f, "{subject} is required")?,
+            Problem::UnknownField(allowed) => {
+                return write!(
+                    f,
+                    "{subject} is not a known field; expected one of {}",
+                    allowed.join(", ")
+                )
             }
-            Problem::Empty => write!(f, "{subject} must not be empty"),
-            Problem::TooMany(max) => write!(f, "{subject} has more than {max} entries"),
-            Problem::Duplicate(value) => write!(f, "{subject} lists {value:?} more than once"),
-            Problem::Invalid(reason) => write!(f, "{subject}: {reason}"),
+            Problem::WrongType(expected) => write!(f, "{subject} must be {expected}")?,
+            Problem::OutOfRange { min, max } => {
+                return write!(f, "{subject} must be an integer from {min} to {max}")
+            }
+            Problem::Empty => write!(f, "{subject} must not be empty")?,
+            Problem::TooMany(max) => return write!(f, "{subject} has more than {max} entries"),
+            Problem::Duplicate(value) => {
+                return write!(f, "{subject} lists {value:?} more than once")
+            }
+            Problem::Invalid(reason) => return write!(f, "{subject}: {reason}"),
         }
+        match shape {
+            Some(shape) => write!(f, ": {shape}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The expected shape of a requirements field (a path as [`FieldError::field`] names it), where
+/// one helps more than the type alone; `None` for booleans and fields whose refusal says it all.
+fn requirement_shape(field: &str) -> Option<&'static str> {
+    // `tags[3]` has the shape of an entry of `tags`.
+    let field = field.split('[').next().unwrap_or(field);
+    match field {
+        "" => Some(REQUIREMENTS_SHAPE),
+        "executionKind" => Some("one of \"prompt\", \"scorer\", \"tool\", \"workflow\", \"agent\""),
+        "runtime" => Some("a runtime id such as \"python3.12\" (lowercase letters, digits and . _ + - : @ /)"),
+        "limits" => Some(LIMITS_SHAPE),
+        "limits.cpuSeconds" | "limits.memoryMb" | "limits.wallSeconds" | "limits.outputBytes" => {
+            Some("an integer from 1 to 9007199254740991; limits is {\"cpuSeconds\": n, \"memoryMb\": n, \"wallSeconds\": n, \"outputBytes\": n}")
+        }
+        "network" | "network.mode" | "network.origins" => Some(NETWORK_SHAPE),
+        "problemType" => Some("a string such as \"code/python\""),
+        "tags" => Some("[\"gpu\", …] (at most 32 tags)"),
+        _ => None,
     }
 }
 
@@ -1780,23 +1829,71 @@ mod tests {
             req["limits"].as_object_mut().unwrap().remove(*missing);
             assert_eq!(
                 req_err(req),
-                format!("requirements.limits.{missing} is required")
+                format!(
+                    "requirements.limits.{missing} is required: an integer from 1 to \
+                     9007199254740991; limits is {{\"cpuSeconds\": n, \"memoryMb\": n, \
+                     \"wallSeconds\": n, \"outputBytes\": n}}"
+                )
             );
         }
         let mut req = minimal_requirements();
         req.as_object_mut().unwrap().remove("limits");
-        assert_eq!(req_err(req), "requirements.limits is required");
+        assert_eq!(
+            req_err(req),
+            "requirements.limits is required: {\"cpuSeconds\": n, \"memoryMb\": n, \
+             \"wallSeconds\": n, \"outputBytes\": n} (each n an integer from 1 to 9007199254740991)"
+        );
+        let mut req = minimal_requirements();
+        req["limits"] = json!(60);
+        assert!(req_err(req).starts_with(
+            "requirements.limits must be an object: {\"cpuSeconds\": n, \"memoryMb\": n,"
+        ));
+    }
+
+    #[test]
+    fn missing_requirements_name_the_whole_shape_with_the_parsers_field_names() {
+        let message = req_err(Value::Null);
+        assert!(
+            message.starts_with("requirements is required: {\"executionKind\": "),
+            "{message}"
+        );
+        for field in REQUIREMENT_FIELDS.iter().chain(LIMIT_FIELDS) {
+            assert!(
+                message.contains(&format!("\"{field}\"")),
+                "{field} is not in {message}"
+            );
+        }
+        assert!(req_err(json!([])).starts_with("requirements must be an object: {"));
+        // The shape shown parses once its placeholders are filled in.
+        let filled = json!({
+            "executionKind": "prompt",
+            "runtime": "python3.12",
+            "limits": {"cpuSeconds": 1, "memoryMb": 1, "wallSeconds": 1, "outputBytes": 1},
+        });
+        assert!(Requirements::parse(&filled).is_ok());
+        let mut req = minimal_requirements();
+        req["network"] = json!({"mode": 1});
+        assert!(req_err(req)
+            .ends_with("{\"mode\": \"allowlist\", \"origins\": [\"https://host[:port]\", …]}"));
     }
 
     #[test]
     fn requirement_fields_parse_with_clear_errors() {
         let mut req = minimal_requirements();
         req.as_object_mut().unwrap().remove("runtime");
-        assert_eq!(req_err(req), "requirements.runtime is required");
+        assert_eq!(
+            req_err(req),
+            "requirements.runtime is required: a runtime id such as \"python3.12\" \
+             (lowercase letters, digits and . _ + - : @ /)"
+        );
 
         let mut req = minimal_requirements();
         req["executionKind"] = json!(["scorer"]);
-        assert_eq!(req_err(req), "requirements.executionKind must be a string");
+        assert_eq!(
+            req_err(req),
+            "requirements.executionKind must be a string: one of \"prompt\", \"scorer\", \
+             \"tool\", \"workflow\", \"agent\""
+        );
 
         let mut req = minimal_requirements();
         req["problemType"] = json!("");

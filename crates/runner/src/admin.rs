@@ -38,6 +38,22 @@ pub fn segment(text: &str) -> String {
     out
 }
 
+/// `path?key=value&…` with each present value percent-encoded; absent ones are left out.
+pub fn with_query(path: &str, params: &[(&str, Option<String>)]) -> String {
+    let mut out = path.to_owned();
+    let mut separator = '?';
+    for (key, value) in params {
+        if let Some(value) = value {
+            out.push(separator);
+            out.push_str(key);
+            out.push('=');
+            out.push_str(&segment(value));
+            separator = '&';
+        }
+    }
+    out
+}
+
 impl AdminClient {
     pub fn new(http: Http, api_key: &str) -> Result<Self, ClientError> {
         let api_key = api_key.trim();
@@ -151,11 +167,39 @@ impl AdminClient {
             .await
     }
 
-    pub async fn list_jobs(&self, limit: Option<u32>) -> Result<Value, ClientError> {
-        let path = match limit {
-            Some(limit) => format!("/api/remote-runners/jobs?limit={limit}"),
-            None => "/api/remote-runners/jobs".to_owned(),
-        };
+    /// Newest first; only jobs in `state` when given.
+    pub async fn list_jobs(
+        &self,
+        limit: Option<u32>,
+        state: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let path = with_query(
+            "/api/remote-runners/jobs",
+            &[
+                ("limit", limit.map(|l| l.to_string())),
+                ("state", state.map(str::to_owned)),
+            ],
+        );
+        self.call(Method::GET, &path, None).await
+    }
+
+    /// One page of a job's stream after the cursor `after` (`"{attempt}.{sequence}"`), only
+    /// attempt `attempt` when given: `{"chunks", "cursor", "more", "state", "dispatchAttempt"}`.
+    pub async fn stream_page(
+        &self,
+        id: &str,
+        after: &str,
+        attempt: Option<u8>,
+        limit: u32,
+    ) -> Result<Value, ClientError> {
+        let path = with_query(
+            &format!("/api/remote-runners/jobs/{}/stream", segment(id)),
+            &[
+                ("after", Some(after.to_owned())),
+                ("attempt", attempt.map(|a| a.to_string())),
+                ("limit", Some(limit.to_string())),
+            ],
+        );
         self.call(Method::GET, &path, None).await
     }
 
@@ -197,6 +241,65 @@ impl AdminClient {
             .await
     }
 
+    /// `POST /api/releases/artifacts` `{"kind", "name"}`.
+    pub async fn create_artifact(&self, kind: &str, name: &str) -> Result<Value, ClientError> {
+        let body = json!({ "kind": kind, "name": name });
+        self.call(Method::POST, "/api/releases/artifacts", Some(&body))
+            .await
+    }
+
+    /// `POST /api/releases/artifacts/{id}/versions` `{"content"}`: a new immutable version.
+    pub async fn add_version(&self, artifact: &str, content: &Value) -> Result<Value, ClientError> {
+        self.call(
+            Method::POST,
+            &format!("/api/releases/artifacts/{}/versions", segment(artifact)),
+            Some(&json!({ "content": content })),
+        )
+        .await
+    }
+
+    /// `POST /api/releases/versions/{id}/promote` `{"environment"}` (idempotent).
+    pub async fn promote(&self, version: u64, environment: &str) -> Result<Value, ClientError> {
+        self.call(
+            Method::POST,
+            &format!("/api/releases/versions/{version}/promote"),
+            Some(&json!({ "environment": environment })),
+        )
+        .await
+    }
+
+    /// An artifact with its versions, newest first (no content).
+    pub async fn artifact(&self, id: &str) -> Result<Value, ClientError> {
+        self.call(
+            Method::GET,
+            &format!("/api/releases/artifacts/{}", segment(id)),
+            None,
+        )
+        .await
+    }
+
+    /// A version with its content and promotions.
+    pub async fn version(&self, id: u64) -> Result<Value, ClientError> {
+        self.call(Method::GET, &format!("/api/releases/versions/{id}"), None)
+            .await
+    }
+
+    /// The organization's artifacts, newest first; only of `kind` when given.
+    pub async fn list_artifacts(
+        &self,
+        kind: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Value, ClientError> {
+        let path = with_query(
+            "/api/releases/artifacts",
+            &[
+                ("kind", kind.map(str::to_owned)),
+                ("limit", limit.map(|l| l.to_string())),
+            ],
+        );
+        self.call(Method::GET, &path, None).await
+    }
+
     /// `POST /api/evidence/runs` (for scripts that pre-create a job's evaluation run).
     pub async fn create_evaluation_run(&self, body: &Value) -> Result<Value, ClientError> {
         self.call(Method::POST, "/api/evidence/runs", Some(body))
@@ -213,5 +316,21 @@ mod tests {
         assert_eq!(segment("job_01-abc.x~"), "job_01-abc.x~");
         assert_eq!(segment("a/b c"), "a%2Fb%20c");
         assert_eq!(segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn queries_leave_out_absent_values_and_encode_present_ones() {
+        assert_eq!(with_query("/x", &[("a", None)]), "/x");
+        assert_eq!(
+            with_query(
+                "/x",
+                &[
+                    ("a", None),
+                    ("after", Some("1.-1".into())),
+                    ("k", Some("a b&c".into()))
+                ]
+            ),
+            "/x?after=1.-1&k=a%20b%26c"
+        );
     }
 }

@@ -5,10 +5,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::time::UnixMillis;
 use serde_json::{json, Value};
 
-use super::{json_argument, print_json, CliError};
+use super::{admin_logs, json_argument, print_json, CliError};
 use crate::admin::AdminClient;
+use crate::clock::{Clock, SystemClock};
 use crate::http::Http;
 
 #[derive(Debug, Args)]
@@ -36,9 +39,12 @@ pub enum AdminCommand {
     /// Register, list, approve, drain, activate, revoke and rotate runners
     #[command(subcommand)]
     Runners(RunnersCommand),
-    /// Enqueue, list, show and cancel jobs; fetch a job's custody bundle
+    /// Enqueue, list, show and cancel jobs; print their logs; fetch a custody bundle
     #[command(subcommand)]
     Jobs(JobsCommand),
+    /// Create artifacts, add immutable versions, promote them, show and list them
+    #[command(subcommand)]
+    Releases(ReleasesCommand),
     /// Run one bounded recovery pass over this organization's expired leases
     Reap {
         #[arg(long)]
@@ -122,9 +128,15 @@ pub enum JobsCommand {
     List {
         #[arg(long)]
         limit: Option<u32>,
+        /// Only jobs in this state (queued, claimed, running, cancel_requested, succeeded,
+        /// failed, cancelled, lost)
+        #[arg(long, value_parser = job_state)]
+        state: Option<String>,
     },
     /// Show a job with its claims, events, stream and completions
     Show { id: String },
+    /// Print a job's log lines (stdout to stdout, stderr to stderr) and trajectory events
+    Logs(admin_logs::LogsArgs),
     /// Cancel a job (running jobs are asked to stop)
     Cancel {
         id: String,
@@ -160,9 +172,73 @@ pub struct EnqueueArgs {
     /// The input snapshot (JSON, @FILE or -)
     #[arg(long)]
     pub input: String,
-    /// The requirements (JSON, @FILE or -)
+    /// The whole requirements document (JSON, @FILE or -); or build it with the flags below
+    #[arg(long, conflicts_with_all = ["runtime", "cpu_seconds", "memory_mb", "wall_seconds", "output_bytes", "network"])]
+    pub requirements: Option<String>,
+    #[command(flatten)]
+    pub flags: RequirementFlags,
+}
+
+/// Requirements as flags; the execution kind is the subject's `--kind`.
+#[derive(Debug, Args, Default)]
+pub struct RequirementFlags {
+    /// The runtime the runner must offer (e.g. python3.12)
     #[arg(long)]
-    pub requirements: String,
+    pub runtime: Option<String>,
+    /// limits.cpuSeconds
+    #[arg(long)]
+    pub cpu_seconds: Option<u64>,
+    /// limits.memoryMb
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    /// limits.wallSeconds (the runner stops the job past it)
+    #[arg(long)]
+    pub wall_seconds: Option<u64>,
+    /// limits.outputBytes (output past it is counted, not sent)
+    #[arg(long)]
+    pub output_bytes: Option<u64>,
+    /// deny_all, or an origin the job may reach (https://host[:port]; repeatable) [default: deny_all]
+    #[arg(long = "network", value_name = "deny_all|https://ORIGIN")]
+    pub network: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleasesCommand {
+    /// Create an artifact; prints its id (art_…)
+    CreateArtifact {
+        /// prompt, scorer, tool, workflow or agent
+        #[arg(long)]
+        kind: String,
+        /// Unique among the organization's artifacts of that kind
+        #[arg(long)]
+        name: String,
+    },
+    /// Add an immutable version to an artifact; prints its id (its content hash on stderr)
+    AddVersion {
+        /// The artifact id (art_…)
+        artifact: String,
+        /// The content (JSON, @FILE or -); number lexemes are kept as written (they are hashed)
+        #[arg(long)]
+        content: String,
+    },
+    /// Promote a version to an environment (promoting twice changes nothing)
+    Promote {
+        /// The version id
+        version: u64,
+        /// dev, staging or prod
+        #[arg(long, visible_alias = "to")]
+        environment: String,
+    },
+    /// Show an artifact (art_…) with its versions, or a version (its id) with its content
+    Show { id: String },
+    /// List the organization's artifacts, newest first
+    List {
+        /// Only artifacts of this kind
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -192,7 +268,12 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
     };
     match args.command {
         AdminCommand::Runners(command) => match command {
-            RunnersCommand::List => show(&admin.list_runners().await?, &render_runners),
+            RunnersCommand::List => {
+                let now = SystemClock.now().get();
+                show(&admin.list_runners().await?, &|answer| {
+                    render_runners(answer, now)
+                })
+            }
             RunnersCommand::Show { id } => show(&admin.runner(&id).await?, &render_runner),
             RunnersCommand::Register(register) => {
                 let body = registration(&register)?;
@@ -231,6 +312,10 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
         },
         AdminCommand::Jobs(command) => match command {
             JobsCommand::Enqueue(enqueue) => {
+                let requirements = match &enqueue.requirements {
+                    Some(text) => json_argument(text, "--requirements")?,
+                    None => requirements_from_flags(&enqueue.kind, &enqueue.flags)?,
+                };
                 let body = json!({
                     "idempotencyKey": enqueue.idempotency_key,
                     "subject": {
@@ -240,12 +325,16 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                         "environment": enqueue.environment,
                     },
                     "input": json_argument(&enqueue.input, "--input")?,
-                    "requirements": json_argument(&enqueue.requirements, "--requirements")?,
+                    "requirements": requirements,
                 });
                 show(&admin.enqueue(&body).await?, &render_job)
             }
-            JobsCommand::List { limit } => show(&admin.list_jobs(limit).await?, &render_jobs),
+            JobsCommand::List { limit, state } => show(
+                &admin.list_jobs(limit, state.as_deref()).await?,
+                &render_jobs,
+            ),
             JobsCommand::Show { id } => show(&admin.job(&id).await?, &render_job),
+            JobsCommand::Logs(logs) => admin_logs::run(&admin, &logs, json).await,
             JobsCommand::Cancel { id, reason } => {
                 show(&admin.cancel_job(&id, &reason).await?, &render_job)
             }
@@ -270,6 +359,7 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                 }
             }
         },
+        AdminCommand::Releases(command) => releases(&admin, command, json).await,
         AdminCommand::Reap { limit } => show(&admin.reap(limit).await?, &|report| {
             format!(
                 "examined {}, requeued {}, ended {}, unchanged {}, failed {}{}",
@@ -300,6 +390,161 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                 text(run, "id")
             })
         }
+    }
+}
+
+async fn releases(
+    admin: &AdminClient,
+    command: ReleasesCommand,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let answer = match command {
+        ReleasesCommand::CreateArtifact { kind, name } => {
+            let artifact = admin.create_artifact(&kind, &name).await?;
+            if !json {
+                // The id alone on stdout, for `ART=$(edgerunner admin releases create-artifact …)`.
+                println!("{}", text(&artifact, "id"));
+                return Ok(ExitCode::SUCCESS);
+            }
+            artifact
+        }
+        ReleasesCommand::AddVersion { artifact, content } => {
+            let content = json_argument(&content, "--content")?;
+            let version = admin.add_version(&artifact, &content).await?;
+            if !json {
+                println!("{}", text(&version, "id"));
+                eprintln!(
+                    "version {} of {}, contentHash {}",
+                    text(&version, "id"),
+                    text(&version, "artifactId"),
+                    text(&version, "contentHash")
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            version
+        }
+        ReleasesCommand::Promote {
+            version,
+            environment,
+        } => {
+            let promotion = admin.promote(version, &environment).await?;
+            if !json {
+                println!(
+                    "version {} is promoted to {} (since {})",
+                    text(&promotion, "versionId"),
+                    text(&promotion, "environment"),
+                    text(&promotion, "promotedAt")
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            promotion
+        }
+        ReleasesCommand::Show { id } => {
+            let answer = if id.starts_with("art_") {
+                admin.artifact(&id).await?
+            } else {
+                let version = id.parse::<u64>().map_err(|_| {
+                    CliError::Input(format!(
+                        "{id:?} is neither an artifact id (art_…) nor a version id (a number)"
+                    ))
+                })?;
+                admin.version(version).await?
+            };
+            if !json {
+                println!("{}", render_release(&answer));
+                return Ok(ExitCode::SUCCESS);
+            }
+            answer
+        }
+        ReleasesCommand::List { kind, limit } => {
+            let answer = admin.list_artifacts(kind.as_deref(), limit).await?;
+            if !json {
+                println!("{}", render_artifacts(&answer));
+                return Ok(ExitCode::SUCCESS);
+            }
+            answer
+        }
+    };
+    print_json(&answer)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A job state as the server names it (clap reports anything else as a usage error).
+fn job_state(text: &str) -> Result<String, String> {
+    JobState::parse(text)
+        .map(|state| state.as_str().to_owned())
+        .map_err(|_| {
+            let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            format!("{text:?} is not a job state; one of {}", states.join(", "))
+        })
+}
+
+/// The requirements document the flags state. All four limits and the runtime are needed (the
+/// server refuses a job without them); `--network` is `deny_all` or one or more origins.
+fn requirements_from_flags(kind: &str, flags: &RequirementFlags) -> Result<Value, CliError> {
+    let mut missing = Vec::new();
+    if flags.runtime.is_none() {
+        missing.push("--runtime");
+    }
+    let limits = [
+        ("cpuSeconds", "--cpu-seconds", flags.cpu_seconds),
+        ("memoryMb", "--memory-mb", flags.memory_mb),
+        ("wallSeconds", "--wall-seconds", flags.wall_seconds),
+        ("outputBytes", "--output-bytes", flags.output_bytes),
+    ];
+    let mut limit_values = serde_json::Map::new();
+    for (field, flag, value) in limits {
+        match value {
+            Some(value) => {
+                limit_values.insert(field.to_owned(), value.into());
+            }
+            None => missing.push(flag),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(CliError::Input(format!(
+            "the job's requirements: missing {} (give --runtime, --cpu-seconds, --memory-mb, \
+             --wall-seconds and --output-bytes, or the whole document with --requirements JSON|@FILE)",
+            missing.join(", ")
+        )));
+    }
+    let mut requirements = json!({
+        "executionKind": kind,
+        "runtime": flags.runtime,
+        "limits": limit_values,
+    });
+    let deny = flags.network.iter().any(|n| n == "deny_all");
+    match (deny, flags.network.len()) {
+        (_, 0) => {}
+        (true, 1) => requirements["network"] = json!({ "mode": "deny_all" }),
+        (true, _) => {
+            return Err(CliError::Input(
+                "--network deny_all allows no origin; give either deny_all or origins".into(),
+            ))
+        }
+        (false, _) => {
+            requirements["network"] = json!({ "mode": "allowlist", "origins": flags.network });
+        }
+    }
+    Ok(requirements)
+}
+
+/// How long ago `at` (RFC 3339) was: `12 s ago`, `3 min ago`, `5 h ago`, `2 d ago`; `never`
+/// when absent. A time ahead of `now` (clocks disagree) reads as `just now`.
+pub fn age(now_ms: i64, at: Option<&str>) -> String {
+    let Some(at) = at else {
+        return "never".to_owned();
+    };
+    let Ok(then) = UnixMillis::parse_rfc3339(at) else {
+        return at.to_owned();
+    };
+    let seconds = now_ms.saturating_sub(then.get()) / 1000;
+    match seconds {
+        s if s <= 0 => "just now".to_owned(),
+        s if s < 60 => format!("{s} s ago"),
+        s if s < 3_600 => format!("{} min ago", s / 60),
+        s if s < 48 * 3_600 => format!("{} h ago", s / 3_600),
+        s => format!("{} d ago", s / 86_400),
     }
 }
 
@@ -365,7 +610,7 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     out.join("\n")
 }
 
-fn render_runners(answer: &Value) -> String {
+fn render_runners(answer: &Value, now_ms: i64) -> String {
     let runners = answer["runners"].as_array().cloned().unwrap_or_default();
     if runners.is_empty() {
         return "no runners".to_owned();
@@ -377,6 +622,7 @@ fn render_runners(answer: &Value) -> String {
             "STATE",
             "MODEL",
             "ACTIVE",
+            "LAST HEARTBEAT",
             "LAST SEEN",
             "FINGERPRINT",
         ],
@@ -393,7 +639,8 @@ fn render_runners(answer: &Value) -> String {
                         text(r, "activeClaims"),
                         text(r, "maxConcurrentJobs")
                     ),
-                    text(r, "lastSeenAt"),
+                    age(now_ms, r["lastHeartbeatAt"].as_str()),
+                    age(now_ms, r["lastSeenAt"].as_str()),
                     text(r, "fingerprint"),
                 ]
             })
@@ -490,6 +737,79 @@ fn render_jobs(answer: &Value) -> String {
     )
 }
 
+fn render_artifacts(answer: &Value) -> String {
+    let artifacts = answer["artifacts"].as_array().cloned().unwrap_or_default();
+    if artifacts.is_empty() {
+        return "no artifacts".to_owned();
+    }
+    table(
+        &["ID", "KIND", "NAME", "LATEST VERSION", "CREATED"],
+        artifacts
+            .iter()
+            .map(|a| {
+                vec![
+                    text(a, "id"),
+                    text(a, "kind"),
+                    text(a, "name"),
+                    text(a, "latestVersionId"),
+                    text(a, "createdAt"),
+                ]
+            })
+            .collect(),
+    )
+}
+
+/// An artifact with its versions, or a version with its content.
+fn render_release(answer: &Value) -> String {
+    let promotions = |version: &Value| match version["promotions"].as_array() {
+        Some(list) if !list.is_empty() => list
+            .iter()
+            .map(|p| p.as_str().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "-".to_owned(),
+    };
+    if let Some(versions) = answer["versions"].as_array() {
+        let mut lines = vec![format!(
+            "artifact {} ({}) {:?} — created {}",
+            text(answer, "id"),
+            text(answer, "kind"),
+            text(answer, "name"),
+            text(answer, "createdAt")
+        )];
+        if versions.is_empty() {
+            lines.push("no versions".to_owned());
+        } else {
+            lines.push(table(
+                &["VERSION", "CONTENT HASH", "PROMOTED TO", "CREATED"],
+                versions
+                    .iter()
+                    .map(|v| {
+                        vec![
+                            text(v, "id"),
+                            text(v, "contentHash"),
+                            promotions(v),
+                            text(v, "createdAt"),
+                        ]
+                    })
+                    .collect(),
+            ));
+        }
+        return lines.join("\n");
+    }
+    let content = serde_json::to_string_pretty(&answer["content"])
+        .unwrap_or_else(|_| answer["content"].to_string());
+    format!(
+        "version {} of {} ({}) — created {}\ncontent hash    {}\npromoted to     {}\n{content}",
+        text(answer, "id"),
+        text(answer, "artifactId"),
+        text(answer, "kind"),
+        text(answer, "createdAt"),
+        text(answer, "contentHash"),
+        promotions(answer),
+    )
+}
+
 fn render_job(job: &Value) -> String {
     let mut lines = vec![format!(
         "job {} — {} (attempt {})",
@@ -568,6 +888,127 @@ mod tests {
             ],
         );
         assert_eq!(rendered, "ID     STATE\nrun_1  active\nr      lost");
+    }
+
+    fn flags() -> RequirementFlags {
+        RequirementFlags {
+            runtime: Some("python3.12".into()),
+            cpu_seconds: Some(60),
+            memory_mb: Some(512),
+            wall_seconds: Some(120),
+            output_bytes: Some(1_048_576),
+            network: vec![],
+        }
+    }
+
+    #[test]
+    fn flags_make_the_requirements_document() {
+        assert_eq!(
+            requirements_from_flags("prompt", &flags()).expect("a document"),
+            json!({
+                "executionKind": "prompt",
+                "runtime": "python3.12",
+                "limits": {"cpuSeconds": 60, "memoryMb": 512, "wallSeconds": 120, "outputBytes": 1_048_576},
+            })
+        );
+        let deny = RequirementFlags {
+            network: vec!["deny_all".into()],
+            ..flags()
+        };
+        assert_eq!(
+            requirements_from_flags("scorer", &deny).expect("a document")["network"],
+            json!({"mode": "deny_all"})
+        );
+        let origins = RequirementFlags {
+            network: vec![
+                "https://api.example.com".into(),
+                "https://b.example:8443".into(),
+            ],
+            ..flags()
+        };
+        let document = requirements_from_flags("agent", &origins).expect("a document");
+        assert_eq!(document["executionKind"], "agent");
+        assert_eq!(
+            document["network"],
+            json!({"mode": "allowlist", "origins": ["https://api.example.com", "https://b.example:8443"]})
+        );
+        // What the flags make is a document the server's parser accepts as is.
+        let parsed = edgerunner_protocol::capability::Requirements::parse(&document)
+            .expect("valid requirements");
+        assert_eq!(parsed.limits().wall_seconds(), 120);
+    }
+
+    #[test]
+    fn flag_requirements_name_every_missing_flag_and_refuse_deny_all_with_origins() {
+        let partial = RequirementFlags {
+            runtime: None,
+            memory_mb: None,
+            ..flags()
+        };
+        let message = requirements_from_flags("prompt", &partial)
+            .expect_err("incomplete")
+            .to_string();
+        assert!(
+            message.starts_with("the job's requirements: missing --runtime, --memory-mb ("),
+            "{message}"
+        );
+        let mixed = RequirementFlags {
+            network: vec!["deny_all".into(), "https://a.example".into()],
+            ..flags()
+        };
+        assert!(requirements_from_flags("prompt", &mixed)
+            .expect_err("contradiction")
+            .to_string()
+            .contains("deny_all allows no origin"));
+    }
+
+    #[test]
+    fn ages_read_in_the_largest_whole_unit() {
+        let at = "2026-01-01T00:00:00Z";
+        let then = UnixMillis::parse_rfc3339(at).expect("a time").get();
+        assert_eq!(age(then, None), "never");
+        assert_eq!(age(then + 12_400, Some(at)), "12 s ago");
+        assert_eq!(age(then + 59_999, Some(at)), "59 s ago");
+        assert_eq!(age(then + 60_000, Some(at)), "1 min ago");
+        assert_eq!(age(then + 3 * 60_000 + 59_000, Some(at)), "3 min ago");
+        assert_eq!(age(then + 5 * 3_600_000, Some(at)), "5 h ago");
+        assert_eq!(age(then + 47 * 3_600_000, Some(at)), "47 h ago");
+        assert_eq!(age(then + 3 * 86_400_000, Some(at)), "3 d ago");
+        assert_eq!(age(then + 400, Some(at)), "just now");
+        assert_eq!(age(then - 5_000, Some(at)), "just now", "a clock behind");
+        assert_eq!(age(then, Some("yesterday")), "yesterday", "shown as sent");
+    }
+
+    #[test]
+    fn runner_lists_show_heartbeat_and_contact_as_ages() {
+        let now = UnixMillis::parse_rfc3339("2026-01-01T00:10:00Z")
+            .expect("a time")
+            .get();
+        let answer = json!({"runners": [{
+            "id": "run_1", "name": "gpu-1", "state": "active", "identityModel": "bootstrap",
+            "activeClaims": 0, "maxConcurrentJobs": 2, "fingerprint": null,
+            "lastHeartbeatAt": "2026-01-01T00:09:48Z", "lastSeenAt": "2026-01-01T00:07:00Z",
+        }, {
+            "id": "run_2", "name": "idle", "state": "pending_approval", "identityModel": "keypair",
+            "activeClaims": 0, "maxConcurrentJobs": 1, "fingerprint": "SHA256:x",
+            "lastHeartbeatAt": null, "lastSeenAt": null,
+        }]});
+        let rendered = render_runners(&answer, now);
+        let lines: Vec<&str> = rendered.lines().collect();
+        assert!(lines[0].contains("LAST HEARTBEAT  LAST SEEN"), "{rendered}");
+        assert!(
+            lines[1].contains("12 s ago") && lines[1].contains("3 min ago"),
+            "{rendered}"
+        );
+        assert_eq!(lines[2].matches("never").count(), 2, "{rendered}");
+    }
+
+    #[test]
+    fn job_states_are_checked_before_asking() {
+        assert_eq!(job_state("running"), Ok("running".to_owned()));
+        assert!(job_state("done")
+            .expect_err("not a state")
+            .contains("cancel_requested"));
     }
 
     #[test]

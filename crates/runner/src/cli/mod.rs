@@ -23,6 +23,7 @@ use crate::http::ClientError;
 use crate::keyfile::KeyFileError;
 
 pub mod admin_cmd;
+pub mod admin_logs;
 pub mod json_tools;
 pub mod runner_cmd;
 pub mod verify_cmd;
@@ -292,6 +293,62 @@ mod tests {
             "a reason is required"
         );
         assert!(parse(&["admin", "jobs", "cancel", "job_1", "--reason", "stop", "--json"]).is_ok());
+        assert!(parse(&[
+            "admin",
+            "jobs",
+            "logs",
+            "job_1",
+            "--follow",
+            "--attempt",
+            "2"
+        ])
+        .is_ok());
+        assert!(parse(&["admin", "jobs", "logs", "job_1", "--attempt", "4"]).is_err());
+        assert!(parse(&["admin", "jobs", "list", "--state", "running"]).is_ok());
+        assert!(parse(&["admin", "jobs", "list", "--state", "done"]).is_err());
+        let enqueue = [
+            "admin",
+            "jobs",
+            "enqueue",
+            "--idempotency-key",
+            "k",
+            "--kind",
+            "prompt",
+            "--artifact",
+            "art_1",
+            "--version",
+            "1",
+            "--environment",
+            "dev",
+            "--input",
+            "{}",
+        ];
+        let with = |extra: &[&str]| parse(&[&enqueue[..], extra].concat());
+        assert!(with(&["--requirements", "{}"]).is_ok());
+        assert!(with(&[
+            "--runtime",
+            "python3.12",
+            "--network",
+            "https://a.example",
+            "--network",
+            "https://b.example"
+        ])
+        .is_ok());
+        assert!(
+            with(&["--requirements", "{}", "--runtime", "python3.12"]).is_err(),
+            "a document or flags, not both"
+        );
+        assert!(parse(&[
+            "admin",
+            "releases",
+            "add-version",
+            "art_1",
+            "--content",
+            "@c.json"
+        ])
+        .is_ok());
+        assert!(parse(&["admin", "releases", "promote", "7", "--to", "staging"]).is_ok());
+        assert!(parse(&["admin", "releases", "list", "--kind", "prompt"]).is_ok());
         assert!(parse(&["verify", "bundle.json", "--signing-secret", "s"]).is_ok());
     }
 
