@@ -1767,6 +1767,30 @@ class QueryPlanTests(SchemaTest):
             cursor = (rows[-1][25], rows[-1][0])  # registered_at, id
         self.assertEqual(seen, expected)
 
+    ARTIFACTS_PAGE = (QUERIES / "artifacts_page.sql").read_text()
+    RUNNER_ACTIVE_CLAIMS = (QUERIES / "runner_active_claims.sql").read_text()
+
+    def test_artifact_pages_walk_newest_first_on_the_index(self):
+        org = self.w.org()
+        for n in range(3):
+            self.w.insert("release_artifacts", {"id": f"art_{n}", "organization_id": org,
+                                                "kind": "prompt", "name": f"a{n}", "created_at": NOW + n})
+        for params in [(org, None, None, None, 2), (org, "prompt", NOW + 2, "art_2", 2)]:
+            plan = " | ".join(query_plan(self.conn, self.ARTIFACTS_PAGE, params))
+            self.assertIn("release_artifacts_page_order", plan)
+            self.assertNotIn("TEMP B-TREE", plan, "a page is a walk of the index, not a sort")
+        first = [r[0] for r in self.execute(self.ARTIFACTS_PAGE, org, None, None, None, 2)]
+        rest = [r[0] for r in self.execute(self.ARTIFACTS_PAGE, org, None, NOW + 1, "art_1", 2)]
+        self.assertEqual((first, rest), (["art_2", "art_1"], ["art_0"]))
+
+    def test_a_runners_held_claims_are_a_range_of_its_claim_index(self):
+        org = self.populate()
+        runner = self.execute("SELECT runner_id FROM job_claims WHERE state = 'active' LIMIT 1").fetchone()[0]
+        params = (org, runner, 1000)
+        self.assertUsesIndex(self.RUNNER_ACTIVE_CLAIMS, params, "job_claims_by_runner")
+        rows = self.execute(self.RUNNER_ACTIVE_CLAIMS, *params).fetchall()
+        self.assertTrue(rows and all(r[3] == "active" for r in rows), rows)
+
     def test_runner_counts_read_one_organizations_range(self):
         org, other = self.w.org(), self.w.org()
         self.w.runner(org, max_concurrent_jobs=3)

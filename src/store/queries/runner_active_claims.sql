@@ -3,5 +3,5 @@
 SELECT id, job_id, dispatch_attempt, state, issued_at, lease_expires_at, started_at, ended_at, end_reason
   FROM job_claims
  WHERE runner_id = ?2 AND organization_id = ?1 AND state = 'active'
- ORDER BY issued_at, id
+ ORDER BY issued_at
  LIMIT ?3
