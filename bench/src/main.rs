@@ -75,6 +75,9 @@ struct Args {
     /// stdout and write its figures to --json. Needs no floor route: any local server does.
     #[arg(long)]
     chatty_only: bool,
+    /// Payload bytes per log chunk for the chatty jobs (the runner's --batch-bytes).
+    #[arg(long, env = "EDGERUNNER_BENCH_BATCH_BYTES", default_value_t = BatchLimits::DEFAULT.max_bytes)]
+    batch_bytes: usize,
 }
 
 struct Sizes {
@@ -658,7 +661,13 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
 /// Scenario 7: chatty jobs through the runner itself ([`Worker`]: claim, input, heartbeat, the
 /// command, its log batched into chunks, completion), one job at a time. The runner and the
 /// jobs use their own runtime, so no other queued job is claimed.
-async fn chatty(bench: &Bench, sizes: &Sizes, artifact_id: &str, version_id: u64) -> Res<Value> {
+async fn chatty(
+    bench: &Bench,
+    sizes: &Sizes,
+    batch_bytes: usize,
+    artifact_id: &str,
+    version_id: u64,
+) -> Res<Value> {
     const CHATTY_RUNTIME: &str = "bench-chatty";
     let key = format!("bench-chatty-{}", now_ms());
     let answer = bench
@@ -703,7 +712,10 @@ async fn chatty(bench: &Bench, sizes: &Sizes, artifact_id: &str, version_id: u64
                 exit_when_idle: true,
                 work_dir: work_dir.clone(),
                 keep_work: false,
-                batch: BatchLimits::DEFAULT,
+                batch: BatchLimits {
+                    max_bytes: batch_bytes,
+                    ..BatchLimits::DEFAULT
+                },
                 evidence: EvidenceSource {
                     input_field: Some("evaluationRunId".into()),
                     api: None,
@@ -736,6 +748,7 @@ async fn chatty(bench: &Bench, sizes: &Sizes, artifact_id: &str, version_id: u64
         );
         out.push(json!({
             "what": what,
+            "batchBytes": batch_bytes,
             "command": command,
             "lines": output.lines,
             "outputBytes": output.output_bytes,
@@ -757,12 +770,13 @@ async fn chatty(bench: &Bench, sizes: &Sizes, artifact_id: &str, version_id: u64
 
 fn chatty_markdown(r: &Value) -> String {
     let mut md = String::from(
-        "\n## 7. Chatty jobs\n\nOne job at a time through the runner itself (`Worker`, as `edgerunner runner start` runs it, default batching: 64 KiB of payload per chunk, 250 ms): claim, input, heartbeat, the command, its log batched into chunks while it runs, completion. Upload: from the command's start until its last log chunk was stored; the rates divide by it. Payload is the chunks' stable JSON as the server counts it: each line costs about 30 bytes of framing (`{\"line\":…,\"stream\":\"stdout\"}`).\n\n| job | lines | output bytes | chunks | payload bytes | command s | upload s | lines/s | output MB/s | payload MB/s | whole job s | client CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n## 7. Chatty jobs\n\nOne job at a time through the runner itself (`Worker`, as `edgerunner runner start` runs it, with its default batching unless the table says otherwise: 64 KiB of payload per chunk, 250 ms): claim, input, heartbeat, the command, its log batched into chunks while it runs, completion. Upload: from the command's start until its last log chunk was stored; the rates divide by it. Payload is the chunks' stable JSON as the server counts it: each line costs about 30 bytes of framing (`{\"line\":…,\"stream\":\"stdout\"}`).\n\n| job | batch bytes | lines | output bytes | chunks | payload bytes | command s | upload s | lines/s | output MB/s | payload MB/s | whole job s | client CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for c in r["chatty"].as_array().into_iter().flatten() {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.0}% |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.0}% |\n",
             c["what"].as_str().unwrap_or(""),
+            c["batchBytes"],
             c["lines"],
             c["outputBytes"],
             c["chunks"],
@@ -1417,7 +1431,7 @@ async fn run(args: Args) -> Res<()> {
         .map_err(err("cancel template"))?;
 
     if args.chatty_only {
-        let chatty = chatty(&bench, sizes, &artifact_id, version_id).await?;
+        let chatty = chatty(&bench, sizes, args.batch_bytes, &artifact_id, version_id).await?;
         let report = json!({ "command": args.command, "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]), "loadAverage": { "start": load_start, "end": loadavg() }, "chatty": chatty });
         std::fs::write(
             &args.json,
@@ -1469,7 +1483,7 @@ async fn run(args: Args) -> Res<()> {
     memory.push(memory_reading(probe, "after 3. stream appends")?);
     let recovery = recovery(&bench, sizes.recovery).await?;
     memory.push(memory_reading(probe, "after 4. recovery")?);
-    let chatty = chatty(&bench, sizes, &artifact_id, version_id).await?;
+    let chatty = chatty(&bench, sizes, args.batch_bytes, &artifact_id, version_id).await?;
     memory.push(memory_reading(probe, "after 7. chatty jobs")?);
     let (wall, cpu) = started.end();
 

@@ -64,8 +64,9 @@ pub const EXIT_RESERVE: Reserve = Reserve {
 };
 
 /// Sealed batches that may wait for the chunk on its way before the job's output is held
-/// back: at most this many times [`BatchLimits::max_bytes`] in memory.
-pub const QUEUED_BATCHES: usize = 64;
+/// back: at most this many times [`BatchLimits::max_bytes`] of payload (16 MiB at the
+/// default), held as plain lines (less memory than their payload).
+pub const QUEUED_BATCHES: usize = 256;
 
 /// Below this many chunks left in the attempt, a chunk waits up to [`SCARCE_DELAY`] for more.
 pub const SCARCE_CHUNKS: u64 = 1_000;
@@ -222,10 +223,54 @@ impl Default for BatchLimits {
 /// `{"lines":[]}`: a log payload's bytes besides its entries and their commas.
 const FRAME_BYTES: usize = 12;
 
+/// One line as a log payload holds it: `{"line", "stream"}` and `"truncated": true` when cut.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    stream: OutputStream,
+    line: String,
+    truncated: bool,
+}
+
+impl Entry {
+    /// The bytes of this entry's stable JSON, without making it.
+    fn stable_len(&self) -> usize {
+        // {"line":…,"stream":…} and ,"truncated":true; keys sorted as stable JSON sorts them.
+        let framing = r#"{"line":,"stream":}"#.len();
+        let truncated = if self.truncated {
+            r#","truncated":true"#.len()
+        } else {
+            0
+        };
+        framing + stable_string_len(&self.line) + self.stream.as_str().len() + 2 + truncated
+    }
+
+    fn to_json(&self) -> Value {
+        let mut entry = json!({ "stream": self.stream.as_str(), "line": self.line });
+        if self.truncated {
+            entry["truncated"] = Value::Bool(true);
+        }
+        entry
+    }
+}
+
+/// The length of `text` as a stable JSON string, quotes included: the escapes of
+/// `edgerunner_protocol::stable_json` take two bytes for a quote, a backslash, `\n`, `\r`,
+/// `\t`, `\b` and `\f`, six for other control characters; every other byte is one.
+fn stable_string_len(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|byte| match byte {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
 /// Lines on their way to becoming one chunk's payload, with the payload's size.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
-    lines: Vec<Value>,
+    lines: Vec<Entry>,
     /// The stable JSON size of [`Batch::payload`].
     bytes: usize,
 }
@@ -244,7 +289,7 @@ impl Batch {
         self.bytes
     }
 
-    fn push(&mut self, entry: Value, entry_bytes: usize) {
+    fn push(&mut self, entry: Entry, entry_bytes: usize) {
         self.bytes = self.size_with(entry_bytes);
         self.lines.push(entry);
     }
@@ -274,7 +319,8 @@ impl Batch {
 
     /// `{"lines": [...]}`.
     pub fn payload(self) -> Value {
-        json!({ "lines": self.lines })
+        let lines: Vec<Value> = self.lines.iter().map(Entry::to_json).collect();
+        json!({ "lines": lines })
     }
 }
 
@@ -299,11 +345,12 @@ impl LineBatch {
     /// it: then the line starts the next batch).
     pub fn push(&mut self, line: LogLine, now: Instant) -> Option<Batch> {
         let (text, truncated) = cut(line.line, MAX_LINE_BYTES);
-        let mut entry = json!({ "stream": line.stream.as_str(), "line": text });
-        if truncated {
-            entry["truncated"] = Value::Bool(true);
-        }
-        let entry_bytes = stable_json::stable_json(&entry).len();
+        let entry = Entry {
+            stream: line.stream,
+            line: text,
+            truncated,
+        };
+        let entry_bytes = entry.stable_len();
         let overflow =
             !self.batch.is_empty() && self.batch.size_with(entry_bytes) > self.limits.max_bytes;
         let full = if overflow { self.take() } else { None };
@@ -635,6 +682,7 @@ mod tests {
             "tab\tbell\u{7}nul\u{0}",
             "été ✨ 😀",
             "\u{1f}\u{1f}\u{1f}",
+            "\u{8}\u{c}\r\n/\u{7f}\u{2028}",
         ];
         let mut batch = Batch::default();
         let mut merged = Batch::default();
@@ -655,6 +703,18 @@ mod tests {
                 merged.append(pair);
             }
         }
+        let mut long = LineBatch::new(limits(100, 1 << 20));
+        long.push(
+            LogLine {
+                stream: OutputStream::Stderr,
+                line: "\"".repeat(MAX_LINE_BYTES + 1),
+            },
+            Instant::now(),
+        );
+        let long = long.take().expect("one line");
+        let payload = long.clone().payload();
+        assert_eq!(payload["lines"][0]["truncated"], true);
+        assert_eq!(long.bytes(), stable_json::stable_json(&payload).len());
         let whole = line_batch.take().expect("all lines");
         let size = stable_json::stable_json(&whole.clone().payload()).len();
         assert_eq!(whole.bytes(), size);
