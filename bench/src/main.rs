@@ -15,9 +15,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use edgerunner::admin::AdminClient;
 use edgerunner::client::RunnerClient;
+use edgerunner::evidence::EvidenceSource;
+use edgerunner::heartbeat::HeartbeatConfig;
 use edgerunner::http::Http;
 use edgerunner::session::{BootstrapToken, Credentials};
-use edgerunner::stream::ChunkStream;
+use edgerunner::stream::{BatchLimits, ChunkStream};
+use edgerunner::workdir::RunnerWorkDir;
+use edgerunner::worker::{JobOutcome, ShutdownState, Worker, WorkerConfig};
 use edgerunner_protocol::chunk::ChunkKind;
 use edgerunner_protocol::completion::{Evidence, EvidenceId};
 use edgerunner_protocol::envelope::RunnerId;
@@ -67,6 +71,13 @@ struct Args {
     /// Chunks of 256 KiB for the big job (default: 256 in a full run, 4 with --smoke).
     #[arg(long, env = "EDGERUNNER_BENCH_BUNDLE_CHUNKS")]
     bundle_chunks: Option<usize>,
+    /// Run only scenario 7 (chatty jobs) at the run's sizes: print its Markdown section on
+    /// stdout and write its figures to --json. Needs no floor route: any local server does.
+    #[arg(long)]
+    chatty_only: bool,
+    /// Payload bytes per log chunk for the chatty jobs (the runner's --batch-bytes).
+    #[arg(long, env = "EDGERUNNER_BENCH_BATCH_BYTES", default_value_t = BatchLimits::DEFAULT.max_bytes)]
+    batch_bytes: usize,
 }
 
 struct Sizes {
@@ -77,6 +88,8 @@ struct Sizes {
     lifecycle: [(usize, usize); 3],
     stream: [(usize, usize); 3],
     recovery: usize,
+    /// Chatty jobs: (what, shell command).
+    chatty: [(&'static str, &'static str); 2],
 }
 
 const FULL: Sizes = Sizes {
@@ -86,6 +99,13 @@ const FULL: Sizes = Sizes {
     lifecycle: [(1, 20), (8, 5), (32, 2)],
     stream: [(0, 200), (4096, 100), (65536, 40)],
     recovery: 1000,
+    chatty: [
+        ("`seq 1 200000` (short lines)", "seq 1 200000"),
+        (
+            "20 MB of 100-byte lines",
+            "yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789 | head -n 198020",
+        ),
+    ],
 };
 
 const SMOKE: Sizes = Sizes {
@@ -95,6 +115,13 @@ const SMOKE: Sizes = Sizes {
     lifecycle: [(1, 2), (8, 1), (32, 1)],
     stream: [(0, 10), (4096, 5), (65536, 3)],
     recovery: 20,
+    chatty: [
+        ("`seq 1 2000` (short lines)", "seq 1 2000"),
+        (
+            "200 kB of 100-byte lines",
+            "yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789 | head -n 1980",
+        ),
+    ],
 };
 
 /// Requests in one lifecycle: session, claim, heartbeat, 10 chunks, complete.
@@ -631,6 +658,141 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
     Ok(Value::Array(out))
 }
 
+/// Scenario 7: chatty jobs through the runner itself ([`Worker`]: claim, input, heartbeat, the
+/// command, its log batched into chunks, completion), one job at a time. The runner and the
+/// jobs use their own runtime, so no other queued job is claimed.
+async fn chatty(
+    bench: &Bench,
+    sizes: &Sizes,
+    batch_bytes: usize,
+    artifact_id: &str,
+    version_id: u64,
+) -> Res<Value> {
+    const CHATTY_RUNTIME: &str = "bench-chatty";
+    let key = format!("bench-chatty-{}", now_ms());
+    let answer = bench
+        .admin
+        .register_runner(&json!({
+            "name": key,
+            "runnerKey": key,
+            "capabilities": { "executionKinds": ["prompt"], "runtimes": [CHATTY_RUNTIME] },
+            "maxConcurrentJobs": 1,
+        }))
+        .await
+        .map_err(err("register the chatty runner"))?;
+    let credentials = Credentials::Bootstrap {
+        runner_id: RunnerId::parse(answer["runner"]["id"].as_str().ok_or("runner id")?)
+            .map_err(err("runner id"))?,
+        token: BootstrapToken::new(answer["bootstrapToken"].as_str().ok_or("token")?)
+            .map_err(err("token"))?,
+    };
+    let client = bench.client(&credentials)?;
+    let work_dir = RunnerWorkDir::create_in(&std::env::temp_dir()).map_err(err("work dir"))?;
+    let runs = bench.evaluation_runs(sizes.chatty.len()).await?;
+    let mut out = Vec::new();
+    for ((what, command), run) in sizes.chatty.iter().zip(runs) {
+        let mut job = bench_job("bench-chatty", artifact_id, version_id, what);
+        job["input"]["evaluationRunId"] = match run {
+            EvidenceId::Integer(n) => json!(n),
+            EvidenceId::Text(s) => json!(s),
+        };
+        job["requirements"]["runtime"] = json!(CHATTY_RUNTIME);
+        job["requirements"]["limits"]["outputBytes"] = json!(64 * 1024 * 1024);
+        let job = bench.admin.enqueue(&job).await.map_err(err("enqueue"))?;
+        let worker = Worker::new(
+            Arc::clone(&client),
+            WorkerConfig {
+                command: (*command).to_owned(),
+                exec_dir: std::env::temp_dir(),
+                capacity: 1,
+                poll_interval: Duration::from_millis(200),
+                heartbeat: HeartbeatConfig::DEFAULT,
+                grace: Duration::from_secs(5),
+                max_jobs: Some(1),
+                exit_when_idle: true,
+                work_dir: work_dir.clone(),
+                keep_work: false,
+                batch: BatchLimits {
+                    max_bytes: batch_bytes,
+                    ..BatchLimits::DEFAULT
+                },
+                evidence: EvidenceSource {
+                    input_field: Some("evaluationRunId".into()),
+                    api: None,
+                },
+            },
+        );
+        let (_keep, shutdown) = tokio::sync::watch::channel(ShutdownState::Running);
+        let phase = Phase::start();
+        let summary = worker.run(shutdown).await;
+        let (wall, cpu) = phase.end();
+        let report = summary
+            .jobs
+            .first()
+            .ok_or("the chatty job was not claimed")?;
+        if report.job_id != job["id"].as_str().unwrap_or_default() {
+            return Err(format!(
+                "claimed {} instead of the chatty job",
+                report.job_id
+            ));
+        }
+        match &report.outcome {
+            JobOutcome::Completed { status, .. } if status.as_str() == "succeeded" => {}
+            other => return Err(format!("the chatty job {what}: {other:?}")),
+        }
+        let output = report.output.as_ref().ok_or("no output figures")?;
+        let upload = output.upload.as_secs_f64();
+        eprintln!(
+            "chatty {what}: {} lines, {} bytes in {} chunks, stored after {upload:.2} s",
+            output.lines, output.output_bytes, output.chunks
+        );
+        out.push(json!({
+            "what": what,
+            "batchBytes": batch_bytes,
+            "command": command,
+            "lines": output.lines,
+            "outputBytes": output.output_bytes,
+            "chunks": output.chunks,
+            "payloadBytes": output.payload_bytes,
+            "linesNotSent": output.lines_over_limit + output.lines_over_stream_limit,
+            "commandSeconds": round(output.command.as_secs_f64()),
+            "uploadSeconds": round(upload),
+            "linesPerSecond": round(output.lines as f64 / upload),
+            "outputBytesPerSecond": round(output.output_bytes as f64 / upload),
+            "payloadBytesPerSecond": round(output.payload_bytes as f64 / upload),
+            "jobSeconds": round(wall),
+            "clientCpu": round(cpu),
+        }));
+    }
+    work_dir.remove_if_empty();
+    Ok(Value::Array(out))
+}
+
+fn chatty_markdown(r: &Value) -> String {
+    let mut md = String::from(
+        "\n## 7. Chatty jobs\n\nOne job at a time through the runner itself (`Worker`, as `edgerunner runner start` runs it, with its default batching unless the table says otherwise: 64 KiB of payload per chunk, 250 ms): claim, input, heartbeat, the command, its log batched into chunks while it runs, completion. Upload: from the command's start until its last log chunk was stored; the rates divide by it. Payload is the chunks' stable JSON as the server counts it: each line costs about 30 bytes of framing (`{\"line\":…,\"stream\":\"stdout\"}`).\n\n| job | batch bytes | lines | output bytes | chunks | payload bytes | command s | upload s | lines/s | output MB/s | payload MB/s | whole job s | client CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for c in r["chatty"].as_array().into_iter().flatten() {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.0}% |\n",
+            c["what"].as_str().unwrap_or(""),
+            c["batchBytes"],
+            c["lines"],
+            c["outputBytes"],
+            c["chunks"],
+            c["payloadBytes"],
+            c["commandSeconds"],
+            c["uploadSeconds"],
+            c["linesPerSecond"],
+            f(&c["outputBytesPerSecond"]) / 1e6,
+            f(&c["payloadBytesPerSecond"]) / 1e6,
+            c["jobSeconds"],
+            f(&c["clientCpu"]) * 100.0
+        ));
+    }
+    md
+}
+
 /// A prompt job of the bench's one release, staged, with the runners' requirements.
 fn bench_job(key: &str, artifact_id: &str, version_id: u64, question: &str) -> Value {
     json!({
@@ -1145,6 +1307,7 @@ fn markdown(report: &Value, analysis: &str) -> String {
         r["bundle"]["wasmBytes"], r["bundle"]["wasmGzipBytes"]
     ));
     md.push_str(&memory_markdown(r));
+    md.push_str(&chatty_markdown(r));
     md.push_str(&format!(
         "\n## Claim query plan on local D1\n\n`EXPLAIN QUERY PLAN` of src/store/queries/claim_candidates.sql (literal values) through `wrangler d1 execute --local`; the run fails unless it searches `jobs_queue` and never scans `jobs`:\n\n```\n{}\n```\n",
         r["explain"]["plan"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n")).unwrap_or_default()
@@ -1267,6 +1430,17 @@ async fn run(args: Args) -> Res<()> {
         .await
         .map_err(err("cancel template"))?;
 
+    if args.chatty_only {
+        let chatty = chatty(&bench, sizes, args.batch_bytes, &artifact_id, version_id).await?;
+        let report = json!({ "command": args.command, "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]), "loadAverage": { "start": load_start, "end": loadavg() }, "chatty": chatty });
+        std::fs::write(
+            &args.json,
+            serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n",
+        )
+        .map_err(err("write json"))?;
+        print!("{}", chatty_markdown(&report));
+        return Ok(());
+    }
     let probe = args.memory_probe.as_deref();
     let mut memory = vec![memory_reading(probe, "start")?];
     let big_body = oversized_session_body(&bench).await?;
@@ -1309,6 +1483,8 @@ async fn run(args: Args) -> Res<()> {
     memory.push(memory_reading(probe, "after 3. stream appends")?);
     let recovery = recovery(&bench, sizes.recovery).await?;
     memory.push(memory_reading(probe, "after 4. recovery")?);
+    let chatty = chatty(&bench, sizes, args.batch_bytes, &artifact_id, version_id).await?;
+    memory.push(memory_reading(probe, "after 7. chatty jobs")?);
     let (wall, cpu) = started.end();
 
     let report = json!({
@@ -1318,7 +1494,7 @@ async fn run(args: Args) -> Res<()> {
         "machine": machine(),
         "versions": versions(),
         "loadAverage": { "start": load_start, "end": loadavg() },
-        "sizesNote": if args.smoke { "smoke sizes (tiny)" } else { "claim: 60 claims per depth; lifecycle: 20 at 1 runner, 40 at 8, 64 at 32; stream: 200 / 100 / 40 appends; recovery: 1,000 leases" },
+        "sizesNote": if args.smoke { "smoke sizes (tiny)" } else { "claim: 60 claims per depth; lifecycle: 20 at 1 runner, 40 at 8, 64 at 32; stream: 200 / 100 / 40 appends; recovery: 1,000 leases; chatty: `seq 1 200000` and 20 MB of 100-byte lines" },
         "wallSeconds": round(wall),
         "clientCpu": round(cpu),
         "explain": explain,
@@ -1326,6 +1502,7 @@ async fn run(args: Args) -> Res<()> {
         "lifecycle": lifecycle,
         "stream": stream,
         "recovery": recovery,
+        "chatty": chatty,
         "bigBundle": big,
         "memory": memory,
         "oversizedBody": big_body,

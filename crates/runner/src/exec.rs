@@ -1,6 +1,7 @@
 //! Running one job's command.
 //!
-//! The command runs as `sh -c '<command>'` in a process group of its own, with stdin closed
+//! The command runs as `sh -c '<command>'` in [`ExecSpec::current_dir`] (for `runner start`, the
+//! directory it was started in), in a process group of its own, with stdin closed
 //! and stdout and stderr read line by line. Stopping it — wall time exceeded, cancellation
 //! requested, claim lost, runner giving work back — always goes the same way: `SIGTERM` to
 //! the whole group, [`ExecSpec::grace`] to exit, then `SIGKILL` to the group. When the shell
@@ -30,7 +31,8 @@ pub struct ExecSpec {
     pub command: String,
     /// Added to the runner's own environment.
     pub env: Vec<(String, String)>,
-    pub workdir: PathBuf,
+    /// The command's current directory.
+    pub current_dir: PathBuf,
     /// Stop the command after this long (the job's `limits.wallSeconds`).
     pub wall_limit: Option<Duration>,
     /// How long a stopped command has between `SIGTERM` and `SIGKILL`.
@@ -111,14 +113,20 @@ pub async fn run(
         .arg("-c")
         .arg(&spec.command)
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .current_dir(&spec.workdir)
+        .current_dir(&spec.current_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|error| ExecError(format!("cannot start `sh -c {:?}`: {error}", spec.command)))?;
+        .map_err(|error| {
+            ExecError(format!(
+                "cannot start `sh -c {:?}` in {}: {error}",
+                spec.command,
+                spec.current_dir.display()
+            ))
+        })?;
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -284,7 +292,7 @@ mod tests {
         ExecSpec {
             command: command.to_owned(),
             env: vec![("GREETING".into(), "hello".into())],
-            workdir: std::env::temp_dir(),
+            current_dir: std::env::temp_dir(),
             wall_limit: None,
             grace: Duration::from_millis(300),
         }
@@ -330,6 +338,26 @@ mod tests {
         assert!(lines
             .iter()
             .any(|l| l.stream == OutputStream::Stderr && l.line == "oops"));
+    }
+
+    #[tokio::test]
+    async fn the_command_runs_in_the_given_directory_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().expect("scratch");
+        std::fs::write(dir.path().join("evaluate.sh"), "echo evaluated\n").expect("script");
+        let (_keep, stop) = watch::channel(None);
+        let mut here = spec("pwd; sh ./evaluate.sh");
+        here.current_dir = dir.path().to_owned();
+        let (outcome, lines) = collect(here, stop.clone()).await;
+        assert_eq!(outcome.exit_code, Some(0));
+        let printed: Vec<&str> = lines.iter().map(|l| l.line.as_str()).collect();
+        let canonical = dir.path().canonicalize().expect("canonical");
+        assert_eq!(printed, [canonical.to_str().expect("UTF-8"), "evaluated"]);
+
+        let mut gone = spec("true");
+        gone.current_dir = dir.path().join("missing");
+        let (tx, _rx) = mpsc::channel(1);
+        let error = run(&gone, tx, stop).await.expect_err("no such directory");
+        assert!(error.to_string().contains("missing"), "{error}");
     }
 
     #[tokio::test]

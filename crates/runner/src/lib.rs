@@ -8,19 +8,22 @@
 //!   every claim, `401` re-exchange, and retries only where a retry is safe.
 //! - [`heartbeat`]: a claim's heartbeats on their own task; cancellation and lease loss
 //!   surface through a watch channel.
-//! - [`stream`]: the claim's chunk chain kept for the caller, and batching of log lines.
-//! - [`exec`]: running one job's command in its own process group, with wall-time limit,
-//!   cancellation (terminate, grace, kill) and output capture.
+//! - [`stream`]: the claim's chunk chain kept for the caller, and log lines batched by bytes
+//!   into chunks while the next lines are read, within the attempt's stream limits.
+//! - [`exec`]: running one job's command (in a given directory) in its own process group, with
+//!   wall-time limit, cancellation (terminate, grace, kill) and output capture.
 //! - [`evidence`]: where a completion's evaluation run comes from.
 //! - [`worker`]: `edgerunner runner start`: claim up to capacity, run, stream, complete, and
 //!   drain or give back work on shutdown.
-//! - [`workdir`]: the runner's private work directory (fresh name, `0700`) and owner-only
-//!   job files that are never written through a planted link.
+//! - [`workdir`]: the runner's private work directory and each job's (fresh names from
+//!   `tempfile`, `0700`), and owner-only job files that are never written through a planted
+//!   link.
 //! - [`keyfile`], [`config`]: the runner's key (owner-only file) and configuration.
 //! - [`admin`]: the REST operations an admin uses daily, with an API key.
 //! - [`custody`]: offline verification of a job's custody bundle (`edgerunner verify`).
-//! - [`report`]: progress for a terminal, JSON lines otherwise.
-//! - [`retry`], [`clock`]: backoff, and the injectable clock.
+//! - [`report`]: the CLI's `tracing` output: human lines and a status line on a terminal, JSON
+//!   lines otherwise. The library itself only emits `tracing` events and spans.
+//! - [`retry`], [`clock`]: retry policies (on `backon`), and the injectable clock.
 //! - [`cli`]: argument parsing and the subcommands; `main.rs` only calls it.
 //!
 //! The protocol itself (hashing, envelopes, chunks, completions) lives in

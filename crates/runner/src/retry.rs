@@ -1,10 +1,15 @@
-//! Bounded exponential backoff with jitter, used only where repeating a request cannot change
-//! its meaning: exchanging a session, heartbeating, re-sending the *same* chunk or the *same*
-//! completion, reading a job's input. A claim is never retried once it may have reached the
-//! server (a lost answer would leave a second job held).
+//! When and how often a request is repeated: bounded exponential backoff with jitter, used only
+//! where repeating a request cannot change its meaning: exchanging a session, heartbeating,
+//! re-sending the *same* chunk or the *same* completion, reading a job's input. A claim is never
+//! retried once it may have reached the server (a lost answer would leave a second job held).
+//!
+//! The schedule itself is [`backon`]'s; [`RetryPolicy`] is our vocabulary for it (tries in all,
+//! first wait, longest wait), so that callers and tests name a policy without naming the crate.
 
 use std::future::Future;
 use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder, Retryable};
 
 /// How often and how patiently to repeat a safe request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,18 +42,27 @@ impl RetryPolicy {
         self.initial.saturating_mul(factor).min(self.max)
     }
 
-    /// The wait before try `attempt + 1`: "full jitter", uniformly in `[ceiling/2, ceiling]`, so
-    /// that runners that failed together do not retry together.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let ceiling = self.ceiling(attempt);
-        let half = ceiling / 2;
-        let spread = u64::try_from((ceiling - half).as_millis()).unwrap_or(u64::MAX);
-        let jitter = if spread == 0 {
-            0
-        } else {
-            random_u64() % (spread + 1)
-        };
-        half + Duration::from_millis(jitter)
+    /// The waits between tries, in order: the wait after failure `n` is uniformly in
+    /// `[ceiling(n)/2, ceiling(n))`, so that runners that failed together do not retry
+    /// together. (backon adds a jitter of up to one delay to each delay; halving both bounds
+    /// puts the result in the ceiling's upper half.)
+    pub fn backoff(&self) -> ExponentialBackoff {
+        self.schedule()
+            .with_max_times(usize::try_from(self.attempts.saturating_sub(1)).unwrap_or(usize::MAX))
+            .build()
+    }
+
+    /// [`RetryPolicy::backoff`] without an end, for a loop that waits forever between failures.
+    pub fn endless(&self) -> ExponentialBackoff {
+        self.schedule().without_max_times().build()
+    }
+
+    fn schedule(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_factor(2.0)
+            .with_min_delay(self.initial / 2)
+            .with_max_delay(self.max / 2)
+            .with_jitter()
     }
 }
 
@@ -58,37 +72,21 @@ impl Default for RetryPolicy {
     }
 }
 
-fn random_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    // Jitter only spreads retries out; without randomness every wait is the midpoint.
-    match getrandom::fill(&mut bytes) {
-        Ok(()) => u64::from_le_bytes(bytes),
-        Err(_) => 0,
-    }
-}
-
 /// Runs `op` until it succeeds, fails with an error `transient` calls permanent, or the
 /// policy's tries are spent; returns the last answer.
 pub async fn retry<T, E, F, Fut>(
     policy: RetryPolicy,
     transient: impl Fn(&E) -> bool,
-    mut op: F,
+    op: F,
 ) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    let mut attempt = 1;
-    loop {
-        match op().await {
-            Ok(value) => return Ok(value),
-            Err(error) if attempt < policy.attempts && transient(&error) => {
-                tokio::time::sleep(policy.delay(attempt)).await;
-                attempt += 1;
-            }
-            Err(error) => return Err(error),
-        }
-    }
+    let schedule = policy
+        .schedule()
+        .with_max_times(usize::try_from(policy.attempts.saturating_sub(1)).unwrap_or(usize::MAX));
+    op.retry(schedule).when(transient).await
 }
 
 #[cfg(test)]
@@ -109,11 +107,20 @@ mod tests {
         assert_eq!(policy.ceiling(4), Duration::from_millis(800));
         assert_eq!(policy.ceiling(5), Duration::from_secs(1));
         assert_eq!(policy.ceiling(60), Duration::from_secs(1));
-        for attempt in 1..8 {
-            let delay = policy.delay(attempt);
-            let ceiling = policy.ceiling(attempt);
-            assert!(delay >= ceiling / 2 && delay <= ceiling, "{delay:?}");
+        for _ in 0..20 {
+            let delays: Vec<Duration> = policy.backoff().collect();
+            assert_eq!(delays.len(), 9, "a wait between each two of the ten tries");
+            for (failure, delay) in (1..).zip(&delays) {
+                let ceiling = policy.ceiling(failure);
+                assert!(
+                    *delay >= ceiling / 2 && *delay <= ceiling,
+                    "after failure {failure}: {delay:?} outside [{:?}, {ceiling:?}]",
+                    ceiling / 2
+                );
+            }
         }
+        assert_eq!(RetryPolicy::NONE.backoff().count(), 0);
+        assert!(policy.endless().nth(1_000).is_some_and(|d| d <= policy.max));
     }
 
     #[tokio::test]

@@ -7,17 +7,34 @@
 //! chain never forks. A chunk the server refused outright was not stored, and the chain goes
 //! back to where it was before it.
 //!
-//! Log lines are grouped: a chunk carries up to [`BatchLimits::max_lines`] lines, at most
-//! [`BatchLimits::max_bytes`] of text, and waits at most [`BatchLimits::max_delay`] after its
-//! first line. A log chunk's payload is `{"lines": [{"stream": "stdout"|"stderr", "line"}]}`;
-//! a line longer than [`MAX_LINE_BYTES`] is cut there and marked `"truncated": true`.
+//! Log lines are grouped: a chunk carries up to [`BatchLimits::max_lines`] lines and
+//! [`BatchLimits::max_bytes`] of payload (its stable JSON, as the server counts it), and waits
+//! at most [`BatchLimits::max_delay`] after its first line. A log chunk's payload is
+//! `{"lines": [{"stream": "stdout"|"stderr", "line"}]}`; a line longer than [`MAX_LINE_BYTES`]
+//! is cut there and marked `"truncated": true`.
+//!
+//! [`pump_lines`] batches and sends at the same time: while one chunk is on its way (the chain
+//! is sequential, so one at a time), the next lines keep being read and batched, and whatever
+//! is waiting when the send returns goes out as one chunk, up to the byte bound. A chatty job
+//! therefore fills its chunks and is not held back by its own logs, until
+//! [`QUEUED_BATCHES`] full batches wait; only then does its pipe fill and the job wait too,
+//! which bounds the runner's memory.
+//!
+//! The attempt's stream has server-side limits (10,000 chunks, 64 MiB of payload). The pump
+//! keeps room for the closing `exited` chunk ([`EXIT_RESERVE`]): lines that would not fit are
+//! counted, not sent, so the job still ends with its exit record and completes normally. Near
+//! the chunk limit, batches wait longer ([`SCARCE_DELAY`]) so that slow output does not spend
+//! the last chunks one line at a time.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use edgerunner_protocol::chunk::{ChunkIdentity, ChunkKind, ChunkWriter, StreamChunk};
-use edgerunner_protocol::stable_json::Sha256Hex;
+use edgerunner_protocol::chunk::{
+    ChunkIdentity, ChunkKind, ChunkWriter, StreamChunk, MAX_CHUNKS_PER_ATTEMPT,
+    MAX_STREAM_BYTES_PER_ATTEMPT,
+};
+use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -29,13 +46,41 @@ use crate::http::ClientError;
 /// The longest line kept whole, in bytes.
 pub const MAX_LINE_BYTES: usize = 16 * 1024;
 
+/// The server's limit on one chunk's payload (docs/API.md, "Per-job storage limits").
+pub const SERVER_MAX_CHUNK_BYTES: usize = 256 * 1024;
+
+/// What a stream keeps free for the chunks that close it (the `exited` record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reserve {
+    pub chunks: u64,
+    pub bytes: u64,
+}
+
+/// Room for the `exited` chunk, whose payload is a few hundred bytes (more only with a long
+/// cancellation reason).
+pub const EXIT_RESERVE: Reserve = Reserve {
+    chunks: 1,
+    bytes: 16 * 1024,
+};
+
+/// Sealed batches that may wait for the chunk on its way before the job's output is held
+/// back: at most this many times [`BatchLimits::max_bytes`] of payload (16 MiB at the
+/// default), held as plain lines (less memory than their payload).
+pub const QUEUED_BATCHES: usize = 256;
+
+/// Below this many chunks left in the attempt, a chunk waits up to [`SCARCE_DELAY`] for more.
+pub const SCARCE_CHUNKS: u64 = 1_000;
+pub const SCARCE_DELAY: Duration = Duration::from_secs(5);
+
 /// The chain of one claim, as this runner has sent it.
 pub struct ChunkStream {
     client: Arc<RunnerClient>,
     writer: ChunkWriter,
-    /// Chunks made but not known to be stored, oldest first, each with the chain as it was
-    /// before it.
-    queue: VecDeque<(StreamChunk, ChunkWriter)>,
+    /// Payload bytes (stable JSON) of the chain so far, as the server counts them.
+    bytes: u64,
+    /// Chunks made but not known to be stored, oldest first, each with the chain (and its
+    /// byte count) as it was before it.
+    queue: VecDeque<(StreamChunk, ChunkWriter, u64)>,
 }
 
 impl ChunkStream {
@@ -43,6 +88,7 @@ impl ChunkStream {
         Self {
             client,
             writer: ChunkWriter::new(identity),
+            bytes: 0,
             queue: VecDeque::new(),
         }
     }
@@ -56,17 +102,19 @@ impl ChunkStream {
         kind: ChunkKind,
         payload: Value,
     ) -> Result<Sha256Hex, ClientError> {
-        let before = self.writer.clone();
+        let before = (self.writer.clone(), self.bytes);
+        let size = stable_json::stable_json(&payload).len() as u64;
         let chunk = self.writer.next(kind, payload, timestamp_now());
         let checksum = chunk.checksum.clone();
-        self.queue.push_back((chunk, before));
+        self.bytes += size;
+        self.queue.push_back((chunk, before.0, before.1));
         self.flush().await?;
         Ok(checksum)
     }
 
     /// Sends the chunks whose fate is unknown, again, byte for byte.
     pub async fn flush(&mut self) -> Result<(), ClientError> {
-        while let Some((chunk, before)) = self.queue.front() {
+        while let Some((chunk, before, bytes_before)) = self.queue.front() {
             match self.client.stream(chunk).await {
                 Ok(_) => {
                     self.queue.pop_front();
@@ -74,6 +122,7 @@ impl ChunkStream {
                 Err(error) if error.is_transient() => return Err(error),
                 Err(error) => {
                     self.writer = before.clone();
+                    self.bytes = *bytes_before;
                     self.queue.clear();
                     return Err(error);
                 }
@@ -100,6 +149,22 @@ impl ChunkStream {
     /// Chunks whose fate is still unknown.
     pub fn unsettled(&self) -> usize {
         self.queue.len()
+    }
+
+    /// Payload bytes in the chain so far (stable JSON, as the server counts them).
+    pub fn payload_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Chunks the attempt may still hold.
+    pub fn chunks_left(&self) -> u64 {
+        MAX_CHUNKS_PER_ATTEMPT.saturating_sub(self.len())
+    }
+
+    /// Whether a chunk of `payload_bytes` fits within the attempt's limits with `reserve` left.
+    pub fn has_room(&self, payload_bytes: usize, reserve: Reserve) -> bool {
+        self.chunks_left() > reserve.chunks
+            && self.bytes + payload_bytes as u64 + reserve.bytes <= MAX_STREAM_BYTES_PER_ATTEMPT
     }
 }
 
@@ -130,16 +195,23 @@ pub struct LogLine {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchLimits {
     pub max_lines: usize,
+    /// Payload bytes (stable JSON) per chunk; one line alone may exceed it (a line is cut at
+    /// [`MAX_LINE_BYTES`], so its entry stays far below [`SERVER_MAX_CHUNK_BYTES`]).
     pub max_bytes: usize,
     pub max_delay: Duration,
 }
 
 impl BatchLimits {
     pub const DEFAULT: Self = Self {
-        max_lines: 50,
+        max_lines: 10_000,
         max_bytes: 64 * 1024,
         max_delay: Duration::from_millis(250),
     };
+
+    /// The largest `max_bytes` allowed, a quarter under [`SERVER_MAX_CHUNK_BYTES`]. (A batch
+    /// is larger than `max_bytes` only when one line alone is: at most [`MAX_LINE_BYTES`] of
+    /// text, six times that once every byte is escaped, still under the server's limit.)
+    pub const MAX_BYTES: usize = 192 * 1024;
 }
 
 impl Default for BatchLimits {
@@ -148,12 +220,115 @@ impl Default for BatchLimits {
     }
 }
 
+/// `{"lines":[]}`: a log payload's bytes besides its entries and their commas.
+const FRAME_BYTES: usize = 12;
+
+/// One line as a log payload holds it: `{"line", "stream"}` and `"truncated": true` when cut.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    stream: OutputStream,
+    line: String,
+    truncated: bool,
+}
+
+impl Entry {
+    /// The bytes of this entry's stable JSON, without making it.
+    fn stable_len(&self) -> usize {
+        // {"line":…,"stream":…} and ,"truncated":true; keys sorted as stable JSON sorts them.
+        let framing = r#"{"line":,"stream":}"#.len();
+        let truncated = if self.truncated {
+            r#","truncated":true"#.len()
+        } else {
+            0
+        };
+        framing + stable_string_len(&self.line) + self.stream.as_str().len() + 2 + truncated
+    }
+
+    fn to_json(&self) -> Value {
+        let mut entry = json!({ "stream": self.stream.as_str(), "line": self.line });
+        if self.truncated {
+            entry["truncated"] = Value::Bool(true);
+        }
+        entry
+    }
+}
+
+/// The length of `text` as a stable JSON string, quotes included: the escapes of
+/// `edgerunner_protocol::stable_json` take two bytes for a quote, a backslash, `\n`, `\r`,
+/// `\t`, `\b` and `\f`, six for other control characters; every other byte is one.
+fn stable_string_len(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|byte| match byte {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
+/// Lines on their way to becoming one chunk's payload, with the payload's size.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Batch {
+    lines: Vec<Entry>,
+    /// The stable JSON size of [`Batch::payload`].
+    bytes: usize,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The stable JSON size of the payload this batch makes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn push(&mut self, entry: Entry, entry_bytes: usize) {
+        self.bytes = self.size_with(entry_bytes);
+        self.lines.push(entry);
+    }
+
+    /// The payload's size once an entry of `entry_bytes` is added.
+    fn size_with(&self, entry_bytes: usize) -> usize {
+        if self.lines.is_empty() {
+            FRAME_BYTES + entry_bytes
+        } else {
+            self.bytes + 1 + entry_bytes
+        }
+    }
+
+    /// The payload's size once `other` is appended.
+    fn size_with_batch(&self, other: &Batch) -> usize {
+        match (self.is_empty(), other.is_empty()) {
+            (true, _) => other.bytes,
+            (_, true) => self.bytes,
+            _ => self.bytes + 1 + other.bytes - FRAME_BYTES,
+        }
+    }
+
+    fn append(&mut self, other: Batch) {
+        self.bytes = self.size_with_batch(&other);
+        self.lines.extend(other.lines);
+    }
+
+    /// `{"lines": [...]}`.
+    pub fn payload(self) -> Value {
+        let lines: Vec<Value> = self.lines.iter().map(Entry::to_json).collect();
+        json!({ "lines": lines })
+    }
+}
+
 /// Lines waiting to become one chunk.
 #[derive(Debug)]
 pub struct LineBatch {
     limits: BatchLimits,
-    lines: Vec<Value>,
-    bytes: usize,
+    batch: Batch,
     first_at: Option<Instant>,
 }
 
@@ -161,35 +336,33 @@ impl LineBatch {
     pub fn new(limits: BatchLimits) -> Self {
         Self {
             limits,
-            lines: Vec::new(),
-            bytes: 0,
+            batch: Batch::default(),
             first_at: None,
         }
     }
 
-    /// Adds a line; returns a full batch's payload when this line filled it.
-    pub fn push(&mut self, line: LogLine, now: Instant) -> Option<Value> {
+    /// Adds a line; returns a full batch when this line filled it (or would have overfilled
+    /// it: then the line starts the next batch).
+    pub fn push(&mut self, line: LogLine, now: Instant) -> Option<Batch> {
         let (text, truncated) = cut(line.line, MAX_LINE_BYTES);
-        if self.bytes + text.len() > self.limits.max_bytes && !self.lines.is_empty() {
-            let full = self.take();
-            self.add(line.stream, text, truncated, now);
+        let entry = Entry {
+            stream: line.stream,
+            line: text,
+            truncated,
+        };
+        let entry_bytes = entry.stable_len();
+        let overflow =
+            !self.batch.is_empty() && self.batch.size_with(entry_bytes) > self.limits.max_bytes;
+        let full = if overflow { self.take() } else { None };
+        self.batch.push(entry, entry_bytes);
+        self.first_at.get_or_insert(now);
+        if full.is_some() {
             return full;
         }
-        self.add(line.stream, text, truncated, now);
-        if self.lines.len() >= self.limits.max_lines || self.bytes >= self.limits.max_bytes {
+        if self.batch.len() >= self.limits.max_lines || self.batch.bytes >= self.limits.max_bytes {
             return self.take();
         }
         None
-    }
-
-    fn add(&mut self, stream: OutputStream, text: String, truncated: bool, now: Instant) {
-        self.bytes += text.len();
-        let mut entry = json!({ "stream": stream.as_str(), "line": text });
-        if truncated {
-            entry["truncated"] = Value::Bool(true);
-        }
-        self.lines.push(entry);
-        self.first_at.get_or_insert(now);
     }
 
     /// When the batch must be sent even if it is not full.
@@ -197,14 +370,13 @@ impl LineBatch {
         self.first_at.map(|at| at + self.limits.max_delay)
     }
 
-    /// The batch's payload, emptying it; `None` when empty.
-    pub fn take(&mut self) -> Option<Value> {
-        if self.lines.is_empty() {
+    /// The batch, emptying it; `None` when empty.
+    pub fn take(&mut self) -> Option<Batch> {
+        if self.batch.is_empty() {
             return None;
         }
-        self.bytes = 0;
         self.first_at = None;
-        Some(json!({ "lines": std::mem::take(&mut self.lines) }))
+        Some(std::mem::take(&mut self.batch))
     }
 }
 
@@ -228,8 +400,15 @@ pub struct PumpReport {
     pub lines_sent: u64,
     /// Lines not forwarded because the job's `outputBytes` limit was reached.
     pub lines_over_limit: u64,
+    /// Lines not sent because the attempt's stream was full (its chunk or byte limit, less
+    /// the room kept for the `exited` chunk).
+    pub lines_over_stream_limit: u64,
     /// Lines in chunks the server refused or that could not be sent.
     pub lines_lost: u64,
+    /// Log chunks sent (stored, or kept to be sent again).
+    pub chunks: u64,
+    /// Their payload bytes (stable JSON).
+    pub payload_bytes: u64,
     /// The first refusal, if any; after a refusal that means the claim is gone, nothing more
     /// is sent.
     pub error: Option<ClientError>,
@@ -237,39 +416,62 @@ pub struct PumpReport {
 
 /// Forwards lines from `lines` to `stream` in batches until the channel closes, then sends
 /// what is left. Output beyond `output_limit` bytes is counted, not sent. Never stops reading
-/// (a full pipe would block the job), even once sending has failed.
+/// while batches can wait (a full pipe would block the job), even once sending has failed.
 pub async fn pump_lines(
     stream: &mut ChunkStream,
-    mut lines: mpsc::Receiver<LogLine>,
+    lines: mpsc::Receiver<LogLine>,
     limits: BatchLimits,
     output_limit: Option<u64>,
 ) -> PumpReport {
-    let mut report = PumpReport::default();
+    let (sealed, queued) = mpsc::channel(QUEUED_BATCHES);
+    let (over_limit, mut report) = tokio::join!(
+        batch_lines(lines, limits, output_limit, sealed),
+        send_batches(stream, queued, limits),
+    );
+    report.lines_over_limit = over_limit;
+    report
+}
+
+/// Seals batches from `lines` into `sealed`; returns the lines over `output_limit`.
+async fn batch_lines(
+    mut lines: mpsc::Receiver<LogLine>,
+    limits: BatchLimits,
+    output_limit: Option<u64>,
+    sealed: mpsc::Sender<Batch>,
+) -> u64 {
     let mut batch = LineBatch::new(limits);
     let mut forwarded: u64 = 0;
+    let mut over_limit: u64 = 0;
     let mut open = true;
     while open {
         let full = match batch.deadline() {
             Some(deadline) => tokio::select! {
                 line = lines.recv() => match line {
-                    Some(line) => admit(&mut batch, line, &mut forwarded, output_limit, &mut report),
+                    Some(line) => admit(&mut batch, line, &mut forwarded, output_limit, &mut over_limit),
                     None => { open = false; batch.take() }
                 },
                 () = tokio::time::sleep_until(deadline) => batch.take(),
             },
             None => match lines.recv().await {
-                Some(line) => admit(&mut batch, line, &mut forwarded, output_limit, &mut report),
+                Some(line) => admit(
+                    &mut batch,
+                    line,
+                    &mut forwarded,
+                    output_limit,
+                    &mut over_limit,
+                ),
                 None => {
                     open = false;
                     batch.take()
                 }
             },
         };
-        if let Some(payload) = full {
-            send_batch(stream, payload, &mut report).await;
+        if let Some(full) = full {
+            // The sender ends only with this function, which holds `sealed`: it cannot be gone.
+            let _ = sealed.send(full).await;
         }
     }
-    report
+    over_limit
 }
 
 fn admit(
@@ -277,41 +479,164 @@ fn admit(
     line: LogLine,
     forwarded: &mut u64,
     output_limit: Option<u64>,
-    report: &mut PumpReport,
-) -> Option<Value> {
+    over_limit: &mut u64,
+) -> Option<Batch> {
     let size = line.line.len() as u64 + 1;
     if output_limit.is_some_and(|limit| *forwarded + size > limit) {
-        report.lines_over_limit += 1;
+        *over_limit += 1;
         return None;
     }
     *forwarded += size;
     batch.push(line, Instant::now())
 }
 
-async fn send_batch(stream: &mut ChunkStream, payload: Value, report: &mut PumpReport) {
-    let count = payload["lines"].as_array().map_or(0, Vec::len) as u64;
-    if report
-        .error
-        .as_ref()
-        .is_some_and(crate::heartbeat::is_claim_lost)
-    {
-        report.lines_lost += count;
-        return;
-    }
-    match stream.send(ChunkKind::Log, payload).await {
-        Ok(_) => report.lines_sent += count,
-        // Kept by the stream and sent again before the next chunk or the completion.
-        Err(error) if error.is_transient() => report.lines_sent += count,
-        Err(error) => {
-            report.lines_lost += count;
-            report.error.get_or_insert(error);
+/// Sends the sealed batches in order, one chunk at a time; the batches that queued while a
+/// chunk was on its way go out together, within `limits`' lines and bytes.
+async fn send_batches(
+    stream: &mut ChunkStream,
+    mut queued: mpsc::Receiver<Batch>,
+    limits: BatchLimits,
+) -> PumpReport {
+    let mut report = PumpReport::default();
+    let mut carried: Option<Batch> = None;
+    let mut full = false;
+    loop {
+        let mut batch = match carried.take() {
+            Some(batch) => batch,
+            None => match queued.recv().await {
+                Some(batch) => batch,
+                None => break,
+            },
+        };
+        let gather_until =
+            (stream.chunks_left() <= SCARCE_CHUNKS).then(|| Instant::now() + SCARCE_DELAY);
+        loop {
+            let next = match gather_until {
+                None => queued.try_recv().ok(),
+                Some(until) => tokio::time::timeout_at(until, queued.recv())
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            let Some(next) = next else { break };
+            if batch.size_with_batch(&next) > limits.max_bytes
+                || batch.len() + next.len() > limits.max_lines
+            {
+                carried = Some(next);
+                break;
+            }
+            batch.append(next);
         }
+        let lines = batch.len() as u64;
+        if full || !stream.has_room(batch.bytes(), EXIT_RESERVE) {
+            full = true;
+            report.lines_over_stream_limit += lines;
+            continue;
+        }
+        if report
+            .error
+            .as_ref()
+            .is_some_and(crate::heartbeat::is_claim_lost)
+        {
+            report.lines_lost += lines;
+            continue;
+        }
+        let bytes = batch.bytes() as u64;
+        match stream.send(ChunkKind::Log, batch.payload()).await {
+            Ok(_) => {}
+            // Kept by the stream and sent again before the next chunk or the completion.
+            Err(error) if error.is_transient() => {}
+            Err(error) => {
+                if is_stream_full(&error) {
+                    full = true;
+                    report.lines_over_stream_limit += lines;
+                } else {
+                    report.lines_lost += lines;
+                }
+                report.error.get_or_insert(error);
+                continue;
+            }
+        }
+        report.lines_sent += lines;
+        report.chunks += 1;
+        report.payload_bytes += bytes;
     }
+    report
+}
+
+/// Whether the server refused a chunk because the attempt's stream holds all it may.
+fn is_stream_full(error: &ClientError) -> bool {
+    matches!(
+        error.code(),
+        Some("STREAM_CHUNK_LIMIT" | "STREAM_BYTES_LIMIT")
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, JobId, RunnerId};
+
     use super::*;
+    use crate::http::Http;
+    use crate::session::{BootstrapToken, Credentials};
+
+    /// A stream whose client is never called.
+    fn offline_stream() -> ChunkStream {
+        let client = RunnerClient::new(
+            Http::new("http://127.0.0.1:9").expect("url"),
+            Credentials::Bootstrap {
+                runner_id: RunnerId::parse("run_offline").expect("id"),
+                token: BootstrapToken::new("erb_offline").expect("token"),
+            },
+        );
+        ChunkStream::new(
+            Arc::new(client),
+            ChunkIdentity {
+                job_id: JobId::parse("job_offline").expect("id"),
+                claim_id: ClaimId::parse("clm_offline").expect("id"),
+                dispatch_attempt: DispatchAttempt::FIRST,
+            },
+        )
+    }
+
+    #[test]
+    fn room_is_kept_for_the_exit_chunk_at_both_stream_limits() {
+        let mut stream = offline_stream();
+        assert!(stream.has_room(64 * 1024, EXIT_RESERVE));
+        let limit = MAX_STREAM_BYTES_PER_ATTEMPT;
+        stream.bytes = limit - EXIT_RESERVE.bytes - 1000;
+        assert!(
+            stream.has_room(1000, EXIT_RESERVE),
+            "exactly up to the reserve"
+        );
+        assert!(!stream.has_room(1001, EXIT_RESERVE));
+        assert!(stream.has_room(
+            1001,
+            Reserve {
+                chunks: 1,
+                bytes: 0
+            }
+        ));
+
+        stream.bytes = 0;
+        for _ in 0..MAX_CHUNKS_PER_ATTEMPT - 2 {
+            stream
+                .writer
+                .next(ChunkKind::Log, json!({}), timestamp_now());
+        }
+        assert_eq!(stream.chunks_left(), 2);
+        assert!(
+            stream.has_room(10, EXIT_RESERVE),
+            "one for the log, one for the exit"
+        );
+        stream
+            .writer
+            .next(ChunkKind::Log, json!({}), timestamp_now());
+        assert!(
+            !stream.has_room(10, EXIT_RESERVE),
+            "the last one is the exit's"
+        );
+    }
 
     fn line(text: &str) -> LogLine {
         LogLine {
@@ -320,21 +645,24 @@ mod tests {
         }
     }
 
+    fn limits(max_lines: usize, max_bytes: usize) -> BatchLimits {
+        BatchLimits {
+            max_lines,
+            max_bytes,
+            max_delay: Duration::from_millis(250),
+        }
+    }
+
     #[test]
     fn a_batch_closes_at_its_line_count() {
-        let limits = BatchLimits {
-            max_lines: 3,
-            max_bytes: 1000,
-            max_delay: Duration::from_millis(250),
-        };
-        let mut batch = LineBatch::new(limits);
+        let mut batch = LineBatch::new(limits(3, 1000));
         let now = Instant::now();
         assert_eq!(batch.push(line("a"), now), None);
         assert_eq!(batch.deadline(), Some(now + Duration::from_millis(250)));
         assert_eq!(batch.push(line("b"), now), None);
         let full = batch.push(line("c"), now).expect("full at three lines");
         assert_eq!(
-            full,
+            full.payload(),
             json!({"lines": [
                 {"stream": "stdout", "line": "a"},
                 {"stream": "stdout", "line": "b"},
@@ -346,36 +674,97 @@ mod tests {
     }
 
     #[test]
-    fn a_line_that_would_overflow_the_bytes_starts_the_next_batch() {
-        let limits = BatchLimits {
-            max_lines: 50,
-            max_bytes: 10,
-            max_delay: Duration::from_millis(250),
-        };
-        let mut batch = LineBatch::new(limits);
-        let now = Instant::now();
-        assert_eq!(batch.push(line("123456"), now), None);
-        let full = batch.push(line("abcdef"), now).expect("the first batch");
-        assert_eq!(full["lines"][0]["line"], "123456");
-        assert_eq!(
-            batch.take().expect("the second")["lines"][0]["line"],
-            "abcdef"
+    fn a_batch_knows_its_payload_size_as_the_server_counts_it() {
+        let texts = [
+            "",
+            "plain",
+            "quote \" and backslash \\",
+            "tab\tbell\u{7}nul\u{0}",
+            "été ✨ 😀",
+            "\u{1f}\u{1f}\u{1f}",
+            "\u{8}\u{c}\r\n/\u{7f}\u{2028}",
+        ];
+        let mut batch = Batch::default();
+        let mut merged = Batch::default();
+        let mut line_batch = LineBatch::new(limits(100, 1 << 20));
+        for (n, text) in texts.iter().enumerate() {
+            assert_eq!(line_batch.push(line(text), Instant::now()), None);
+            let mut one = LineBatch::new(limits(100, 1 << 20));
+            one.push(line(text), Instant::now());
+            let one = one.take().expect("one line");
+            let expected = stable_json::stable_json(&one.clone().payload()).len();
+            assert_eq!(one.bytes(), expected, "{text:?}");
+            batch.append(one.clone());
+            if n % 2 == 0 {
+                merged.append(one);
+            } else {
+                let mut pair = Batch::default();
+                pair.append(one);
+                merged.append(pair);
+            }
+        }
+        let mut long = LineBatch::new(limits(100, 1 << 20));
+        long.push(
+            LogLine {
+                stream: OutputStream::Stderr,
+                line: "\"".repeat(MAX_LINE_BYTES + 1),
+            },
+            Instant::now(),
         );
+        let long = long.take().expect("one line");
+        let payload = long.clone().payload();
+        assert_eq!(payload["lines"][0]["truncated"], true);
+        assert_eq!(long.bytes(), stable_json::stable_json(&payload).len());
+        let whole = line_batch.take().expect("all lines");
+        let size = stable_json::stable_json(&whole.clone().payload()).len();
+        assert_eq!(whole.bytes(), size);
+        assert_eq!(
+            batch.bytes(),
+            size,
+            "appending batches keeps the count exact"
+        );
+        assert_eq!(merged, whole);
     }
 
     #[test]
-    fn long_lines_are_cut_on_a_character_boundary() {
+    fn a_line_that_would_overflow_the_bytes_starts_the_next_batch() {
+        // One entry `{"line":"123456","stream":"stdout"}` is 35 bytes; a payload of one is 47.
+        let mut batch = LineBatch::new(limits(50, 80));
+        let now = Instant::now();
+        assert_eq!(batch.push(line("123456"), now), None);
+        let full = batch.push(line("abcdef"), now).expect("the first batch");
+        assert_eq!(full.bytes(), 47);
+        assert_eq!(full.payload()["lines"][0]["line"], "123456");
+        let second = batch.take().expect("the second");
+        assert_eq!(second.payload()["lines"][0]["line"], "abcdef");
+    }
+
+    #[test]
+    fn long_lines_are_cut_on_a_character_boundary_and_fit_a_chunk_escaped() {
         let (text, cut_short) = cut("é".repeat(10), 5);
         assert!(cut_short);
         assert_eq!(text, "éé");
         let mut batch = LineBatch::new(BatchLimits::DEFAULT);
         let long = "x".repeat(MAX_LINE_BYTES + 10);
         batch.push(line(&long), Instant::now());
-        let payload = batch.take().expect("one line");
+        let payload = batch.take().expect("one line").payload();
         assert_eq!(payload["lines"][0]["truncated"], true);
         assert_eq!(
             payload["lines"][0]["line"].as_str().map(str::len),
             Some(MAX_LINE_BYTES)
         );
+        // The worst line: every byte a control character, six bytes once escaped.
+        let mut batch = LineBatch::new(limits(10_000, BatchLimits::MAX_BYTES));
+        let now = Instant::now();
+        for _ in 0..11 {
+            assert_eq!(batch.push(line(&"x".repeat(16_000)), now), None);
+        }
+        let first = batch
+            .push(line(&"\u{1}".repeat(MAX_LINE_BYTES * 2)), now)
+            .expect("the long line overflows the first batch");
+        assert!(first.bytes() <= BatchLimits::MAX_BYTES);
+        let alone = batch.take().expect("the long line alone");
+        assert!(alone.bytes() > 6 * MAX_LINE_BYTES);
+        assert!(alone.bytes() < SERVER_MAX_CHUNK_BYTES);
     }
 }

@@ -12,15 +12,23 @@
 //!    Without one the job is not run and its claim is left to lapse (nothing can complete it).
 //! 4. The first heartbeat moves the job to `running` (and reveals a cancellation requested
 //!    while it was queued); then heartbeats continue on their own task.
-//! 5. The command runs ([`crate::exec`]) in the job's own directory inside the runner's
-//!    private one ([`crate::workdir`]), with `EDGERUNNER_INPUT` (the input file, exactly the
-//!    bytes served), `EDGERUNNER_ARTIFACT` (the artifact's content), `EDGERUNNER_JOB_ID`,
-//!    `EDGERUNNER_CLAIM_ID`, `EDGERUNNER_ATTEMPT` and `EDGERUNNER_WORKDIR`; its lines become batched `log` chunks,
-//!    framed by a `started` chunk and an `exited` chunk.
+//! 5. The command runs ([`crate::exec`]) in [`WorkerConfig::exec_dir`] (for the CLI, where
+//!    `runner start` was invoked, so `./evaluate.sh` means what it says), with
+//!    `EDGERUNNER_WORKDIR` naming the job's own fresh directory inside the runner's private one
+//!    ([`crate::workdir`]), `EDGERUNNER_INPUT` (the input file there, exactly the bytes served),
+//!    `EDGERUNNER_ARTIFACT` (the artifact's content, there too), `EDGERUNNER_JOB_ID`,
+//!    `EDGERUNNER_CLAIM_ID` and `EDGERUNNER_ATTEMPT`; its lines become batched `log` chunks
+//!    ([`crate::stream::pump_lines`]), framed by a `started` chunk and an `exited` chunk.
 //! 6. It completes once, with one sealed completion re-sent as is on transient failures:
 //!    exit 0 → `succeeded`, other exits and the wall-time limit → `failed`, cancellation →
 //!    `cancelled`. `resultHash = H({"exitCode", "stdoutSha256"})` (`exitCode` null when a
 //!    signal ended the command; `stdoutSha256` the hex SHA-256 of all of stdout).
+//!
+//! # Logs and progress
+//!
+//! Everything is reported through `tracing` (see [`crate::report`]): each job's events are in a
+//! `job` span with `job_id`, `claim_id` and `attempt`. [`Worker::progress`] publishes the counts
+//! a status line shows.
 //!
 //! # Shutdown
 //!
@@ -29,7 +37,7 @@
 //! does not complete them: their heartbeats stop, their leases lapse, and the server's
 //! recovery requeues them (it has no endpoint to hand a claim back sooner).
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,22 +47,26 @@ use edgerunner_protocol::state::CompletionStatus;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{error, info, warn, Instrument};
 
 use crate::client::{Assignment, Decision, RunnerClient};
 use crate::evidence::EvidenceSource;
 use crate::exec::{self, Ending, ExecOutcome, ExecSpec, StopRequest};
 use crate::heartbeat::{is_claim_lost, ClaimStatus, Heartbeat, HeartbeatConfig};
 use crate::http::ClientError;
-use crate::report::Reporter;
 use crate::retry::RetryPolicy;
-use crate::stream::{pump_lines, BatchLimits, ChunkStream};
-use crate::workdir::{write_private_file, RunnerWorkDir};
+use crate::stream::{pump_lines, BatchLimits, ChunkStream, PumpReport};
+use crate::workdir::{JobDir, RunnerWorkDir};
 
 /// How `runner start` behaves.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
     /// Run as `sh -c '<command>'` for each job.
     pub command: String,
+    /// The command's current directory (the CLI's: where `runner start` was invoked). The
+    /// job's own directory is `EDGERUNNER_WORKDIR`.
+    pub exec_dir: PathBuf,
     /// Jobs at once.
     pub capacity: usize,
     /// Wait between claims that found no job.
@@ -66,7 +78,7 @@ pub struct WorkerConfig {
     pub max_jobs: Option<u64>,
     /// Stop once a claim finds no job while none is running.
     pub exit_when_idle: bool,
-    /// Each job gets a private directory `<job id>-<attempt>` in here.
+    /// Each job gets a fresh private directory `<job id>-<attempt>-<random>` in here.
     pub work_dir: RunnerWorkDir,
     /// Keep job directories after completion.
     pub keep_work: bool,
@@ -100,6 +112,95 @@ pub struct JobReport {
     pub job_id: String,
     pub attempt: u32,
     pub outcome: JobOutcome,
+    /// How its output went, when the command ran.
+    pub output: Option<OutputFigures>,
+}
+
+/// A command's output on its way to the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputFigures {
+    /// Bytes the command wrote (stdout and stderr).
+    pub output_bytes: u64,
+    /// Lines sent in log chunks.
+    pub lines: u64,
+    /// Log chunks, and their payload bytes (stable JSON, as the server counts them).
+    pub chunks: u64,
+    pub payload_bytes: u64,
+    /// Lines not sent: over the job's `outputBytes`, or past the attempt's stream limits.
+    pub lines_over_limit: u64,
+    pub lines_over_stream_limit: u64,
+    /// From the command's start to its exit.
+    pub command: Duration,
+    /// From the command's start until its last log chunk was sent.
+    pub upload: Duration,
+}
+
+/// What the runner is doing, for a status line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub running: usize,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    /// Claims that ended without a completion (lost, given back, abandoned) or were refused.
+    pub not_completed: u64,
+    /// Since when nothing has run; `None` while a job runs.
+    pub idle_since: Option<Instant>,
+    pub shutdown: ShutdownState,
+}
+
+impl Progress {
+    fn new(now: Instant) -> Self {
+        Self {
+            running: 0,
+            succeeded: 0,
+            failed: 0,
+            cancelled: 0,
+            not_completed: 0,
+            idle_since: Some(now),
+            shutdown: ShutdownState::Running,
+        }
+    }
+
+    /// One line for a person, e.g. `2 running · 5 succeeded · 1 failed · idle 0:42`.
+    pub fn summary(&self, now: Instant) -> String {
+        let mut parts = vec![
+            format!("{} running", self.running),
+            format!("{} succeeded", self.succeeded),
+            format!("{} failed", self.failed),
+        ];
+        if self.cancelled > 0 {
+            parts.push(format!("{} cancelled", self.cancelled));
+        }
+        if self.not_completed > 0 {
+            parts.push(format!("{} not completed", self.not_completed));
+        }
+        if let Some(since) = self.idle_since {
+            let idle = now.saturating_duration_since(since).as_secs();
+            parts.push(format!("idle {}:{:02}", idle / 60, idle % 60));
+        }
+        match self.shutdown {
+            ShutdownState::Running => {}
+            ShutdownState::Draining => parts.push("draining".into()),
+            ShutdownState::GivingBack => parts.push("giving back".into()),
+        }
+        parts.join(" · ")
+    }
+
+    fn record(&mut self, outcome: &JobOutcome, now: Instant) {
+        self.running = self.running.saturating_sub(1);
+        match outcome {
+            JobOutcome::Completed { status, .. } => match status {
+                CompletionStatus::Succeeded => self.succeeded += 1,
+                CompletionStatus::Cancelled => self.cancelled += 1,
+                _ => self.failed += 1,
+            },
+            JobOutcome::NotCompleted { .. } => self.not_completed += 1,
+        }
+        if self.running == 0 {
+            self.idle_since = Some(now);
+        }
+    }
 }
 
 /// What a `run` did.
@@ -118,16 +219,21 @@ pub struct WorkerSummary {
 pub struct Worker {
     client: Arc<RunnerClient>,
     config: Arc<WorkerConfig>,
-    reporter: Reporter,
+    progress: watch::Sender<Progress>,
 }
 
 impl Worker {
-    pub fn new(client: Arc<RunnerClient>, config: WorkerConfig, reporter: Reporter) -> Self {
+    pub fn new(client: Arc<RunnerClient>, config: WorkerConfig) -> Self {
         Self {
             client,
             config: Arc::new(config),
-            reporter,
+            progress: watch::Sender::new(Progress::new(Instant::now())),
         }
+    }
+
+    /// The runner's progress, updated as jobs start and end.
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
     }
 
     /// Claims and runs jobs until `shutdown` leaves [`ShutdownState::Running`], the job budget
@@ -137,13 +243,19 @@ impl Worker {
         let permits = Arc::new(Semaphore::new(self.config.capacity.max(1)));
         let mut jobs: JoinSet<JobReport> = JoinSet::new();
         let mut summary = WorkerSummary::default();
-        let mut failures: u32 = 0;
+        let mut backoff: Option<backon::ExponentialBackoff> = None;
         let mut last_problem: Option<String> = None;
         loop {
             while let Some(done) = jobs.try_join_next() {
                 self.record(&mut summary, done);
             }
-            if *shutdown.borrow() != ShutdownState::Running {
+            let state = *shutdown.borrow();
+            self.progress.send_if_modified(|progress| {
+                let changed = progress.shutdown != state;
+                progress.shutdown = state;
+                changed
+            });
+            if state != ShutdownState::Running {
                 break;
             }
             if self
@@ -151,10 +263,11 @@ impl Worker {
                 .max_jobs
                 .is_some_and(|max| summary.claimed >= max)
             {
-                self.reporter.info(
-                    "runner.budget_spent",
-                    &format!("claimed {} job(s), the --max-jobs budget", summary.claimed),
-                    json!({ "claimed": summary.claimed }),
+                info!(
+                    event = "runner.budget_spent",
+                    claimed = summary.claimed,
+                    "claimed {} job(s), the --max-jobs budget",
+                    summary.claimed
                 );
                 break;
             }
@@ -168,25 +281,33 @@ impl Worker {
             match self.client.claim().await {
                 Ok(Some(assignment)) => {
                     summary.claimed += 1;
-                    failures = 0;
+                    backoff = None;
                     last_problem = None;
                     let job = JobRun {
                         client: Arc::clone(&self.client),
                         config: Arc::clone(&self.config),
-                        reporter: self.reporter.clone(),
                         shutdown: shutdown.clone(),
                     };
-                    jobs.spawn(job.run(assignment, permit));
+                    let span = tracing::info_span!(
+                        "job",
+                        job_id = assignment.job_id().as_str(),
+                        claim_id = assignment.claim_id().as_str(),
+                        attempt = assignment.attempt().get(),
+                    );
+                    self.progress.send_modify(|progress| {
+                        progress.running += 1;
+                        progress.idle_since = None;
+                    });
+                    jobs.spawn(job.run(assignment, permit).instrument(span));
                 }
                 Ok(None) => {
                     drop(permit);
-                    failures = 0;
+                    backoff = None;
                     last_problem = None;
                     if self.config.exit_when_idle && jobs.is_empty() {
-                        self.reporter.info(
-                            "runner.idle",
-                            "no job is queued for this runner and none is running; exiting",
-                            json!({}),
+                        info!(
+                            event = "runner.idle",
+                            "no job is queued for this runner and none is running; exiting"
                         );
                         break;
                     }
@@ -196,51 +317,60 @@ impl Worker {
                     drop(permit);
                     summary.claimed += 1;
                     summary.refused += 1;
-                    self.reporter.error(
-                        "claim.refused",
-                        &format!(
-                            "refused an assignment before execution ({}): {error}; it was not run",
-                            error.code()
-                        ),
-                        json!({ "code": error.code(), "reason": error.to_string() }),
+                    self.progress
+                        .send_modify(|progress| progress.not_completed += 1);
+                    error!(
+                        event = "claim.refused",
+                        code = error.code(),
+                        reason = %error,
+                        "refused an assignment before execution ({}): {error}; it was not run",
+                        error.code()
                     );
                 }
                 Err(error) if is_fatal(&error) => {
                     drop(permit);
-                    self.reporter.error(
-                        "runner.fatal",
-                        &format!("cannot go on: {error}"),
-                        json!({ "code": error.code(), "reason": error.to_string() }),
+                    error!(
+                        event = "runner.fatal",
+                        code = error.code(),
+                        reason = %error,
+                        "cannot go on: {error}"
                     );
                     summary.fatal = Some(error);
                     break;
                 }
                 Err(error) => {
                     drop(permit);
-                    failures += 1;
                     let (event, message) = describe_claim_problem(&error);
                     if last_problem.as_deref() != Some(message.as_str()) {
-                        self.reporter.warn(
+                        warn!(
                             event,
-                            &message,
-                            json!({ "code": error.code(), "reason": error.to_string() }),
+                            code = error.code(),
+                            reason = %error,
+                            "{message}"
                         );
                         last_problem = Some(message);
                     }
-                    let backoff = RetryPolicy {
-                        attempts: u32::MAX,
-                        initial: self.config.poll_interval.max(Duration::from_millis(200)),
-                        max: Duration::from_secs(30),
-                    };
-                    pause(backoff.delay(failures), &mut shutdown).await;
+                    let wait = backoff
+                        .get_or_insert_with(|| {
+                            RetryPolicy {
+                                attempts: u32::MAX,
+                                initial: self.config.poll_interval.max(Duration::from_millis(200)),
+                                max: Duration::from_secs(30),
+                            }
+                            .endless()
+                        })
+                        .next()
+                        .unwrap_or(Duration::from_secs(30));
+                    pause(wait, &mut shutdown).await;
                 }
             }
         }
         if !jobs.is_empty() {
-            self.reporter.info(
-                "runner.draining",
-                &format!("waiting for {} running job(s)", jobs.len()),
-                json!({ "running": jobs.len() }),
+            info!(
+                event = "runner.draining",
+                running = jobs.len(),
+                "waiting for {} running job(s)",
+                jobs.len()
             );
         }
         while let Some(done) = jobs.join_next().await {
@@ -250,14 +380,24 @@ impl Worker {
     }
 
     fn record(&self, summary: &mut WorkerSummary, done: Result<JobReport, tokio::task::JoinError>) {
-        match done {
-            Ok(report) => summary.jobs.push(report),
-            Err(error) => self.reporter.error(
-                "job.crashed",
-                &format!("a job task ended abnormally: {error}"),
-                json!({}),
-            ),
-        }
+        let outcome = match done {
+            Ok(report) => {
+                let outcome = report.outcome.clone();
+                summary.jobs.push(report);
+                outcome
+            }
+            Err(error) => {
+                error!(
+                    event = "job.crashed",
+                    "a job task ended abnormally: {error}"
+                );
+                JobOutcome::NotCompleted {
+                    reason: error.to_string(),
+                }
+            }
+        };
+        self.progress
+            .send_modify(|progress| progress.record(&outcome, Instant::now()));
     }
 }
 
@@ -339,62 +479,51 @@ pub fn completion_status(outcome: &ExecOutcome) -> Option<CompletionStatus> {
 }
 
 /// Everything one job's task needs.
+/// Everything one job's task needs. Its events are reported inside the job's span.
 struct JobRun {
     client: Arc<RunnerClient>,
     config: Arc<WorkerConfig>,
-    reporter: Reporter,
     shutdown: watch::Receiver<ShutdownState>,
 }
 
 impl JobRun {
     async fn run(self, assignment: Assignment, permit: OwnedSemaphorePermit) -> JobReport {
-        let outcome = self.execute(&assignment).await;
+        let mut output = None;
+        let outcome = self.execute(&assignment, &mut output).await;
         drop(permit);
         JobReport {
             job_id: assignment.job_id().as_str().to_owned(),
             attempt: assignment.attempt().get(),
             outcome,
+            output,
         }
-    }
-
-    fn fields(&self, assignment: &Assignment, extra: Value) -> Value {
-        let mut fields = json!({
-            "jobId": assignment.job_id().as_str(),
-            "claimId": assignment.claim_id().as_str(),
-            "attempt": assignment.attempt().get(),
-        });
-        if let (Value::Object(fields), Value::Object(extra)) = (&mut fields, extra) {
-            fields.extend(extra);
-        }
-        fields
     }
 
     fn not_completed(&self, assignment: &Assignment, event: &str, reason: String) -> JobOutcome {
-        self.reporter.error(
+        error!(
             event,
-            &format!(
-                "job {} (attempt {}): {reason}",
-                assignment.job_id(),
-                assignment.attempt()
-            ),
-            self.fields(assignment, json!({ "reason": reason })),
+            reason = reason.as_str(),
+            "job {} (attempt {}): {reason}",
+            assignment.job_id(),
+            assignment.attempt()
         );
         JobOutcome::NotCompleted { reason }
     }
 
-    async fn execute(&self, assignment: &Assignment) -> JobOutcome {
+    async fn execute(
+        &self,
+        assignment: &Assignment,
+        output: &mut Option<OutputFigures>,
+    ) -> JobOutcome {
         let label = format!(
             "job {} (attempt {})",
             assignment.job_id(),
             assignment.attempt()
         );
-        self.reporter.info(
-            "job.claimed",
-            &format!("{label}: claimed; envelope verified"),
-            self.fields(
-                assignment,
-                json!({ "leaseExpiresAt": assignment.lease_expires_at }),
-            ),
+        info!(
+            event = "job.claimed",
+            lease_expires_at = assignment.lease_expires_at.as_deref(),
+            "{label}: claimed; envelope verified"
         );
 
         let (input_text, input) = match self.client.job_input(assignment.job_id()).await {
@@ -438,10 +567,9 @@ impl JobRun {
                         format!("the claim is no longer ours: {error}"),
                     );
                 }
-                self.reporter.warn(
-                    "heartbeat.failed",
-                    &format!("{label}: first heartbeat failed ({error}); retrying on schedule"),
-                    self.fields(assignment, json!({})),
+                warn!(
+                    event = "heartbeat.failed",
+                    "{label}: first heartbeat failed ({error}); retrying on schedule"
                 );
             }
         }
@@ -453,20 +581,19 @@ impl JobRun {
         );
         let mut stream = ChunkStream::new(Arc::clone(&self.client), assignment.identity());
 
-        let workdir_name = format!(
+        let job_dir = self.config.work_dir.create_job_dir(&format!(
             "{}-{}",
             sanitize(assignment.job_id().as_str()),
             assignment.attempt()
-        );
-        let workdir = self.config.work_dir.path().join(&workdir_name);
+        ));
         let outcome = self
             .run_command(
                 assignment,
                 &heartbeat,
                 &mut stream,
-                &workdir_name,
-                &input,
-                &input_text,
+                job_dir.as_ref(),
+                (&input, &input_text),
+                output,
             )
             .await;
         let (status, result_hash, summary) = match outcome {
@@ -477,7 +604,7 @@ impl JobRun {
             } => (status, result_hash, summary),
             Prepared::Stop(outcome) => {
                 drop(heartbeat);
-                self.cleanup(&workdir);
+                self.finish_dir(job_dir.ok());
                 return outcome;
             }
         };
@@ -488,48 +615,49 @@ impl JobRun {
             .finish(&self.client, &prepared, assignment, status)
             .await;
         if let Some(warning) = warning {
-            self.reporter.warn(
-                "evidence.partial",
-                &format!("{label}: could not record the outcome in the evaluation run: {warning}"),
-                self.fields(assignment, json!({})),
+            warn!(
+                event = "evidence.partial",
+                "{label}: could not record the outcome in the evaluation run: {warning}"
             );
         }
         if let Err(error) = stream.flush().await {
-            self.reporter.warn(
-                "stream.unsettled",
-                &format!("{label}: the last chunk's delivery is unknown ({error})"),
-                self.fields(assignment, json!({})),
+            warn!(
+                event = "stream.unsettled",
+                "{label}: the last chunk's delivery is unknown ({error})"
             );
         }
         let completion =
             assignment.completion(status, result_hash, stream.final_checksum(), evidence);
         let answer = self.client.complete(&completion).await;
         drop(heartbeat);
-        self.cleanup(&workdir);
+        self.finish_dir(job_dir.ok());
         match answer {
             Ok(answer) => {
-                let fields = self.fields(
-                    assignment,
-                    json!({
-                        "status": status.as_str(),
-                        "decision": answer.decision.as_str(),
-                        "rationale": answer.rationale,
-                        "completionChecksum": completion.checksum().as_str(),
-                        "chunks": stream.len(),
-                    }),
-                );
                 let message = format!(
                     "{label}: {} ({summary}); completion {}",
                     status.as_str(),
                     answer.decision.as_str()
                 );
                 if answer.is_settled() {
-                    self.reporter.info("job.completed", &message, fields);
+                    info!(
+                        event = "job.completed",
+                        status = status.as_str(),
+                        decision = answer.decision.as_str(),
+                        rationale = answer.rationale.as_str(),
+                        completion_checksum = completion.checksum().as_str(),
+                        chunks = stream.len(),
+                        "{message}"
+                    );
                 } else {
-                    self.reporter.warn(
-                        "job.completion_not_applied",
-                        &format!("{message}: {}", answer.rationale),
-                        fields,
+                    warn!(
+                        event = "job.completion_not_applied",
+                        status = status.as_str(),
+                        decision = answer.decision.as_str(),
+                        rationale = answer.rationale.as_str(),
+                        completion_checksum = completion.checksum().as_str(),
+                        chunks = stream.len(),
+                        "{message}: {}",
+                        answer.rationale
                     );
                 }
                 JobOutcome::Completed {
@@ -554,9 +682,9 @@ impl JobRun {
         assignment: &Assignment,
         heartbeat: &Heartbeat,
         stream: &mut ChunkStream,
-        workdir_name: &str,
-        input: &Value,
-        input_text: &str,
+        job_dir: Result<&JobDir, &std::io::Error>,
+        (input, input_text): (&Value, &str),
+        figures: &mut Option<OutputFigures>,
     ) -> Prepared {
         let label = format!(
             "job {} (attempt {})",
@@ -601,10 +729,10 @@ impl JobRun {
             Err(reason) => {
                 let note = json!({ "event": "refused", "reason": reason });
                 let _ = stream.send(ChunkKind::Log, note).await;
-                self.reporter.error(
-                    "job.inputs_refused",
-                    &format!("{label}: {reason}; not run"),
-                    self.fields(assignment, json!({ "reason": reason })),
+                error!(
+                    event = "job.inputs_refused",
+                    reason = reason.as_str(),
+                    "{label}: {reason}; not run"
                 );
                 return Prepared::Complete {
                     status: CompletionStatus::Failed,
@@ -614,28 +742,37 @@ impl JobRun {
             }
         };
 
-        let workdir = self.config.work_dir.path().join(workdir_name);
-        let input_path = workdir.join("input.json");
-        let artifact_path = workdir.join("artifact.json");
-        let written = (|| -> std::io::Result<()> {
-            self.config.work_dir.create_job_dir(workdir_name)?;
-            write_private_file(&input_path, input_text.as_bytes())?;
-            write_private_file(&artifact_path, artifact["content"].to_string().as_bytes())
-        })();
-        if let Err(error) = written {
-            let reason = format!("cannot prepare {}: {error}", workdir.display());
-            let _ = stream
-                .send(
-                    ChunkKind::Log,
-                    json!({ "event": "refused", "reason": reason }),
-                )
-                .await;
-            return Prepared::Complete {
-                status: CompletionStatus::Failed,
-                result_hash: None,
-                summary: reason,
-            };
-        }
+        let written = job_dir.map_err(|error| error.to_string()).and_then(|dir| {
+            let input = dir.write_file("input.json", input_text.as_bytes());
+            let artifact =
+                dir.write_file("artifact.json", artifact["content"].to_string().as_bytes());
+            match (input, artifact) {
+                (Ok(input), Ok(artifact)) => Ok((dir.path(), input, artifact)),
+                (Err(error), _) | (_, Err(error)) => {
+                    Err(format!("{}: {error}", dir.path().display()))
+                }
+            }
+        });
+        let (workdir, input_path, artifact_path) = match written {
+            Ok(paths) => paths,
+            Err(error) => {
+                let reason = format!(
+                    "cannot prepare the job's directory in {}: {error}",
+                    self.config.work_dir.path().display()
+                );
+                let _ = stream
+                    .send(
+                        ChunkKind::Log,
+                        json!({ "event": "refused", "reason": reason }),
+                    )
+                    .await;
+                return Prepared::Complete {
+                    status: CompletionStatus::Failed,
+                    result_hash: None,
+                    summary: reason,
+                };
+            }
+        };
         let env = vec![
             (
                 "EDGERUNNER_JOB_ID".to_owned(),
@@ -678,10 +815,9 @@ impl JobRun {
                 );
             }
         }
-        self.reporter.info(
-            "job.started",
-            &format!("{label}: running `{}`", self.config.command),
-            self.fields(assignment, json!({ "wallSeconds": wall_seconds })),
+        info!(
+            event = "job.started",
+            wall_seconds, "{label}: running `{}`", self.config.command
         );
 
         let (stop_sender, stop) = watch::channel(None);
@@ -693,11 +829,12 @@ impl JobRun {
         let spec = ExecSpec {
             command: self.config.command.clone(),
             env,
-            workdir: workdir.to_owned(),
+            current_dir: self.config.exec_dir.clone(),
             wall_limit: wall_seconds.map(Duration::from_secs),
             grace: self.config.grace,
         };
         let (lines, received) = mpsc::channel(1024);
+        let started_at = Instant::now();
         let (ran, pumped) = tokio::join!(
             exec::run(&spec, lines, stop),
             pump_lines(
@@ -707,15 +844,23 @@ impl JobRun {
                 assignment.output_bytes()
             ),
         );
+        let upload = started_at.elapsed();
         relay.abort();
         if let Some(error) = &pumped.error {
-            self.reporter.warn(
-                "stream.refused",
-                &format!(
-                    "{label}: {} output line(s) not stored: {error}",
-                    pumped.lines_lost
-                ),
-                self.fields(assignment, json!({ "linesLost": pumped.lines_lost })),
+            warn!(
+                event = "stream.refused",
+                lines_lost = pumped.lines_lost,
+                "{label}: {} output line(s) not stored: {error}",
+                pumped.lines_lost
+            );
+        }
+        if pumped.lines_over_stream_limit > 0 {
+            warn!(
+                event = "stream.full",
+                lines_over_stream_limit = pumped.lines_over_stream_limit,
+                "{label}: the attempt's stream is full (10,000 chunks or 64 MiB); {} output \
+                 line(s) were counted, not sent",
+                pumped.lines_over_stream_limit
             );
         }
         let outcome = match ran {
@@ -736,6 +881,10 @@ impl JobRun {
             }
         };
 
+        let output = output_figures(&outcome, &pumped, upload);
+        report_output(&label, &output);
+        *figures = Some(output);
+
         let cancel_reason = match &outcome.ending {
             Ending::Stopped(StopRequest::Cancel { reason }) => reason.clone(),
             _ => None,
@@ -751,6 +900,7 @@ impl JobRun {
             "stderrBytes": outcome.stderr_bytes,
             "stdoutSha256": outcome.stdout_sha256.as_str(),
             "linesOverLimit": pumped.lines_over_limit,
+            "linesOverStreamLimit": pumped.lines_over_stream_limit,
             "cancelReason": cancel_reason,
         });
         let summary = describe(&outcome);
@@ -807,11 +957,59 @@ impl JobRun {
         Prepared::Stop(self.not_completed(assignment, event, reason))
     }
 
-    fn cleanup(&self, workdir: &Path) {
-        if !self.config.keep_work {
-            let _ = std::fs::remove_dir_all(workdir);
+    /// Removes the job's directory, or keeps it when asked to.
+    fn finish_dir(&self, job_dir: Option<JobDir>) {
+        if let Some(dir) = job_dir.filter(|_| self.config.keep_work) {
+            let path = dir.keep();
+            info!(
+                event = "job.dir_kept",
+                path = %path.display(),
+                "kept the job's directory {}",
+                path.display()
+            );
         }
     }
+}
+
+fn output_figures(outcome: &ExecOutcome, pumped: &PumpReport, upload: Duration) -> OutputFigures {
+    OutputFigures {
+        output_bytes: outcome.stdout_bytes + outcome.stderr_bytes,
+        lines: pumped.lines_sent,
+        chunks: pumped.chunks,
+        payload_bytes: pumped.payload_bytes,
+        lines_over_limit: pumped.lines_over_limit,
+        lines_over_stream_limit: pumped.lines_over_stream_limit,
+        command: outcome.elapsed,
+        upload,
+    }
+}
+
+fn report_output(label: &str, output: &OutputFigures) {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let upload_seconds = output.upload.as_secs_f64();
+    let rate = if upload_seconds > 0.0 {
+        output.output_bytes as f64 / upload_seconds
+    } else {
+        0.0
+    };
+    info!(
+        event = "job.output",
+        output_bytes = output.output_bytes,
+        log_lines = output.lines,
+        log_chunks = output.chunks,
+        payload_bytes = output.payload_bytes,
+        command_ms = millis(output.command),
+        upload_ms = millis(output.upload),
+        "{label}: {} line(s), {} byte(s) of output, sent in {} chunk(s) ({} byte(s) of payload); \
+         the command ran {:.2} s, its log was stored after {:.2} s ({:.1} MB/s)",
+        output.lines,
+        output.output_bytes,
+        output.chunks,
+        output.payload_bytes,
+        output.command.as_secs_f64(),
+        upload_seconds,
+        rate / 1e6,
+    );
 }
 
 enum Prepared {

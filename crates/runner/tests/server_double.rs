@@ -30,7 +30,7 @@ use edgerunner::heartbeat::{ClaimStatus, Heartbeat, HeartbeatConfig};
 use edgerunner::http::{ClientError, Http};
 use edgerunner::retry::RetryPolicy;
 use edgerunner::session::{BootstrapToken, Credentials};
-use edgerunner::stream::ChunkStream;
+use edgerunner::stream::{pump_lines, BatchLimits, ChunkStream, LogLine, OutputStream};
 use edgerunner_protocol::chunk::{ChunkIdentity, ChunkKind};
 use edgerunner_protocol::completion::{Evidence, EvidenceId};
 use edgerunner_protocol::envelope::{
@@ -525,10 +525,12 @@ fn job_files_live_in_a_fresh_private_runner_directory() {
     let name = runner_dir.file_name().expect("named").to_string_lossy();
     assert!(
         name.strip_prefix("edgerunner-").is_some_and(
-            |suffix| suffix.len() == 16 && suffix.bytes().all(|b| b.is_ascii_hexdigit())
+            |suffix| suffix.len() == 16 && suffix.bytes().all(|b| b.is_ascii_alphanumeric())
         ),
         "{name}"
     );
+    let job_name = job_dir.file_name().expect("named").to_string_lossy();
+    assert!(job_name.starts_with("job_double-1-"), "{job_name}");
     let mode = |path: &std::path::Path| {
         std::fs::symlink_metadata(path)
             .expect("exists")
@@ -1045,4 +1047,145 @@ async fn heartbeats_go_on_while_the_job_hogs_its_thread_and_cancellation_surface
         Some(Some("operator asked".to_owned()))
     );
     assert!(seen.beats >= 5);
+}
+
+fn stream_identity() -> ChunkIdentity {
+    ChunkIdentity {
+        job_id: JobId::parse("job_double").expect("id"),
+        claim_id: ClaimId::parse("clm_double").expect("id"),
+        dispatch_attempt: DispatchAttempt::FIRST,
+    }
+}
+
+/// The `lines` of every log chunk the double received, in order.
+fn streamed(double: &Double) -> Vec<Vec<Value>> {
+    double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/stream")
+        .map(|r| serde_json::from_str::<Value>(&r.body).expect("JSON"))
+        .map(|chunk| chunk["payload"]["lines"].as_array().expect("lines").clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_chatty_job_is_not_held_back_by_its_log_and_its_chunks_are_full() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    // The server holds every chunk's answer until the gate opens: the job's output must all be
+    // read meanwhile (it fits the queue), then go out in chunks filled to the byte bound.
+    let gate = Arc::new(AtomicBool::new(false));
+    let held = Arc::clone(&gate);
+    let double = Double::start(Box::new(move |request, _| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        _ => {
+            while !held.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            (200, Some(json!({"accepted": true})))
+        }
+    }));
+    let client = Arc::new(client(&double));
+    let mut stream = ChunkStream::new(Arc::clone(&client), stream_identity());
+    let (lines, received) = tokio::sync::mpsc::channel(1024);
+    const LINES: u64 = 20_000;
+    let producer = tokio::spawn(async move {
+        for n in 1..=LINES {
+            let line = LogLine {
+                stream: OutputStream::Stdout,
+                line: n.to_string(),
+            };
+            lines.send(line).await.expect("the pump reads");
+        }
+    });
+    let limits = BatchLimits::DEFAULT;
+    let pump = pump_lines(&mut stream, received, limits, None);
+    let opener = async {
+        tokio::time::timeout(std::time::Duration::from_secs(30), producer)
+            .await
+            .expect("every line was read while no chunk had been answered")
+            .expect("producer");
+        gate.store(true, Ordering::SeqCst);
+    };
+    let (report, ()) = tokio::join!(pump, opener);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.lines_sent, LINES);
+    let chunks = streamed(&double);
+    assert_eq!(report.chunks, chunks.len() as u64);
+    let numbers: Vec<u64> = chunks
+        .iter()
+        .flatten()
+        .map(|line| {
+            line["line"]
+                .as_str()
+                .expect("text")
+                .parse()
+                .expect("a number")
+        })
+        .collect();
+    assert_eq!(
+        numbers,
+        (1..=LINES).collect::<Vec<_>>(),
+        "every line, in order"
+    );
+    let sizes: Vec<usize> = chunks
+        .iter()
+        .map(|lines| stable_json::stable_json(&json!({ "lines": lines })).len())
+        .collect();
+    assert_eq!(report.payload_bytes, sizes.iter().sum::<usize>() as u64);
+    assert!(
+        sizes.iter().all(|&size| size <= limits.max_bytes),
+        "{sizes:?}"
+    );
+    // The first chunk went out alone (nothing was waiting yet); the rest waited and are full.
+    let full = limits.max_bytes - 64;
+    let middle = &sizes[1..sizes.len() - 1];
+    assert!(middle.iter().all(|&size| size > full), "{sizes:?}");
+    assert!(
+        chunks.len() <= (report.payload_bytes as usize).div_ceil(full) + 2,
+        "{} chunks for {} bytes",
+        chunks.len(),
+        report.payload_bytes
+    );
+}
+
+#[tokio::test]
+async fn once_the_server_says_the_stream_is_full_no_more_log_chunks_are_sent() {
+    let double = Double::start(Box::new(|request, nth| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        "/api/remote-runners/stream" if nth >= 2 => (
+            409,
+            Some(json!({"error": {"code": "STREAM_BYTES_LIMIT", "message": "full"}})),
+        ),
+        _ => (200, Some(json!({"accepted": true}))),
+    }));
+    let client = Arc::new(client(&double));
+    let mut stream = ChunkStream::new(Arc::clone(&client), stream_identity());
+    let (lines, received) = tokio::sync::mpsc::channel(1024);
+    // Ten lines per chunk, sent one batch at a time.
+    let limits = BatchLimits {
+        max_lines: 10,
+        ..BatchLimits::DEFAULT
+    };
+    let producer = async move {
+        for n in 0..100 {
+            let line = LogLine {
+                stream: OutputStream::Stderr,
+                line: format!("line {n}"),
+            };
+            lines.send(line).await.expect("the pump reads");
+        }
+    };
+    let (report, ()) = tokio::join!(pump_lines(&mut stream, received, limits, None), producer);
+    let requests = streamed(&double).len();
+    assert_eq!(requests, 3, "two stored, one refused, then none");
+    assert_eq!(report.chunks, 2);
+    assert_eq!(report.lines_sent, 20);
+    assert_eq!(report.lines_over_stream_limit, 80);
+    assert_eq!(report.lines_lost, 0);
+    assert_eq!(
+        report.error.as_ref().and_then(|e| e.code()),
+        Some("STREAM_BYTES_LIMIT")
+    );
+    assert_eq!(stream.len(), 2, "the refused chunk left the chain");
 }

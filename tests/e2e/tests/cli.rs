@@ -106,6 +106,16 @@ struct RunnerProcess {
 
 impl RunnerProcess {
     fn start(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_in(scratch, None, args, env)
+    }
+
+    /// `runner start` with `dir` as its current directory (the test's own when `None`).
+    fn start_in(
+        scratch: &Scratch,
+        dir: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let stderr = scratch.path(&unique("runner-stderr"));
         let work = scratch.path("work");
         let mut all = vec![
@@ -119,7 +129,11 @@ impl RunnerProcess {
             work.to_str().expect("UTF-8 path"),
         ];
         all.extend_from_slice(args);
-        let child = command(scratch, &all, env)
+        let mut command = command(scratch, &all, env);
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
             .spawn()
@@ -363,7 +377,7 @@ async fn a_bootstrap_token_runner_streams_real_shell_output_as_a_valid_chain() {
     let command = r#"echo "job=$EDGERUNNER_JOB_ID attempt=$EDGERUNNER_ATTEMPT"; cat "$EDGERUNNER_INPUT"; echo; test -f "$EDGERUNNER_ARTIFACT" && echo artifact-ok; if grep -q '"fail"' "$EDGERUNNER_INPUT"; then echo failing >&2; exit 3; fi; i=0; while [ $i -lt 60 ]; do echo "line $i"; i=$((i+1)); done; echo done >&2"#;
     let mut runner = RunnerProcess::start(
         &setup.scratch,
-        &["--exec", command, "--exit-when-idle"],
+        &["--exec", command, "--exit-when-idle", "--batch-lines", "50"],
         &setup.env(&base, &runner_id, &token),
     );
     let status = runner.exit(Duration::from_secs(90)).await;
@@ -446,6 +460,79 @@ async fn a_bootstrap_token_runner_streams_real_shell_output_as_a_valid_chain() {
     assert_eq!(exited(&bundle)["exitCode"], 3);
     assert_eq!(exited(&bundle)["ending"], "exited");
     assert!(lines_of(&bundle, "stderr").contains(&"failing".to_owned()));
+}
+
+#[tokio::test]
+async fn exec_runs_a_relative_script_where_runner_start_was_invoked_with_the_job_dir_in_env() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let setup = Setup::new("execdir").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(1);
+    let job_id = setup
+        .enqueue(&json!({"task": "relative"}), &requirements("prompt"))
+        .await;
+    // A project directory holding the evaluation script, as an operator would run it.
+    let project = setup.scratch.path("project");
+    std::fs::create_dir_all(&project).expect("project directory");
+    let script = project.join("evaluate.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         set -e\n\
+         echo \"cwd=$(pwd -P)\"\n\
+         echo \"workdir=$EDGERUNNER_WORKDIR\"\n\
+         test \"$(dirname \"$EDGERUNNER_INPUT\")\" = \"$EDGERUNNER_WORKDIR\"\n\
+         test \"$(dirname \"$EDGERUNNER_ARTIFACT\")\" = \"$EDGERUNNER_WORKDIR\"\n\
+         grep -q relative \"$EDGERUNNER_INPUT\"\n\
+         echo scratch > \"$EDGERUNNER_WORKDIR/result.txt\"\n\
+         echo evaluated\n",
+    )
+    .expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+
+    let mut runner = RunnerProcess::start_in(
+        &setup.scratch,
+        Some(&project),
+        &["--exec", "./evaluate.sh", "--exit-when-idle"],
+        &setup.env(&base, &runner_id, &token),
+    );
+    let status = runner.exit(Duration::from_secs(90)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    let job = job(&setup.org.admin_key, &job_id).await;
+    assert_eq!(job["state"], "succeeded", "{job}\n{}", runner.log());
+    assert_eq!(exited_of(&setup, &job_id)["exitCode"], 0);
+
+    let (_, bundle) = setup.bundle(&job_id);
+    let stdout = lines_of(&bundle, "stdout");
+    assert_eq!(stdout.len(), 3, "{stdout:?}");
+    let project_real = project.canonicalize().expect("canonical");
+    assert_eq!(
+        stdout[0],
+        format!("cwd={}", project_real.display()),
+        "the command ran where runner start was invoked"
+    );
+    let workdir = stdout[1]
+        .strip_prefix("workdir=")
+        .expect("EDGERUNNER_WORKDIR was printed");
+    assert!(!workdir.is_empty(), "EDGERUNNER_WORKDIR was set");
+    let workdir = Path::new(workdir);
+    assert!(
+        workdir.starts_with(setup.scratch.path("work")),
+        "the job's own directory is in the runner's private one: {}",
+        workdir.display()
+    );
+    assert!(!workdir.starts_with(&project), "{}", workdir.display());
+    assert!(!workdir.exists(), "removed after the job");
+    assert!(
+        !project.join("result.txt").exists(),
+        "the job's files went to its own directory"
+    );
+    assert_eq!(stdout[2], "evaluated");
+}
+
+fn exited_of(setup: &Setup, job_id: &str) -> Value {
+    exited(&setup.bundle(job_id).1)
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! `edgerunner runner enroll|start|whoami`.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,6 +13,8 @@ use edgerunner_protocol::stable_json::Sha256Hex;
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
 
 use super::{json_argument, print_json, CliError};
 use crate::client::{enroll, RunnerClient};
@@ -20,10 +23,10 @@ use crate::evidence::{EvidenceApi, EvidenceSource};
 use crate::heartbeat::HeartbeatConfig;
 use crate::http::{ClientError, Http};
 use crate::keyfile;
-use crate::report::{Format, Reporter};
+use crate::report::{self, Format, LogLayer, Terminal};
 use crate::stream::BatchLimits;
 use crate::workdir::RunnerWorkDir;
-use crate::worker::{JobOutcome, ShutdownState, Worker, WorkerConfig};
+use crate::worker::{JobOutcome, Progress, ShutdownState, Worker, WorkerConfig};
 
 #[derive(Debug, Subcommand)]
 pub enum RunnerCommand {
@@ -78,7 +81,8 @@ pub struct IdentityArgs {
     /// [default: the config file's organizationId]
     #[arg(long, env = "EVALGATE_ORGANIZATION_ID")]
     pub organization: Option<String>,
-    /// How to write progress and logs (stderr)
+    /// How to write progress and logs (stderr); RUST_LOG filters them (default
+    /// `warn,edgerunner=info`). On a terminal `runner start` also keeps a status line
     #[arg(long, value_enum, default_value = "auto")]
     pub log_format: LogFormat,
 }
@@ -158,8 +162,10 @@ pub struct EnrollArgs {
 pub struct StartArgs {
     #[command(flatten)]
     pub identity: IdentityArgs,
-    /// The shell command run for each job (`sh -c`), with EDGERUNNER_INPUT, EDGERUNNER_ARTIFACT,
-    /// EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID, EDGERUNNER_ATTEMPT and EDGERUNNER_WORKDIR set
+    /// The shell command run for each job (`sh -c`), in the directory `runner start` was
+    /// started in (so `./evaluate.sh` is found there), with EDGERUNNER_WORKDIR (the job's own
+    /// private directory, for its files), EDGERUNNER_INPUT and EDGERUNNER_ARTIFACT (files in
+    /// it), EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID and EDGERUNNER_ATTEMPT set
     #[arg(long = "exec", value_name = "COMMAND")]
     pub command: String,
     /// Jobs at once [default: the runner's maxConcurrentJobs]
@@ -195,8 +201,12 @@ pub struct StartArgs {
     #[arg(long, value_parser = seconds)]
     pub drain_timeout: Option<Duration>,
     /// Log lines per chunk, at most
-    #[arg(long, default_value = "50")]
-    pub batch_lines: usize,
+    #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_lines: u32,
+    /// Payload bytes per log chunk, at most (as the server counts them; its limit is 256 KiB
+    /// per chunk)
+    #[arg(long, default_value = "65536", value_parser = batch_bytes)]
+    pub batch_bytes: usize,
     /// Milliseconds a log line may wait for its chunk
     #[arg(long, default_value = "250")]
     pub batch_millis: u64,
@@ -214,6 +224,22 @@ pub struct StartArgs {
     /// The job input field that names a pre-created evaluation run
     #[arg(long, default_value = "evaluationRunId")]
     pub evaluation_run_field: String,
+}
+
+fn batch_bytes(text: &str) -> Result<usize, String> {
+    let bytes: usize = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of bytes"))?;
+    let range = 1024..=BatchLimits::MAX_BYTES;
+    if range.contains(&bytes) {
+        Ok(bytes)
+    } else {
+        Err(format!(
+            "{bytes} is outside {}..={} bytes",
+            range.start(),
+            range.end()
+        ))
+    }
 }
 
 fn seconds(text: &str) -> Result<Duration, String> {
@@ -421,7 +447,18 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             args.heartbeat_interval, args.lease_seconds
         )));
     }
-    let reporter = Reporter::stderr(args.identity.log_format.resolve());
+    let format = args.identity.log_format.resolve();
+    let terminal = Terminal::stderr();
+    report::install(
+        LogLayer::new(format, terminal.clone()),
+        report::env_filter().map_err(CliError::Input)?,
+    )
+    .map_err(CliError::Failed)?;
+    let exec_dir = std::env::current_dir().map_err(|error| {
+        CliError::Failed(format!(
+            "cannot tell the current directory, where --exec runs: {error}"
+        ))
+    })?;
     let (client, model) = args.identity.client()?;
     let served = args
         .served_targets
@@ -432,17 +469,9 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     let client = Arc::new(client.with_served_targets(served));
 
     let (shutdown_sender, shutdown) = watch::channel(ShutdownState::Running);
-    let signals = spawn_signal_handler(shutdown_sender, args.drain_timeout, reporter.clone())?;
+    let signals = spawn_signal_handler(shutdown_sender, args.drain_timeout)?;
 
-    let Some(record) = connect(
-        &client,
-        model,
-        &reporter,
-        shutdown.clone(),
-        args.poll_interval,
-    )
-    .await?
-    else {
+    let Some(record) = connect(&client, model, shutdown.clone(), args.poll_interval).await? else {
         signals.abort();
         return Ok(ExitCode::SUCCESS);
     };
@@ -467,25 +496,25 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
                 evaluation_id: args.evaluation_id.clone(),
             }),
     };
-    reporter.info(
-        "runner.started",
-        &format!(
-            "runner {} ({model}) claiming up to {capacity} job(s) at once; running `{}` per job",
-            record["id"].as_str().unwrap_or("?"),
-            args.command
-        ),
-        json!({
-            "runnerId": record["id"],
-            "identityModel": model,
-            "capacity": capacity,
-            "command": args.command,
-            "evidence": if evidence.api.is_some() { "api-key" } else { "input-field" },
-        }),
+    let runner_id = record["id"].as_str().unwrap_or("?");
+    info!(
+        event = "runner.started",
+        runner_id,
+        identity_model = model,
+        capacity,
+        command = args.command.as_str(),
+        exec_dir = %exec_dir.display(),
+        evidence = if evidence.api.is_some() { "api-key" } else { "input-field" },
+        "runner {runner_id} ({model}) claiming up to {capacity} job(s) at once; running `{}` \
+         in {} per job",
+        args.command,
+        exec_dir.display()
     );
     let worker = Worker::new(
         Arc::clone(&client),
         WorkerConfig {
             command: args.command.clone(),
+            exec_dir,
             capacity,
             poll_interval: args.poll_interval,
             heartbeat: HeartbeatConfig {
@@ -498,15 +527,21 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             work_dir: work_dir.clone(),
             keep_work: args.keep_work,
             batch: BatchLimits {
-                max_lines: args.batch_lines.max(1),
-                max_bytes: BatchLimits::DEFAULT.max_bytes,
+                max_lines: usize::try_from(args.batch_lines).unwrap_or(usize::MAX),
+                max_bytes: args.batch_bytes,
                 max_delay: Duration::from_millis(args.batch_millis),
             },
             evidence,
         },
-        reporter.clone(),
     );
+    // A status line only where a person watches: human lines on a terminal.
+    let status = (format == Format::Human && std::io::stderr().is_terminal())
+        .then(|| tokio::spawn(show_status(terminal.clone(), worker.progress())));
     let summary = worker.run(shutdown).await;
+    if let Some(status) = status {
+        status.abort();
+        terminal.clear_status();
+    }
     signals.abort();
     if !args.keep_work {
         work_dir.remove_if_empty();
@@ -521,25 +556,21 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             })
             .count()
     };
-    reporter.info(
-        "runner.stopped",
-        &format!(
-            "stopped: {} claimed, {} refused, {} succeeded, {} failed, {} cancelled, {} not completed",
-            summary.claimed,
-            summary.refused,
-            count("succeeded"),
-            count("failed"),
-            count("cancelled"),
-            count("not_completed"),
-        ),
-        json!({
-            "claimed": summary.claimed,
-            "refused": summary.refused,
-            "succeeded": count("succeeded"),
-            "failed": count("failed"),
-            "cancelled": count("cancelled"),
-            "notCompleted": count("not_completed"),
-        }),
+    info!(
+        event = "runner.stopped",
+        claimed = summary.claimed,
+        refused = summary.refused,
+        succeeded = count("succeeded"),
+        failed = count("failed"),
+        cancelled = count("cancelled"),
+        not_completed = count("not_completed"),
+        "stopped: {} claimed, {} refused, {} succeeded, {} failed, {} cancelled, {} not completed",
+        summary.claimed,
+        summary.refused,
+        count("succeeded"),
+        count("failed"),
+        count("cancelled"),
+        count("not_completed"),
     );
     match summary.fatal {
         Some(_) => Err(CliError::Reported),
@@ -549,10 +580,21 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
 
 /// Exchanges the first session (waiting while an admin has not approved a key-pair runner)
 /// and reads the runner's record. `None` when shutdown was asked for while waiting.
+/// Redraws the status line when the progress changes, and every second for the idle time.
+async fn show_status(terminal: Terminal, mut progress: watch::Receiver<Progress>) {
+    loop {
+        let line = progress.borrow_and_update().summary(Instant::now());
+        terminal.show_status(&line);
+        tokio::select! {
+            changed = progress.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 async fn connect(
     client: &RunnerClient,
     model: &str,
-    reporter: &Reporter,
     mut shutdown: watch::Receiver<ShutdownState>,
     poll: Duration,
 ) -> Result<Option<Value>, CliError> {
@@ -568,20 +610,17 @@ async fn connect(
                         .fingerprint()
                         .map(|f| f.to_string())
                         .unwrap_or_default();
-                    reporter.warn(
-                        "runner.pending_approval",
-                        &format!(
-                            "waiting for an admin to approve this runner (fingerprint {fingerprint})"
-                        ),
-                        json!({ "fingerprint": fingerprint }),
+                    warn!(
+                        event = "runner.pending_approval",
+                        fingerprint = fingerprint.as_str(),
+                        "waiting for an admin to approve this runner (fingerprint {fingerprint})"
                     );
                     waiting_reported = true;
                 }
             }
-            Err(error) if error.is_transient() => reporter.warn(
-                "runner.unreachable",
-                &format!("cannot reach the server yet: {error}"),
-                json!({}),
+            Err(error) if error.is_transient() => warn!(
+                event = "runner.unreachable",
+                "cannot reach the server yet: {error}"
             ),
             Err(error) => {
                 return Err(CliError::Failed(format!(
@@ -617,7 +656,6 @@ fn explain(error: &ClientError) -> String {
 fn spawn_signal_handler(
     shutdown: watch::Sender<ShutdownState>,
     drain_timeout: Option<Duration>,
-    reporter: Reporter,
 ) -> Result<tokio::task::JoinHandle<()>, CliError> {
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|error| CliError::Failed(format!("cannot watch SIGINT: {error}")))?;
@@ -628,10 +666,9 @@ fn spawn_signal_handler(
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-        reporter.info(
-            "runner.draining",
-            "shutting down: no new claims; running jobs finish (signal again to give them back)",
-            json!({}),
+        info!(
+            event = "runner.draining",
+            "shutting down: no new claims; running jobs finish (signal again to give them back)"
         );
         shutdown.send_replace(ShutdownState::Draining);
         let timeout = async {
@@ -645,10 +682,10 @@ fn spawn_signal_handler(
             _ = terminate.recv() => {}
             () = timeout => {}
         }
-        reporter.info(
-            "runner.giving_back",
-            "giving back running jobs: stopping them; their leases lapse and the server requeues them",
-            json!({}),
+        info!(
+            event = "runner.giving_back",
+            "giving back running jobs: stopping them; their leases lapse and the server requeues \
+             them"
         );
         shutdown.send_replace(ShutdownState::GivingBack);
         // Keep the sender alive so receivers see the final state rather than a closed channel.
