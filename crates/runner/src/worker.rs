@@ -9,7 +9,7 @@
 //!    artifact that cannot be read, is reported in the stream and completed `failed` without
 //!    running anything.
 //! 3. The evaluation run the completion will name is found or created ([`crate::evidence`]).
-//!    Without one the job is not run and its claim is left to lapse (nothing can complete it).
+//!    Without one the job is not run and its claim is handed back (nothing could complete it).
 //! 4. The first heartbeat moves the job to `running` (and reveals a cancellation requested
 //!    while it was queued); then heartbeats continue on their own task.
 //! 5. The command runs ([`crate::exec`]) in [`WorkerConfig::exec_dir`] (for the CLI, where
@@ -34,10 +34,21 @@
 //!
 //! [`ShutdownState::Draining`] stops claiming and lets running jobs finish and complete.
 //! [`ShutdownState::GivingBack`] also stops the running commands (terminate, grace, kill) and
-//! does not complete them: their heartbeats stop, their leases lapse, and the server's
-//! recovery requeues them (it has no endpoint to hand a claim back sooner).
+//! hands their claims back (`POST /api/remote-runners/release`): the server requeues each job
+//! at once and does not mark this runner lost.
+//!
+//! # Hand-backs
+//!
+//! A claim this process will not complete is handed back rather than left to lapse: on giving
+//! back, when the job cannot be prepared (input unreadable, no evaluation run), and when the
+//! completion is refused while the claim is still ours (an evidence refusal, say). And a process
+//! that starts hands back every claim its identity still holds ([`Worker::run`]): a fresh
+//! process runs none of them, so they were a previous process's, and without this a restart
+//! would wait out their leases at capacity. (So one runner identity is one process at a time;
+//! two processes sharing an identity would hand back each other's work.)
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,13 +97,17 @@ pub struct WorkerConfig {
     pub evidence: EvidenceSource,
 }
 
+/// The reason a starting process gives for the claims a previous process left.
+const RESTART_REASON: &str =
+    "the runner restarted; its new process runs none of the previous process's claims";
+
 /// Where the runner is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShutdownState {
     Running,
     /// No new claims; running jobs finish.
     Draining,
-    /// Running jobs are stopped and left to lapse back into the queue.
+    /// Running jobs are stopped and handed back to the queue.
     GivingBack,
 }
 
@@ -220,6 +235,9 @@ pub struct Worker {
     client: Arc<RunnerClient>,
     config: Arc<WorkerConfig>,
     progress: watch::Sender<Progress>,
+    /// Set when this process hands a claim back: the capacity that frees is ours, so the next
+    /// `RUNNER_AT_CAPACITY` is worth retrying after one poll interval, not a long backoff.
+    handed_back: Arc<AtomicBool>,
 }
 
 impl Worker {
@@ -228,6 +246,7 @@ impl Worker {
             client,
             config: Arc::new(config),
             progress: watch::Sender::new(Progress::new(Instant::now())),
+            handed_back: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -240,6 +259,7 @@ impl Worker {
     /// is spent, the runner is idle (when asked to stop then), or a fatal error; then waits for
     /// the jobs still running.
     pub async fn run(&self, mut shutdown: watch::Receiver<ShutdownState>) -> WorkerSummary {
+        self.hand_back_previous_claims().await;
         let permits = Arc::new(Semaphore::new(self.config.capacity.max(1)));
         let mut jobs: JoinSet<JobReport> = JoinSet::new();
         let mut summary = WorkerSummary::default();
@@ -287,6 +307,7 @@ impl Worker {
                         client: Arc::clone(&self.client),
                         config: Arc::clone(&self.config),
                         shutdown: shutdown.clone(),
+                        handed_back: Arc::clone(&self.handed_back),
                     };
                     let span = tracing::info_span!(
                         "job",
@@ -350,6 +371,14 @@ impl Worker {
                         );
                         last_problem = Some(message);
                     }
+                    let own_capacity = error.code() == Some("RUNNER_AT_CAPACITY")
+                        && self.handed_back.swap(false, Ordering::SeqCst);
+                    if own_capacity {
+                        // Our own hand-back freed it: look again after one poll interval.
+                        backoff = None;
+                        pause(self.config.poll_interval, &mut shutdown).await;
+                        continue;
+                    }
                     let wait = backoff
                         .get_or_insert_with(|| {
                             RetryPolicy {
@@ -377,6 +406,41 @@ impl Worker {
             self.record(&mut summary, done);
         }
         summary
+    }
+
+    /// Hands back the claims this runner's identity holds: this process has just started and
+    /// runs none of them. Best effort: a failure is reported and the leases lapse as before.
+    async fn hand_back_previous_claims(&self) {
+        let held = match self.client.held_claims().await {
+            Ok(held) => held,
+            Err(error) => {
+                warn!(
+                    event = "runner.held_claims_unknown",
+                    code = error.code(),
+                    "could not list the claims a previous process left ({error}); their leases will lapse"
+                );
+                return;
+            }
+        };
+        for claim_id in held {
+            match self.client.release(&claim_id, RESTART_REASON).await {
+                Ok(state) => {
+                    self.handed_back.store(true, Ordering::SeqCst);
+                    info!(
+                        event = "claim.handed_back",
+                        claim_id = claim_id.as_str(),
+                        job_state = state.as_str(),
+                        "handed back claim {claim_id}, left by a previous process of this runner (the job is {state} now)"
+                    );
+                }
+                Err(error) => warn!(
+                    event = "claim.hand_back_failed",
+                    claim_id = claim_id.as_str(),
+                    code = error.code(),
+                    "could not hand back claim {claim_id} ({error}); its lease will lapse"
+                ),
+            }
+        }
     }
 
     fn record(&self, summary: &mut WorkerSummary, done: Result<JobReport, tokio::task::JoinError>) {
@@ -484,6 +548,7 @@ struct JobRun {
     client: Arc<RunnerClient>,
     config: Arc<WorkerConfig>,
     shutdown: watch::Receiver<ShutdownState>,
+    handed_back: Arc<AtomicBool>,
 }
 
 impl JobRun {
@@ -496,6 +561,25 @@ impl JobRun {
             attempt: assignment.attempt().get(),
             outcome,
             output,
+        }
+    }
+
+    /// Hands this job's claim back, so that the server requeues it now rather than after its
+    /// lease; says what happened, for the job's report. Never fatal: if it fails the lease lapses.
+    async fn hand_back(&self, assignment: &Assignment, why: &str) -> String {
+        match self
+            .client
+            .release(assignment.claim_id().as_str(), why)
+            .await
+        {
+            Ok(state) => {
+                self.handed_back.store(true, Ordering::SeqCst);
+                format!("handed back (the job is {state} now)")
+            }
+            Err(error) if error.code() == Some("CLAIM_NOT_ACTIVE") => {
+                "the claim was already over".to_owned()
+            }
+            Err(error) => format!("could not hand it back ({error}); its lease will lapse"),
         }
     }
 
@@ -529,11 +613,14 @@ impl JobRun {
         let (input_text, input) = match self.client.job_input(assignment.job_id()).await {
             Ok(input) => input,
             Err(error) => {
+                let handed = self
+                    .hand_back(assignment, "the runner cannot read the job input")
+                    .await;
                 return self.not_completed(
                     assignment,
                     "job.abandoned",
-                    format!("cannot read the job input ({error}); the claim is left to lapse"),
-                )
+                    format!("cannot read the job input ({error}); {handed}"),
+                );
             }
         };
         let prepared = match self
@@ -544,11 +631,17 @@ impl JobRun {
         {
             Ok(prepared) => prepared,
             Err(error) => {
+                let handed = self
+                    .hand_back(
+                        assignment,
+                        "the runner has no evaluation run to complete it with",
+                    )
+                    .await;
                 return self.not_completed(
                     assignment,
                     "job.abandoned",
-                    format!("{error}; the claim is left to lapse"),
-                )
+                    format!("{error}; {handed}"),
+                );
             }
         };
 
@@ -665,14 +758,30 @@ impl JobRun {
                     decision: answer.decision,
                 }
             }
-            Err(error) => self.not_completed(
-                assignment,
-                "job.completion_failed",
-                format!(
-                    "{} but the completion was refused: {error}",
-                    status.as_str()
-                ),
-            ),
+            Err(error) => {
+                // Reported first; then, if the claim is still ours, it goes back to the queue
+                // rather than holding this runner's capacity until its lease lapses.
+                let handed = if is_claim_lost(&error) {
+                    "the claim is over".to_owned()
+                } else {
+                    self.hand_back(
+                        assignment,
+                        &format!(
+                            "the completion was refused: {}",
+                            error.code().unwrap_or("error")
+                        ),
+                    )
+                    .await
+                };
+                self.not_completed(
+                    assignment,
+                    "job.completion_failed",
+                    format!(
+                        "{} but the completion was refused: {error}; {handed}",
+                        status.as_str()
+                    ),
+                )
+            }
         }
     }
 
@@ -907,10 +1016,16 @@ impl JobRun {
         let Some(status) = completion_status(&outcome) else {
             if matches!(outcome.ending, Ending::Stopped(StopRequest::Shutdown)) {
                 let _ = stream.send(ChunkKind::Log, exited).await;
+                let handed = self
+                    .hand_back(
+                        assignment,
+                        "the runner is stopping (a second signal or --drain-timeout)",
+                    )
+                    .await;
                 return self.stop(
                     assignment,
                     "job.given_back",
-                    format!("{summary}; given back: not completed, its lease will lapse and the server requeues it"),
+                    format!("{summary}; given back, not completed: {handed}"),
                 );
             }
             return self.stop(

@@ -684,8 +684,8 @@ fn spawn_signal_handler(
         }
         info!(
             event = "runner.giving_back",
-            "giving back running jobs: stopping them; their leases lapse and the server requeues \
-             them"
+            "giving back running jobs: stopping them and handing their claims back; the server \
+             requeues them at once"
         );
         shutdown.send_replace(ShutdownState::GivingBack);
         // Keep the sender alive so receivers see the final state rather than a closed channel.
