@@ -770,7 +770,7 @@ async fn chatty(
 
 fn chatty_markdown(r: &Value) -> String {
     let mut md = String::from(
-        "\n## 7. Chatty jobs\n\nOne job at a time through the runner itself (`Worker`, as `edgerunner runner start` runs it, with its default batching unless the table says otherwise: 64 KiB of payload per chunk, 250 ms): claim, input, heartbeat, the command, its log batched into chunks while it runs, completion. Upload: from the command's start until its last log chunk was stored; the rates divide by it. Payload is the chunks' stable JSON as the server counts it: each line costs about 30 bytes of framing (`{\"line\":…,\"stream\":\"stdout\"}`).\n\n| job | batch bytes | lines | output bytes | chunks | payload bytes | command s | upload s | lines/s | output MB/s | payload MB/s | whole job s | client CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n## 7. Chatty jobs\n\nOne job at a time through the runner itself (`Worker`, as `edgerunner runner start` runs it, with its default batching unless the table says otherwise: 192 KiB of payload per chunk, 250 ms): claim, input, heartbeat, the command, its log batched into chunks while it runs, completion. Upload: from the command's start until its last log chunk was stored; the rates divide by it. Payload is the chunks' stable JSON as the server counts it: each line costs about 30 bytes of framing (`{\"line\":…,\"stream\":\"stdout\"}`).\n\n| job | batch bytes | lines | output bytes | chunks | payload bytes | command s | upload s | lines/s | output MB/s | payload MB/s | whole job s | client CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for c in r["chatty"].as_array().into_iter().flatten() {
         md.push_str(&format!(

@@ -204,7 +204,7 @@ pub struct BatchLimits {
 impl BatchLimits {
     pub const DEFAULT: Self = Self {
         max_lines: 10_000,
-        max_bytes: 64 * 1024,
+        max_bytes: 192 * 1024,
         max_delay: Duration::from_millis(250),
     };
 

@@ -205,7 +205,7 @@ pub struct StartArgs {
     pub batch_lines: u32,
     /// Payload bytes per log chunk, at most (as the server counts them; its limit is 256 KiB
     /// per chunk)
-    #[arg(long, default_value = "65536", value_parser = batch_bytes)]
+    #[arg(long, default_value = "196608", value_parser = batch_bytes)]
     pub batch_bytes: usize,
     /// Milliseconds a log line may wait for its chunk
     #[arg(long, default_value = "250")]
