@@ -1122,29 +1122,17 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
     then.reason = Some(&reason);
     then.detail_json = Some(&detail);
     then.at = ctx.now;
-    let finished_at = (next == JobState::Cancelled).then_some(ctx.now);
+    let [end_claim, free_job] = release_job(
+        ctx,
+        job,
+        &claim,
+        ("lost", "lease expired"),
+        (state, next),
+        &reason,
+    )?;
     let statements = vec![
-        store::stmt(
-            ctx.db,
-            "UPDATE job_claims SET state = 'lost', ended_at = ?2, end_reason = 'lease expired' WHERE id = ?1 AND state = 'active'",
-            &[claim.id.as_str().into(), ctx.now.into()],
-        )?,
-        store::stmt(
-            ctx.db,
-            "UPDATE jobs SET state = ?5, active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?6, \
-               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END) \
-             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?4",
-            &[
-                job.id.as_str().into(),
-                claim.id.as_str().into(),
-                claim.dispatch_attempt.into(),
-                state.as_str().into(),
-                next.as_str().into(),
-                ctx.now.into(),
-                finished_at.into(),
-                reason.as_str().into(),
-            ],
-        )?,
+        end_claim,
+        free_job,
         // The runner is marked lost (a draining or revoked one keeps its state) and its
         // credential generation moves on: its next call gets 401, the SDK re-exchanges at once,
         // and that fresh session is what brings a lost runner back to active.
@@ -1178,6 +1166,44 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         "lostClaimId": claim.id,
         "lostRunnerId": claim.runner_id,
     })))
+}
+
+/// The two writes that take a job off a claim that ends without a completion (lost or handed
+/// back): the claim ends as `claim_end` (state, reason), and the job goes `from` → `to`
+/// (queued, or cancelled with `reason` unless a cancel reason is already recorded), each
+/// guarded by the claim being the job's active one at its attempt.
+fn release_job(
+    ctx: &OpCtx<'_>,
+    job: &jobs::JobRow,
+    claim: &jobs::ClaimRow,
+    claim_end: (&str, &str),
+    (from, to): (JobState, JobState),
+    reason: &str,
+) -> ApiResult<[worker::D1PreparedStatement; 2]> {
+    let finished_at = (to == JobState::Cancelled).then_some(ctx.now);
+    Ok([
+        store::stmt(
+            ctx.db,
+            "UPDATE job_claims SET state = ?3, ended_at = ?2, end_reason = ?4 WHERE id = ?1 AND state = 'active'",
+            &[claim.id.as_str().into(), ctx.now.into(), claim_end.0.into(), claim_end.1.into()],
+        )?,
+        store::stmt(
+            ctx.db,
+            "UPDATE jobs SET state = ?5, active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?6, \
+               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END) \
+             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?4",
+            &[
+                job.id.as_str().into(),
+                claim.id.as_str().into(),
+                claim.dispatch_attempt.into(),
+                from.as_str().into(),
+                to.as_str().into(),
+                ctx.now.into(),
+                finished_at.into(),
+                reason.into(),
+            ],
+        )?,
+    ])
 }
 
 /// What a lapsed lease says happened: when the claim last heartbeated, or that it never did.
@@ -1249,30 +1275,18 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
     released.reason = Some(why);
     released.detail_json = Some(&detail);
     released.at = ctx.now;
-    let finished_at = (next == JobState::Cancelled).then_some(ctx.now);
     let end_reason = format!("handed back: {why}");
+    let [end_claim, free_job] = release_job(
+        ctx,
+        job,
+        &claim,
+        ("released", &end_reason),
+        (state, next),
+        &rationale,
+    )?;
     let mut statements = vec![
-        store::stmt(
-            ctx.db,
-            "UPDATE job_claims SET state = 'released', ended_at = ?2, end_reason = ?3 WHERE id = ?1 AND state = 'active'",
-            &[claim_id.into(), ctx.now.into(), end_reason.as_str().into()],
-        )?,
-        store::stmt(
-            ctx.db,
-            "UPDATE jobs SET state = ?5, active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?6, \
-               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END) \
-             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?4",
-            &[
-                job.id.as_str().into(),
-                claim_id.into(),
-                claim.dispatch_attempt.into(),
-                state.as_str().into(),
-                next.as_str().into(),
-                ctx.now.into(),
-                finished_at.into(),
-                rationale.as_str().into(),
-            ],
-        )?,
+        end_claim,
+        free_job,
         // Capacity comes back at once; the runner's state and credential are untouched (it
         // said what it is doing, it is not presumed dead).
         store::stmt(

@@ -460,10 +460,11 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
 /// (`POST /api/remote-runners/release`), since a fresh process runs none of them.
 pub(crate) async fn get_self_claims(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
-    let claims = runners::active_claims(
+    let claims = runners::claims(
         &ctx.db,
         caller.organization_id(),
         caller.runner_id(),
+        runners::ClaimsOf::Held,
         i64::from(edgerunner_protocol::capability::MAX_CONCURRENT_JOBS),
     )
     .await?;

@@ -224,7 +224,14 @@ pub(crate) async fn claims(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     caller.require(Scope::RunsRead)?;
     let limit = limit_param(&req, 50, 500)?;
     load(ctx, &caller.organization_id, id).await?;
-    let rows = runners::claims(&ctx.db, &caller.organization_id, id, limit).await?;
+    let rows = runners::claims(
+        &ctx.db,
+        &caller.organization_id,
+        id,
+        runners::ClaimsOf::History,
+        limit,
+    )
+    .await?;
     let claims: Vec<Value> = rows.iter().map(runners::RunnerClaimRow::to_json).collect();
     json_response(200, &json!({ "claims": claims })).map_err(ApiError::from)
 }

@@ -185,34 +185,27 @@ impl RunnerClaimRow {
     }
 }
 
-/// The runner's claims, newest first.
+/// Which of a runner's claims to read.
+pub(crate) enum ClaimsOf {
+    /// All of them, newest first (its history).
+    History,
+    /// The ones it holds now, oldest first.
+    Held,
+}
+
+/// A runner's claims, at most `limit`.
 pub(crate) async fn claims(
     db: &D1Database,
     org: &str,
     runner: &str,
+    which: ClaimsOf,
     limit: i64,
 ) -> ApiResult<Vec<RunnerClaimRow>> {
-    all(
-        db,
-        include_str!("queries/runner_claims.sql"),
-        &[org.into(), runner.into(), limit.into()],
-    )
-    .await
-}
-
-/// The claims the runner holds now, oldest first (at most `limit`).
-pub(crate) async fn active_claims(
-    db: &D1Database,
-    org: &str,
-    runner: &str,
-    limit: i64,
-) -> ApiResult<Vec<RunnerClaimRow>> {
-    all(
-        db,
-        include_str!("queries/runner_active_claims.sql"),
-        &[org.into(), runner.into(), limit.into()],
-    )
-    .await
+    let sql = match which {
+        ClaimsOf::History => include_str!("queries/runner_claims.sql"),
+        ClaimsOf::Held => include_str!("queries/runner_active_claims.sql"),
+    };
+    all(db, sql, &[org.into(), runner.into(), limit.into()]).await
 }
 
 /// Everything a new runner row needs; fields of the other identity model stay `None`.
