@@ -212,6 +212,50 @@ start_local_server() {
   die "wrangler dev did not answer /healthz within 120 s"
 }
 
+# The URL of the Worker itself inside a `start_local_server` (workerd's own socket, behind
+# wrangler's dev proxy), found by asking each port the server's workerd listens on for /healthz.
+# Sets DIRECT_URL (empty when none answers). The dev proxy on BASE_URL is a development aid:
+# under bursts of concurrent requests it sometimes answers a POST with its own
+# `503 "Your worker restarted mid-request"` although the Worker restarted nothing (measured: the
+# claim race passed through the direct socket every time, and failed about one run in three
+# through the proxy, on this code and on the previous release alike). Suites that make such
+# bursts talk to the Worker directly, as production clients do (production has no dev proxy).
+find_direct_url() {
+  local port public="${BASE_URL##*:}"
+  DIRECT_URL=
+  for port in $(python3 - "$SERVER_PID" <<'PY'
+import os, sys
+session = int(sys.argv[1])
+inodes = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if os.getsid(int(pid)) != session or open(f"/proc/{pid}/comm").read().strip() != "workerd":
+            continue
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        continue
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    for row in rows:
+        cols = row.split()
+        if cols[3] == "0A" and cols[9] in inodes:  # LISTEN
+            print(int(cols[1].rsplit(":", 1)[1], 16))
+PY
+  ); do
+    [ "$port" = "$public" ] && continue
+    if [ "$(curl -fsS --max-time 2 "http://127.0.0.1:$port/healthz" 2>/dev/null)" = '{"status":"ok"}' ]; then
+      DIRECT_URL="http://127.0.0.1:$port"
+      return 0
+    fi
+  done
+}
+
 stop_local_server() {
   if [ -n "${SERVER_PID:-}" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
