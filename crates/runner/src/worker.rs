@@ -259,7 +259,9 @@ impl Worker {
     /// is spent, the runner is idle (when asked to stop then), or a fatal error; then waits for
     /// the jobs still running.
     pub async fn run(&self, mut shutdown: watch::Receiver<ShutdownState>) -> WorkerSummary {
-        self.hand_back_previous_claims().await;
+        // Until the server has answered once: a server that is unreachable at start is reported by
+        // the claim below, and the hand-back is tried again before the next claim.
+        let mut previous_claims_settled = false;
         let permits = Arc::new(Semaphore::new(self.config.capacity.max(1)));
         let mut jobs: JoinSet<JobReport> = JoinSet::new();
         let mut summary = WorkerSummary::default();
@@ -290,6 +292,9 @@ impl Worker {
                     summary.claimed
                 );
                 break;
+            }
+            if !previous_claims_settled {
+                previous_claims_settled = self.hand_back_previous_claims().await;
             }
             let permit = tokio::select! {
                 permit = Arc::clone(&permits).acquire_owned() => match permit {
@@ -409,17 +414,28 @@ impl Worker {
     }
 
     /// Hands back the claims this runner's identity holds: this process has just started and
-    /// runs none of them. Best effort: a failure is reported and the leases lapse as before.
-    async fn hand_back_previous_claims(&self) {
+    /// runs none of them. `false` when the list could not be read for a reason that may pass
+    /// (the server unreachable, the runner not approved yet): the caller tries again later. A
+    /// claim that cannot be handed back is reported, and its lease lapses as before.
+    async fn hand_back_previous_claims(&self) -> bool {
         let held = match self.client.held_claims().await {
             Ok(held) => held,
+            Err(error) if error.is_transient() || error.status() == Some(503) => return false,
+            // Not approved yet: it has never held a claim. (A refused credential is the claim
+            // loop's to report.)
+            Err(error)
+                if error.code() == Some("RUNNER_PENDING_APPROVAL")
+                    || error.status() == Some(401) =>
+            {
+                return true
+            }
             Err(error) => {
                 warn!(
                     event = "runner.held_claims_unknown",
                     code = error.code(),
                     "could not list the claims a previous process left ({error}); their leases will lapse"
                 );
-                return;
+                return true;
             }
         };
         for claim_id in held {
@@ -441,6 +457,7 @@ impl Worker {
                 ),
             }
         }
+        true
     }
 
     fn record(&self, summary: &mut WorkerSummary, done: Result<JobReport, tokio::task::JoinError>) {
