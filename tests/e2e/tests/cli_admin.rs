@@ -634,6 +634,23 @@ async fn releases_are_made_promoted_shown_and_listed_from_the_cli() {
     get("/api/releases/artifacts?cursor=nope", &org.admin_key)
         .await
         .expect_error(422, "INVALID_CURSOR");
+    // The page size is 1–1000: one past either end is refused, the ends are served.
+    for limit in ["0", "1001"] {
+        get(
+            &format!("/api/releases/artifacts?limit={limit}"),
+            &org.admin_key,
+        )
+        .await
+        .expect_error(422, "INVALID_LIMIT");
+    }
+    for limit in ["1", "1000"] {
+        get(
+            &format!("/api/releases/artifacts?limit={limit}"),
+            &org.admin_key,
+        )
+        .await
+        .expect(200);
+    }
     let human = ok(&org, &["releases", "list"]);
     assert!(
         human.contains(artifact) && human.contains(scorer),

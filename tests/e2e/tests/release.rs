@@ -158,6 +158,16 @@ async fn only_the_holder_releases_and_bad_requests_are_refused() {
     )
     .await;
     assert_eq!(no_reason.status, 422, "{no_reason:?}");
+    // A reason is 1–500 characters: one past either end is refused.
+    for reason in [String::new(), "r".repeat(501)] {
+        let reply = hand_back(&holder, &claim_id, &reason).await;
+        assert_eq!(
+            reply.status,
+            422,
+            "a {}-character reason: {reply:?}",
+            reason.len()
+        );
+    }
     let extra = post(
         "/api/remote-runners/release",
         Some(&holder.token),
@@ -177,7 +187,9 @@ async fn only_the_holder_releases_and_bad_requests_are_refused() {
     let record = job(f.key(), &claimed.job_id()).await;
     assert_eq!(record["state"], "claimed", "{record}");
     assert!(events(&record, "job.released").is_empty(), "{record}");
-    hand_back(&holder, &claim_id, "mine").await.expect(200);
+    hand_back(&holder, &claim_id, &"r".repeat(500))
+        .await
+        .expect(200);
 }
 
 #[tokio::test]
