@@ -158,6 +158,11 @@ async fn only_the_holder_releases_and_bad_requests_are_refused() {
     )
     .await;
     assert_eq!(no_reason.status, 422, "{no_reason:?}");
+    // The body is capped at 16 KiB, before the object sees it.
+    let padded = json!({ "claimId": claim_id, "reason": "r", "pad": "x".repeat(16 * 1024) });
+    post("/api/remote-runners/release", Some(&holder.token), &padded)
+        .await
+        .expect_error(413, "BODY_TOO_LARGE");
     // A reason is 1–500 characters: one past either end is refused.
     for reason in [String::new(), "r".repeat(501)] {
         let reply = hand_back(&holder, &claim_id, &reason).await;
