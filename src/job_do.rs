@@ -23,7 +23,9 @@ use edgerunner_protocol::envelope::{
     IdempotencyKey, JobEnvelope, JobId, JobSigning, Nonce, OrganizationId, RunnerId, Subject,
     SubjectKind,
 };
-use edgerunner_protocol::recovery::{decide, decide_release, JobLease, RecoveryDecision};
+use edgerunner_protocol::recovery::{
+    decide, decide_release, JobLease, RecoveryDecision, ReleaseDecision,
+};
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
@@ -252,6 +254,20 @@ impl Snapshot {
 
     fn state(&self) -> ApiResult<JobState> {
         Ok(JobState::parse(&self.job.state)?)
+    }
+
+    /// What recovery and hand-back decide from.
+    fn lease(&self) -> ApiResult<JobLease> {
+        let count = |n: i64, what: &str| {
+            u32::try_from(n)
+                .map_err(|_| ApiError::internal(format!("job {} has {what} {n}", self.job.id)))
+        };
+        Ok(JobLease {
+            state: self.state()?,
+            dispatch_attempt: count(self.job.dispatch_attempt, "dispatch attempt")?,
+            released_attempts: count(self.job.released_attempts, "released attempts")?,
+            lease_expires_at_ms: self.job.lease_expires_at,
+        })
     }
 
     fn active_claim(&self) -> Option<&jobs::ClaimRow> {
@@ -1078,12 +1094,7 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
     let actor = str_field(body, "actor")?;
     let job = &snap.job;
     let state = snap.state()?;
-    let lease = JobLease {
-        state,
-        dispatch_attempt: u32::try_from(job.dispatch_attempt).unwrap_or(0),
-        lease_expires_at_ms: job.lease_expires_at,
-    };
-    let decision = decide(&lease, ctx.now);
+    let decision = decide(&snap.lease()?, ctx.now);
     let nothing =
         || Reply::ok(json!({ "jobId": job.id, "decision": "nothing", "state": job.state }));
     let Some(claim) = snap.active_claim().cloned() else {
@@ -1105,7 +1116,7 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
     lost.reason = Some(&lapse);
     lost.at = ctx.now;
     let next_attempt = match decision {
-        RecoveryDecision::Requeue { next_attempt } => Some(next_attempt),
+        RecoveryDecision::Requeue { next_attempt, .. } => Some(next_attempt),
         _ => None,
     };
     let detail = json!({ "decision": decision.code(), "nextAttempt": next_attempt }).to_string();
@@ -1129,6 +1140,7 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         ("lost", "lease expired"),
         (state, next),
         &reason,
+        false,
     )?;
     let statements = vec![
         end_claim,
@@ -1179,6 +1191,7 @@ fn release_job(
     claim_end: (&str, &str),
     (from, to): (JobState, JobState),
     reason: &str,
+    free_hand_back: bool,
 ) -> ApiResult<[worker::D1PreparedStatement; 2]> {
     let finished_at = (to == JobState::Cancelled).then_some(ctx.now);
     Ok([
@@ -1190,7 +1203,8 @@ fn release_job(
         store::stmt(
             ctx.db,
             "UPDATE jobs SET state = ?5, active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?6, \
-               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END) \
+               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END), \
+               released_attempts = released_attempts + ?9 \
              WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?4",
             &[
                 job.id.as_str().into(),
@@ -1201,6 +1215,7 @@ fn release_job(
                 ctx.now.into(),
                 finished_at.into(),
                 reason.into(),
+                i64::from(free_hand_back).into(),
             ],
         )?,
     ])
@@ -1253,8 +1268,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         );
     }
     let state = snap.state()?;
-    let attempt = u32::try_from(claim.dispatch_attempt).unwrap_or(0);
-    let Some(decision) = decide_release(state, attempt) else {
+    let Some(decision) = decide_release(&snap.lease()?) else {
         return Err(ApiError::internal(format!(
             "job {} is {state} yet holds active claim {claim_id}",
             job.id
@@ -1263,9 +1277,17 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
     let next = decision.next_state();
     let actor = format!("runner:{runner}");
     let rationale = decision.reason();
+    let free = matches!(decision, ReleaseDecision::Requeue { free: Some(_), .. });
+    let counted = match decision {
+        ReleaseDecision::Requeue { counted, .. } => Some(counted),
+        ReleaseDecision::Exhausted { attempts } => Some(attempts),
+        ReleaseDecision::Cancel => None,
+    };
     let detail = json!({
         "decision": decision.code(),
         "nextAttempt": (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
+        "counted": !free,
+        "countedAttempts": counted,
     })
     .to_string();
     let mut released = event(job, &actor, "job.released");
@@ -1283,6 +1305,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         ("released", &end_reason),
         (state, next),
         &rationale,
+        free,
     )?;
     let mut statements = vec![
         end_claim,
@@ -1317,5 +1340,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         "decision": decision.code(),
         "state": next.as_str(),
         "nextAttempt": (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
+        "counted": !free,
+        "countedAttempts": counted,
     })))
 }

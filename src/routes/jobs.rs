@@ -668,7 +668,7 @@ pub(crate) async fn reap(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
 /// JSON text stored by the server is re-parsed with number lexemes intact, so the hashes the
 /// runner computed still hold.
 ///
-/// A job may hold 3 attempts × 64 MiB of stream, so the document is never built whole: the
+/// A job may hold 8 attempts × 64 MiB of stream, so the document is never built whole: the
 /// small parts (job, claims, each attempt's extent, the completion ids) are read first, then
 /// the body is streamed — chunk pages by keyset (`stream_page.sql`, ≤ 1 MiB of payload each),
 /// then completions one at a time — and the Worker holds one page at a time. The extents read

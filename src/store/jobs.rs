@@ -25,6 +25,8 @@ pub(crate) struct JobRow {
     pub(crate) requirements: String,
     pub(crate) state: String,
     pub(crate) dispatch_attempt: i64,
+    /// Free hand-backs among the dispatched attempts (migration 0006).
+    pub(crate) released_attempts: i64,
     pub(crate) active_claim_id: Option<String>,
     pub(crate) lease_expires_at: Option<i64>,
     pub(crate) cancel_reason: Option<String>,
@@ -45,7 +47,7 @@ pub(crate) struct JobRow {
 
 const JOB_COLUMNS: &str = "id, organization_id, idempotency_key, intent_hash, subject_kind, \
     subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, \
-    requirements, state, dispatch_attempt, active_claim_id, lease_expires_at, cancel_reason, \
+    requirements, state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, \
     created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, \
     last_unstored_decision, last_unstored_at";
 
@@ -61,6 +63,7 @@ impl JobRow {
             "idempotencyKey": self.idempotency_key,
             "state": self.state,
             "dispatchAttempt": self.dispatch_attempt,
+            "releasedAttempts": self.released_attempts,
             "subject": {
                 "kind": self.subject_kind,
                 "artifactId": self.subject_artifact_id,

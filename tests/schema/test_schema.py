@@ -44,13 +44,40 @@ def sha(text):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def open_database():
+def open_database(migrations=None):
     conn = sqlite3.connect(":memory:", isolation_level=None)  # autocommit; batches BEGIN explicitly
     conn.execute("PRAGMA foreign_keys = ON")
-    for path in MIGRATIONS:
-        with open(path, encoding="utf-8") as f:
-            conn.executescript(f.read())
+    for path in MIGRATIONS if migrations is None else migrations:
+        apply_migration(conn, path)
     return conn
+
+
+def apply_migration(conn, path):
+    """One migration as D1 applies it: the whole file in one transaction."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    conn.execute("BEGIN")
+    try:
+        for statement in split_statements(text):
+            conn.execute(statement)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def split_statements(text):
+    """The statements of a migration file, in order (a trigger's body is part of its statement)."""
+    statements, pending = [], ""
+    for line in text.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                statements.append(pending)
+            pending = ""
+    if pending.strip() and re.sub(r"--[^\n]*", "", pending).strip():
+        raise ValueError(f"unterminated statement: {pending[:80]!r}")
+    return statements
 
 
 def batch(conn, statements):
@@ -286,8 +313,9 @@ class World:
             (NOW + 2 * LEASE_MS, NOW, job_id),
         )
 
-    def reap(self, job_id, runner_id):
-        """Lease loss: claim lost, job requeued (or lost at the last attempt), capacity released."""
+    def reap(self, job_id, runner_id, counted="dispatch_attempt - released_attempts"):
+        """Lease loss: claim lost, job requeued (or lost at the last attempt), capacity released.
+        `counted` is the attempts counted so far (before migration 0006: dispatch_attempt)."""
         state, attempt, claim_id, _, _ = self.job_row(job_id)
         org = self.one("SELECT organization_id FROM jobs WHERE id = ?", job_id)[0]
         batch(
@@ -299,7 +327,7 @@ class World:
                     (NOW, claim_id),
                 ),
                 (
-                    "UPDATE jobs SET state = CASE WHEN dispatch_attempt < 3 THEN 'queued' ELSE 'lost' END,"
+                    f"UPDATE jobs SET state = CASE WHEN {counted} < 3 THEN 'queued' ELSE 'lost' END,"
                     " active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?"
                     " WHERE id = ? AND dispatch_attempt = ? AND state IN ('claimed', 'running', 'cancel_requested')",
                     (NOW, job_id, attempt),
@@ -310,6 +338,29 @@ class World:
                     " VALUES (?, ?, ?, ?, 'system:reaper', 'job.lost', ?, ?)",
                     (org, job_id, runner_id, claim_id, attempt, NOW),
                 ),
+            ],
+        )
+        return claim_id
+
+    def hand_back(self, job_id, runner_id, free=True):
+        """A hand-back: claim released, job queued again, capacity back; a free one is counted in
+        released_attempts and so does not use one of the three attempts."""
+        _, attempt, claim_id, _, _ = self.job_row(job_id)
+        batch(
+            self.conn,
+            [
+                (
+                    "UPDATE job_claims SET state = 'released', ended_at = ?, end_reason = 'handed back'"
+                    " WHERE id = ? AND state = 'active'",
+                    (NOW, claim_id),
+                ),
+                (
+                    "UPDATE jobs SET state = 'queued', active_claim_id = NULL, lease_expires_at = NULL,"
+                    " released_attempts = released_attempts + ?, updated_at = ?"
+                    " WHERE id = ? AND dispatch_attempt = ? AND state IN ('claimed', 'running')",
+                    (1 if free else 0, NOW, job_id, attempt),
+                ),
+                ("UPDATE runners SET active_claims = active_claims - 1 WHERE id = ?", (runner_id,)),
             ],
         )
         return claim_id
@@ -557,16 +608,75 @@ class MigrationTests(SchemaTest):
         self.assertEqual(self.execute("PRAGMA integrity_check").fetchone()[0], "ok")
 
     def test_migrations_hold_no_pragma_or_top_level_transaction(self):
-        # D1 runs each migration in its own transaction and refuses most PRAGMAs; BEGIN/END
-        # are only allowed as the body delimiters of CREATE TRIGGER.
+        # D1 runs each migration in its own transaction and refuses most PRAGMAs (the one it
+        # documents for migrations, defer_foreign_keys, is allowed); BEGIN/END are only allowed
+        # as the body delimiters of CREATE TRIGGER.
         for path in MIGRATIONS:
             with open(path, encoding="utf-8") as f:
                 text = re.sub(r"--[^\n]*", "", f.read())
+            text = re.sub(r"(?im)^\s*PRAGMA defer_foreign_keys = on;", "", text)
             with self.subTest(migration=os.path.basename(path)):
                 self.assertIsNone(re.search(r"(?im)^\s*PRAGMA\b", text))
                 self.assertIsNone(re.search(r"(?im)\bBEGIN\s+(TRANSACTION|IMMEDIATE|EXCLUSIVE|DEFERRED)\b", text))
                 self.assertIsNone(re.search(r"(?im)\bBEGIN\s*;", text))
                 self.assertIsNone(re.search(r"(?im)\b(COMMIT|ROLLBACK|END\s+TRANSACTION)\s*;", text))
+
+
+    def test_the_hand_back_rebuild_keeps_every_row_and_every_foreign_key(self):
+        # 0006 rebuilds jobs, job_claims, job_events and job_completions under D1's always-on
+        # foreign keys. A database with rows in every table touched (and their children: chunks,
+        # evidence) comes through it unchanged but for the new column.
+        before = [p for p in MIGRATIONS if os.path.basename(p) < "0006"]
+        rebuild = next(p for p in MIGRATIONS if os.path.basename(p).startswith("0006"))
+        conn = open_database(before)
+        w = World(conn)
+        org = w.org()
+        runner = w.runner(org, max_concurrent_jobs=5)
+        run = w.evaluation_run(org)
+        lost = w.job(org)
+        w.grant(lost, runner)
+        w.reap(lost, runner, counted="dispatch_attempt")
+        done = w.job(org)
+        claim = w.grant(done, runner)
+        head = w.stream(done, claim, 1, 3)
+        w.complete(done, claim, runner, 1, final_stream_checksum=head, evaluation_run_id=run,
+                   evidence=[("test_result", w.test_result(org, run))])
+        w.complete(done, claim, runner, 1, decision="duplicate", final_stream_checksum=head)
+        held = w.job(org)
+        w.grant(held, runner)
+        queued = w.job(org)
+        tables = [name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        columns = {t: ", ".join(r[1] for r in conn.execute(f"PRAGMA table_info({t})")) for t in tables}
+        rows = {t: conn.execute(f"SELECT {columns[t]} FROM {t} ORDER BY rowid").fetchall() for t in tables}
+        events_seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'job_events'").fetchone()
+
+        apply_migration(conn, rebuild)
+
+        self.assertEqual(conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+        self.assertEqual(conn.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        for t in tables:
+            with self.subTest(table=t):
+                after = conn.execute(f"SELECT {columns[t]} FROM {t} ORDER BY rowid").fetchall()
+                self.assertEqual(after, rows[t])
+        self.assertEqual(conn.execute("SELECT DISTINCT released_attempts FROM jobs").fetchall(), [(0,)])
+        self.assertEqual(conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'job_events'").fetchone(),
+                         events_seq)
+        self.assertEqual(conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'kept_%'").fetchall(), [])
+        # The schema is the one a fresh database gets, and its guards are back.
+        fresh = open_database()
+        shape = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        self.assertEqual(conn.execute(shape).fetchall(), fresh.execute(shape).fetchall())
+        fresh.close()
+        w2 = World(conn)
+        self.assertRaises(sqlite3.IntegrityError, conn.execute, "DELETE FROM jobs WHERE id = ?", (done,))
+        self.assertRaises(sqlite3.IntegrityError, conn.execute, "UPDATE job_events SET reason = 'x'")
+        self.assertRaises(sqlite3.IntegrityError, w2.grant, done, runner)
+        self.assertEqual(w2.job_row(lost)[:2], ("queued", 1))
+        w2.grant(lost, runner)
+        self.assertEqual(w2.job_row(queued)[0], "queued")
+        self.assertEqual(w2.job_row(held)[0], "claimed")
+        conn.close()
 
 
 # =============================================================================================
@@ -988,6 +1098,67 @@ class JobTests(SchemaTest):
         self.assertRefused(self.execute, "UPDATE jobs SET state = 'queued' WHERE id = ?", job,
                            message="CHECK constraint failed")
         self.assertRefused(self.w.grant, job, runner)  # no fourth claim either
+
+    def test_a_free_hand_back_does_not_use_one_of_the_three_attempts(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        self.w.grant(job, runner)
+        self.w.hand_back(job, runner)
+        for _ in range(3):  # three counted attempts after the free one: 2, 3, 4
+            self.w.grant(job, runner)
+            self.w.reap(job, runner)
+        self.assertEqual(self.w.job_row(job)[:2], ("lost", 4))
+        self.assertRefused(self.execute, "UPDATE jobs SET state = 'queued' WHERE id = ?", job,
+                           message="CHECK constraint failed")
+        self.assertRefused(self.w.grant, job, runner)
+
+    def test_a_job_gets_five_free_hand_backs_and_eight_dispatches_at_most(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        for _ in range(5):
+            self.w.grant(job, runner)
+            self.w.hand_back(job, runner)
+        self.assertEqual(self.one_job(job), ("queued", 5, 5))
+        self.w.grant(job, runner)
+        self.assertRefused(self.w.hand_back, job, runner, message="CHECK constraint failed")  # a sixth free one
+        self.w.hand_back(job, runner, free=False)  # counted: attempt 6 is the first of three
+        self.w.grant(job, runner)
+        self.w.hand_back(job, runner, free=False)
+        self.assertEqual(self.one_job(job), ("queued", 7, 5))
+        self.w.grant(job, runner)
+        self.assertRefused(self.w.hand_back, job, runner, free=False, message="CHECK constraint failed")
+        self.w.reap(job, runner)
+        self.assertEqual(self.one_job(job), ("lost", 8, 5))
+        self.assertRefused(self.w.grant, job, runner)
+        self.assertRefused(self.execute, "UPDATE jobs SET dispatch_attempt = 9 WHERE id = ?", job,
+                           message="CHECK constraint failed")
+
+    def test_released_attempts_never_go_back_and_a_job_is_born_with_none(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job = self.w.job(org)
+        self.w.grant(job, runner)
+        self.w.hand_back(job, runner)
+        self.assertRefused(self.execute, "UPDATE jobs SET released_attempts = 0 WHERE id = ?", job,
+                           message="job_dispatch_attempt_only_grows")
+        self.assertRefused(self.execute, "UPDATE jobs SET released_attempts = 2 WHERE id = ?", job,
+                           message="CHECK constraint failed")  # more than were dispatched
+        self.assertRefused(self.w.job, org, released_attempts=1, message="job_must_start_queued")
+
+    def test_the_bounds_are_the_protocol_crates(self):
+        text = pathlib.Path(ROOT, "crates", "protocol", "src", "recovery.rs").read_text()
+        consts = dict(re.findall(r"pub const (MAX_\w+): u32 = (\d+);", text))
+        self.assertEqual(consts, {"MAX_DISPATCH_ATTEMPTS": "3", "MAX_FREE_HAND_BACKS": "5"})
+        self.assertIn("MAX_DISPATCHES: u32 = MAX_DISPATCH_ATTEMPTS + MAX_FREE_HAND_BACKS", text)
+        org = self.w.org()
+        job = self.w.job(org)
+        self.assertRefused(self.execute, "UPDATE jobs SET dispatch_attempt = 3 + 5 + 1 WHERE id = ?", job,
+                           message="CHECK constraint failed")
+
+    def one_job(self, job):
+        return tuple(self.w.one("SELECT state, dispatch_attempt, released_attempts FROM jobs WHERE id = ?", job))
 
     def test_dispatch_attempt_never_goes_back(self):
         org, runner, job, _ = self.claimed_job()
@@ -1731,7 +1902,7 @@ class QueryPlanTests(SchemaTest):
             if not rows:
                 break
             seen += [r[0] for r in rows]
-            cursor = (rows[-1][16], rows[-1][0])  # created_at, id
+            cursor = (rows[-1][17], rows[-1][0])  # created_at, id
         self.assertEqual(seen, expected)
 
     def test_jobs_page_of_one_state_uses_the_state_index(self):

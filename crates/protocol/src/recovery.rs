@@ -26,16 +26,27 @@
 //!   (with its reported costs) but never applied. The job's terminal state is decided once.
 //! - **Evidence or a charge to be attached twice.** Each evidence row may belong to one accepted
 //!   completion; the schema enforces it.
-//! - **More than [`MAX_DISPATCH_ATTEMPTS`] dispatches**, a requeue of a job someone asked to
-//!   cancel, or a requeue of a job whose lease has not expired: a worker that keeps
-//!   heartbeating keeps its job, however slow it is.
+//! - **More than [`MAX_DISPATCH_ATTEMPTS`] counted dispatches** (a hand-back among a job's first
+//!   [`MAX_FREE_HAND_BACKS`] does not count, so [`MAX_DISPATCHES`] in all), a requeue of a job
+//!   someone asked to cancel, or a requeue of a job whose lease has not expired: a worker that
+//!   keeps heartbeating keeps its job, however slow it is.
 //! - **A double requeue.** Two recoveries racing on the same job both decide `Requeue`, but the
 //!   guarded write (`WHERE state = … AND dispatch_attempt = …`) lets only the first apply.
 
 use crate::state::{JobInput, JobState, StateError};
 
-/// Dispatches a job gets in all, the first included. After the third lost lease the job ends.
+/// Counted dispatches a job gets, the first included: after the third lost lease the job ends.
+/// A hand-back among the job's first [`MAX_FREE_HAND_BACKS`] does not count.
 pub const MAX_DISPATCH_ATTEMPTS: u32 = 3;
+
+/// Hand-backs (`POST …/release`) per job that do not count against [`MAX_DISPATCH_ATTEMPTS`]:
+/// a runner that stops or restarts should not spend the job's retries, but one that keeps
+/// handing a job back must not keep it in the queue for ever, so later ones count.
+pub const MAX_FREE_HAND_BACKS: u32 = 5;
+
+/// Dispatches a job can get in all, hand-backs included; the schema's bound on attempt numbers
+/// (migrations/0006_free_hand_backs.sql).
+pub const MAX_DISPATCHES: u32 = MAX_DISPATCH_ATTEMPTS + MAX_FREE_HAND_BACKS;
 
 /// What recovery needs to know about a job.
 ///
@@ -47,6 +58,8 @@ pub struct JobLease {
     /// Attempts dispatched so far (0 while a job has never been claimed). A claim dispatches
     /// attempt `dispatch_attempt + 1` and records it here.
     pub dispatch_attempt: u32,
+    /// Of those, the free hand-backs: attempts that do not count against the limit.
+    pub released_attempts: u32,
     /// When the active claim's lease lapses, in Unix milliseconds; `None` without a claim.
     pub lease_expires_at_ms: Option<i64>,
 }
@@ -57,10 +70,11 @@ pub enum RecoveryDecision {
     /// The lease is alive, or the job holds no lease.
     Nothing,
     /// Mark the claim and runner lost and return the job to the queue; the next compatible
-    /// runner gets attempt `next_attempt` with a new nonce.
-    Requeue { next_attempt: u32 },
+    /// runner gets attempt `next_attempt` with a new nonce. `counted` attempts (this one
+    /// included) count against [`MAX_DISPATCH_ATTEMPTS`].
+    Requeue { next_attempt: u32, counted: u32 },
     /// The lease of the last allowed attempt lapsed: the job ends `cancelled`, the diagram's only
-    /// exit from `lost` besides the queue. `attempts` were dispatched.
+    /// exit from `lost` besides the queue. `attempts` counted dispatches were made.
     Exhausted { attempts: u32 },
     /// The lease lapsed while cancellation was pending: the job ends `cancelled`, never requeued.
     Cancel,
@@ -88,22 +102,27 @@ pub fn decide(job: &JobLease, now_ms: i64) -> RecoveryDecision {
         .lease_expires_at_ms
         .is_none_or(|expiry| lease_expired(expiry, now_ms));
     match job.state {
-        JobState::Claimed | JobState::Running if lapsed => retry_or_exhaust(job.dispatch_attempt),
+        JobState::Claimed | JobState::Running if lapsed => retry_or_exhaust(job),
         JobState::CancelRequested if lapsed => RecoveryDecision::Cancel,
-        JobState::Lost => retry_or_exhaust(job.dispatch_attempt),
+        JobState::Lost => retry_or_exhaust(job),
         _ => RecoveryDecision::Nothing,
     }
 }
 
-fn retry_or_exhaust(dispatched: u32) -> RecoveryDecision {
-    if dispatched < MAX_DISPATCH_ATTEMPTS {
+/// Attempts of `job` that count against [`MAX_DISPATCH_ATTEMPTS`].
+pub fn counted_attempts(job: &JobLease) -> u32 {
+    job.dispatch_attempt.saturating_sub(job.released_attempts)
+}
+
+fn retry_or_exhaust(job: &JobLease) -> RecoveryDecision {
+    let counted = counted_attempts(job);
+    if counted < MAX_DISPATCH_ATTEMPTS && job.dispatch_attempt < MAX_DISPATCHES {
         RecoveryDecision::Requeue {
-            next_attempt: dispatched + 1,
+            next_attempt: job.dispatch_attempt + 1,
+            counted,
         }
     } else {
-        RecoveryDecision::Exhausted {
-            attempts: dispatched,
-        }
+        RecoveryDecision::Exhausted { attempts: counted }
     }
 }
 
@@ -152,8 +171,8 @@ impl RecoveryDecision {
         };
         Ok(JobLease {
             state,
-            dispatch_attempt: job.dispatch_attempt,
             lease_expires_at_ms,
+            ..*job
         })
     }
 
@@ -171,11 +190,14 @@ impl RecoveryDecision {
     pub fn reason(&self) -> String {
         match self {
             RecoveryDecision::Nothing => "lease alive or no lease held".to_owned(),
-            RecoveryDecision::Requeue { next_attempt } => format!(
-                "heartbeat lease expired; requeued for attempt {next_attempt} of {MAX_DISPATCH_ATTEMPTS}"
+            RecoveryDecision::Requeue {
+                next_attempt,
+                counted,
+            } => format!(
+                "heartbeat lease expired; requeued for attempt {next_attempt} ({counted} of {MAX_DISPATCH_ATTEMPTS} counted attempts used)"
             ),
             RecoveryDecision::Exhausted { attempts } => format!(
-                "heartbeat lease expired after {attempts} dispatch attempts (at most {MAX_DISPATCH_ATTEMPTS}); cancelled"
+                "heartbeat lease expired after {attempts} counted dispatch attempts (at most {MAX_DISPATCH_ATTEMPTS}); cancelled"
             ),
             RecoveryDecision::Cancel => {
                 "heartbeat lease expired while cancellation was requested; cancelled".to_owned()
@@ -190,32 +212,50 @@ impl RecoveryDecision {
 /// a drain timeout) or it restarted and no longer runs the work. Unlike a lapsed lease it does
 /// not mark the runner lost, and the job is free at once instead of after the lease.
 ///
-/// The released attempt is still an attempt: its number fences the old claim's late writes (the
-/// next grant is attempt *n + 1* with a new nonce), and the schema bounds attempts at
-/// [`MAX_DISPATCH_ATTEMPTS`]. So a job handed back at its last attempt ends `cancelled`, as a
-/// job whose last lease lapsed does.
+/// The released attempt still gets a number: it fences the old claim's late writes (the next
+/// grant is attempt *n + 1* with a new nonce). But a job's first [`MAX_FREE_HAND_BACKS`]
+/// hand-backs do not count against [`MAX_DISPATCH_ATTEMPTS`]: a runner stopping or restarting
+/// does not spend the job's retries. Later hand-backs count like a lapsed lease, so a job handed
+/// back at its last counted attempt ends `cancelled`, and no job is dispatched more than
+/// [`MAX_DISPATCHES`] times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseDecision {
-    /// Back to the queue for attempt `next_attempt`.
-    Requeue { next_attempt: u32 },
-    /// Handed back at the last allowed attempt: the job ends `cancelled`.
+    /// Back to the queue for attempt `next_attempt`. `free` is `Some(k)` when this is the job's
+    /// free hand-back *k* (of [`MAX_FREE_HAND_BACKS`]), `None` when it counts; `counted` is the
+    /// job's counted attempts after it.
+    Requeue {
+        next_attempt: u32,
+        free: Option<u32>,
+        counted: u32,
+    },
+    /// Handed back, counted, at the last allowed attempt: the job ends `cancelled`.
     Exhausted { attempts: u32 },
     /// Handed back while cancellation was pending: the job ends `cancelled`, never requeued.
     Cancel,
 }
 
-/// The hand-back decision for a job in `state` that has dispatched `dispatch_attempt` attempts;
+/// The hand-back decision for `job` (its state, attempts dispatched and free hand-backs so far);
 /// `None` when the job holds no claim (queued or finished), so there is nothing to hand back.
-pub fn decide_release(state: JobState, dispatch_attempt: u32) -> Option<ReleaseDecision> {
-    match state {
-        JobState::Claimed | JobState::Running if dispatch_attempt < MAX_DISPATCH_ATTEMPTS => {
+pub fn decide_release(job: &JobLease) -> Option<ReleaseDecision> {
+    let next_attempt = job.dispatch_attempt + 1;
+    match job.state {
+        JobState::Claimed | JobState::Running if job.released_attempts < MAX_FREE_HAND_BACKS => {
             Some(ReleaseDecision::Requeue {
-                next_attempt: dispatch_attempt + 1,
+                next_attempt,
+                free: Some(job.released_attempts + 1),
+                counted: counted_attempts(job).saturating_sub(1),
             })
         }
-        JobState::Claimed | JobState::Running => Some(ReleaseDecision::Exhausted {
-            attempts: dispatch_attempt,
-        }),
+        JobState::Claimed | JobState::Running => match retry_or_exhaust(job) {
+            RecoveryDecision::Requeue { counted, .. } => Some(ReleaseDecision::Requeue {
+                next_attempt,
+                free: None,
+                counted,
+            }),
+            _ => Some(ReleaseDecision::Exhausted {
+                attempts: counted_attempts(job),
+            }),
+        },
         JobState::CancelRequested => Some(ReleaseDecision::Cancel),
         _ => None,
     }
@@ -242,11 +282,22 @@ impl ReleaseDecision {
     /// The human rationale recorded with the decision.
     pub fn reason(&self) -> String {
         match self {
-            ReleaseDecision::Requeue { next_attempt } => format!(
-                "handed back by its runner; requeued for attempt {next_attempt} of {MAX_DISPATCH_ATTEMPTS}"
+            ReleaseDecision::Requeue {
+                next_attempt,
+                free: Some(k),
+                ..
+            } => format!(
+                "handed back by its runner; requeued for attempt {next_attempt}; free hand-back {k} of {MAX_FREE_HAND_BACKS}, not counted against the {MAX_DISPATCH_ATTEMPTS} attempts"
+            ),
+            ReleaseDecision::Requeue {
+                next_attempt,
+                free: None,
+                counted,
+            } => format!(
+                "handed back by its runner after {MAX_FREE_HAND_BACKS} free hand-backs, so it counts; requeued for attempt {next_attempt} ({counted} of {MAX_DISPATCH_ATTEMPTS} counted attempts used)"
             ),
             ReleaseDecision::Exhausted { attempts } => format!(
-                "handed back by its runner at attempt {attempts} of {MAX_DISPATCH_ATTEMPTS}; no attempt left, cancelled"
+                "handed back by its runner after {MAX_FREE_HAND_BACKS} free hand-backs, at counted attempt {attempts} of {MAX_DISPATCH_ATTEMPTS}; no attempt left, cancelled"
             ),
             ReleaseDecision::Cancel => {
                 "handed back by its runner while cancellation was requested; cancelled".to_owned()
@@ -270,19 +321,28 @@ mod tests {
         JobLease {
             state,
             dispatch_attempt: attempt,
+            released_attempts: 0,
             lease_expires_at_ms: expiry,
+        }
+    }
+
+    fn handed_back(job: JobLease, released: u32) -> JobLease {
+        JobLease {
+            released_attempts: released,
+            ..job
         }
     }
 
     fn random_lease(rng: &mut Rng) -> JobLease {
         let state = *rng.pick(&JobState::ALL);
-        let attempt = rng.below(6) as u32;
+        let attempt = rng.below(9) as u32;
+        let released = rng.below(u64::from(attempt.min(MAX_FREE_HAND_BACKS)) + 1) as u32;
         let expiry = if rng.chance(1, 8) {
             None
         } else {
             Some(NOW + rng.below(2_000) as i64 - 1_000)
         };
-        lease(state, attempt, expiry)
+        handed_back(lease(state, attempt, expiry), released)
     }
 
     #[test]
@@ -305,7 +365,10 @@ mod tests {
         assert_eq!(decide(&job, NOW - 1), RecoveryDecision::Nothing);
         assert_eq!(
             decide(&job, NOW),
-            RecoveryDecision::Requeue { next_attempt: 2 }
+            RecoveryDecision::Requeue {
+                next_attempt: 2,
+                counted: 1
+            }
         );
         assert!(lease_expired(NOW, NOW));
         assert!(!lease_expired(NOW, NOW - 1));
@@ -315,8 +378,20 @@ mod tests {
     fn expired_lease_requeues_until_the_third_attempt_then_exhausts() {
         for state in [JobState::Claimed, JobState::Running, JobState::Lost] {
             let at = |attempt| decide(&lease(state, attempt, Some(NOW - 1)), NOW);
-            assert_eq!(at(1), RecoveryDecision::Requeue { next_attempt: 2 });
-            assert_eq!(at(2), RecoveryDecision::Requeue { next_attempt: 3 });
+            assert_eq!(
+                at(1),
+                RecoveryDecision::Requeue {
+                    next_attempt: 2,
+                    counted: 1
+                }
+            );
+            assert_eq!(
+                at(2),
+                RecoveryDecision::Requeue {
+                    next_attempt: 3,
+                    counted: 2
+                }
+            );
             assert_eq!(at(3), RecoveryDecision::Exhausted { attempts: 3 });
         }
     }
@@ -341,7 +416,7 @@ mod tests {
         );
         assert_eq!(decision.apply(&job).unwrap().state, JobState::Cancelled);
         assert_eq!(decision.code(), "DISPATCH_ATTEMPTS_EXHAUSTED");
-        assert!(decision.reason().contains("3 dispatch attempts"));
+        assert!(decision.reason().contains("3 counted dispatch attempts"));
     }
 
     #[test]
@@ -367,7 +442,10 @@ mod tests {
         let job = lease(JobState::Claimed, 1, None);
         assert_eq!(
             decide(&job, NOW),
-            RecoveryDecision::Requeue { next_attempt: 2 }
+            RecoveryDecision::Requeue {
+                next_attempt: 2,
+                counted: 1
+            }
         );
         assert_eq!(next_check_at_ms(&job), Some(i64::MIN));
     }
@@ -414,8 +492,13 @@ mod tests {
         check(500, |rng| {
             let job = random_lease(rng);
             match decide(&job, NOW) {
-                RecoveryDecision::Requeue { next_attempt } => {
-                    assert!(next_attempt <= MAX_DISPATCH_ATTEMPTS);
+                RecoveryDecision::Requeue {
+                    next_attempt,
+                    counted,
+                } => {
+                    assert!(counted < MAX_DISPATCH_ATTEMPTS);
+                    assert_eq!(counted, counted_attempts(&job));
+                    assert!(next_attempt <= MAX_DISPATCHES);
                     assert_eq!(next_attempt, job.dispatch_attempt + 1);
                     assert_ne!(job.state, JobState::CancelRequested);
                 }
@@ -469,25 +552,112 @@ mod tests {
     }
 
     #[test]
-    fn a_hand_back_requeues_until_the_last_attempt() {
+    fn a_hand_back_is_free_five_times_then_counts_like_a_lost_lease() {
         for state in [JobState::Claimed, JobState::Running] {
+            let at = |attempt, released| {
+                decide_release(&handed_back(lease(state, attempt, Some(NOW + 1)), released))
+            };
+            // Two lost leases, then a hand-back: free, the job still has its third attempt.
             assert_eq!(
-                decide_release(state, 1),
-                Some(ReleaseDecision::Requeue { next_attempt: 2 })
+                at(3, 0),
+                Some(ReleaseDecision::Requeue {
+                    next_attempt: 4,
+                    free: Some(1),
+                    counted: 2
+                })
             );
             assert_eq!(
-                decide_release(state, 2),
-                Some(ReleaseDecision::Requeue { next_attempt: 3 })
+                at(5, 4),
+                Some(ReleaseDecision::Requeue {
+                    next_attempt: 6,
+                    free: Some(5),
+                    counted: 0
+                })
             );
-            let last = decide_release(state, 3).expect("an active job can be handed back");
+            // The sixth hand-back counts.
+            assert_eq!(
+                at(6, 5),
+                Some(ReleaseDecision::Requeue {
+                    next_attempt: 7,
+                    free: None,
+                    counted: 1
+                })
+            );
+            let last = at(8, 5).expect("an active job can be handed back");
             assert_eq!(last, ReleaseDecision::Exhausted { attempts: 3 });
             assert_eq!(last.next_state(), JobState::Cancelled);
+            assert!(
+                last.reason().contains("counted attempt 3 of 3"),
+                "{}",
+                last.reason()
+            );
         }
-        let cancel = decide_release(JobState::CancelRequested, 1).expect("active");
+        let cancel =
+            decide_release(&lease(JobState::CancelRequested, 1, Some(NOW + 1))).expect("active");
         assert_eq!(cancel, ReleaseDecision::Cancel);
         assert_eq!(cancel.next_state(), JobState::Cancelled);
         for state in JobState::ALL.into_iter().filter(|s| !s.is_active()) {
-            assert_eq!(decide_release(state, 1), None, "{state} holds no claim");
+            assert_eq!(
+                decide_release(&lease(state, 1, None)),
+                None,
+                "{state} holds no claim"
+            );
         }
+    }
+
+    #[test]
+    fn lost_leases_after_free_hand_backs_still_get_three_counted_attempts() {
+        let job = handed_back(lease(JobState::Running, 4, Some(NOW - 1)), 2);
+        assert_eq!(
+            decide(&job, NOW),
+            RecoveryDecision::Requeue {
+                next_attempt: 5,
+                counted: 2
+            }
+        );
+        let job = handed_back(lease(JobState::Running, 5, Some(NOW - 1)), 2);
+        assert_eq!(
+            decide(&job, NOW),
+            RecoveryDecision::Exhausted { attempts: 3 }
+        );
+    }
+
+    #[test]
+    fn no_job_is_dispatched_more_than_eight_times_whatever_its_runners_do() {
+        check(300, |rng| {
+            let mut job = lease(JobState::Queued, 0, None);
+            let mut dispatches = 0;
+            for _ in 0..40 {
+                if job.state == JobState::Queued {
+                    job.state = JobState::Claimed;
+                    job.dispatch_attempt += 1;
+                    job.lease_expires_at_ms = Some(NOW + 60_000);
+                    dispatches += 1;
+                }
+                // The holder either hands the job back or lets its lease lapse.
+                if rng.chance(2, 3) {
+                    match decide_release(&job).expect("the job holds a claim") {
+                        ReleaseDecision::Requeue { free, .. } => {
+                            job.state = JobState::Queued;
+                            job.released_attempts += u32::from(free.is_some());
+                        }
+                        ReleaseDecision::Exhausted { .. } | ReleaseDecision::Cancel => {
+                            job.state = JobState::Cancelled;
+                        }
+                    }
+                    job.lease_expires_at_ms = None;
+                } else {
+                    job = decide(&job, NOW + 60_000).apply(&job).unwrap();
+                }
+                assert!(job.released_attempts <= MAX_FREE_HAND_BACKS);
+                assert!(counted_attempts(&job) <= MAX_DISPATCH_ATTEMPTS);
+                if job.state.is_terminal() {
+                    break;
+                }
+            }
+            assert_eq!(job.state, JobState::Cancelled);
+            assert!(dispatches <= MAX_DISPATCHES, "{dispatches}");
+            assert_eq!(counted_attempts(&job), MAX_DISPATCH_ATTEMPTS);
+        });
     }
 }

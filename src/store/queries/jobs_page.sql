@@ -3,8 +3,8 @@
 -- tests/schema checks the plan of this text.
 SELECT id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id,
        subject_version_id, subject_content_hash, subject_environment, input_hash, requirements,
-       state, dispatch_attempt, active_claim_id, lease_expires_at, cancel_reason, created_at,
-       updated_at, finished_at
+       state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason,
+       created_at, updated_at, finished_at
   FROM jobs
  WHERE organization_id = ?1 AND (created_at, id) < (?2, ?3)
  ORDER BY created_at DESC, id DESC

@@ -700,6 +700,47 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
 // The attempt budget
 // ---------------------------------------------------------------------------------------------
 
+/// A hand-back (`POST …/release`) is not one of the three attempts: after one, three lapsed
+/// leases still end the job, at attempt 4.
+#[tokio::test]
+async fn a_hand_back_does_not_use_one_of_the_three_attempts() {
+    let f = Fixture::new("recovery-hand-back").await;
+    let job_id = f.enqueue().await;
+    let mut runner = f.runner(1).await;
+    let (first, _) = claim_running(&mut runner, 60).await;
+    post(
+        "/api/remote-runners/release",
+        Some(&runner.token),
+        &json!({ "claimId": first.claim_id(), "reason": "restarting" }),
+    )
+    .await
+    .expect(200);
+    for attempt in 2..=4u32 {
+        // Each lapse marks its runner lost, so each attempt has a runner of its own.
+        let mut runner = f.runner(1).await;
+        let passes = global_passes_allowed().await;
+        let (claimed, _) = claim_running(&mut runner, 60).await;
+        assert_eq!(claimed.job_id(), job_id);
+        assert_eq!(claimed.attempt().get(), attempt, "{:?}", claimed.assignment);
+        expire(&claimed).await;
+        fire_cron().await;
+        drop(passes);
+        let view = f.job(&job_id).await;
+        let expected = if attempt < 4 { "queued" } else { "cancelled" };
+        assert_eq!(view["state"], expected, "after attempt {attempt}: {view}");
+    }
+    let done = f.job(&job_id).await;
+    assert_eq!(done["dispatchAttempt"], 4, "{done}");
+    assert_eq!(done["releasedAttempts"], 1, "{done}");
+    assert!(
+        str_of(&done, "cancelReason").contains("3 counted dispatch attempts"),
+        "{done}"
+    );
+    assert_eq!(events_of(&done, "job.released").len(), 1, "{done}");
+    assert_eq!(events_of(&done, "job.lease_lost").len(), 3, "{done}");
+    assert_eq!(runner.claim().await.status, 204, "no fifth dispatch");
+}
+
 #[tokio::test]
 async fn three_lost_attempts_end_the_job() {
     let f = Fixture::new("recovery-exhausted").await;
@@ -756,7 +797,7 @@ async fn three_lost_attempts_end_the_job() {
     assert!(done["finishedAt"].is_string(), "{done}");
     let reason = str_of(&done, "cancelReason");
     assert!(
-        reason.contains("3 dispatch attempts"),
+        reason.contains("3 counted dispatch attempts"),
         "the cancel reason does not say the attempts are exhausted: {done}"
     );
     let cancelled = single_event(&done, "job.cancelled");

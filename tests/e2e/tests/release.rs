@@ -1,8 +1,9 @@
 //! Handing a claim back (`POST /api/remote-runners/release`, docs/API.md "The runner's side"),
 //! end to end: the job is free at once with a `job.released` event, the runner stays active
 //! with its capacity back, the released claim is dead to its runner, another runner takes the
-//! job at the next attempt, only the holder may release, and a hand-back at the last attempt
-//! or after a cancel request ends the job. Also `GET /api/remote-runners/self/claims` (what a
+//! job at the next attempt, only the holder may release, a job's first five hand-backs do not
+//! count against its three attempts (later ones do, so it ends after eight dispatches at most),
+//! and a hand-back after a cancel request ends the job. Also `GET /api/remote-runners/self/claims` (what a
 //! restarted runner hands back) and what a lapsed lease now says about its heartbeats.
 //!
 //! Each test makes its own organization and bounds every loop; one waits for a real 15 s
@@ -73,10 +74,17 @@ async fn a_released_claim_is_requeued_at_once_and_its_runner_stays_active() {
     assert_eq!(answer["state"], "queued", "{answer}");
     assert_eq!(answer["nextAttempt"], 2, "{answer}");
     assert_eq!(answer["decision"], "RELEASED_REQUEUED", "{answer}");
+    assert_eq!(answer["counted"], false, "{answer}");
+    assert_eq!(answer["countedAttempts"], 0, "{answer}");
 
     // The job is queued now, not after a lease; the event says who, which claim and why.
     let record = job(f.key(), &job_id).await;
     assert_eq!(record["state"], "queued", "{record}");
+    assert_eq!(record["dispatchAttempt"], 1, "{record}");
+    assert_eq!(
+        record["releasedAttempts"], 1,
+        "the hand-back is not counted: {record}"
+    );
     let released = events(&record, "job.released");
     assert_eq!(released.len(), 1, "{record}");
     assert_eq!(released[0]["claimId"], claim_id.as_str(), "{record}");
@@ -198,39 +206,63 @@ async fn only_the_holder_releases_and_bad_requests_are_refused() {
 }
 
 #[tokio::test]
-async fn a_hand_back_at_the_last_attempt_ends_the_job_and_nothing_claims_it_again() {
-    let f = Fixture::new("release-last").await;
+async fn five_hand_backs_are_free_then_they_count_and_the_job_ends_after_eight_dispatches() {
+    let f = Fixture::new("release-budget").await;
     let job_id = f.enqueue().await;
     let mut runner = f.runner(1).await;
-    for attempt in 1..=3u32 {
+    for attempt in 1..=8u32 {
         let claimed = runner.claim_job().await;
         assert_eq!(claimed.job_id(), job_id);
         assert_eq!(claimed.attempt().get(), attempt);
         let answer = hand_back(&runner, &claimed.claim_id(), "restarting")
             .await
             .expect(200);
-        if attempt < 3 {
-            assert_eq!(answer["state"], "queued", "{answer}");
-        } else {
-            assert_eq!(answer["state"], "cancelled", "{answer}");
-            assert_eq!(answer["decision"], "RELEASED_AT_LAST_ATTEMPT", "{answer}");
-            assert!(answer["nextAttempt"].is_null(), "{answer}");
+        let record = job(f.key(), &job_id).await;
+        match attempt {
+            // The first five cost no attempt: the job still has all three.
+            1..=5 => {
+                assert_eq!(answer["state"], "queued", "{answer}");
+                assert_eq!(answer["counted"], false, "{answer}");
+                assert_eq!(answer["countedAttempts"], 0, "{answer}");
+                assert_eq!(record["releasedAttempts"], attempt, "{record}");
+            }
+            // From the sixth on they count, like a lapsed lease.
+            6 | 7 => {
+                assert_eq!(answer["state"], "queued", "{answer}");
+                assert_eq!(answer["counted"], true, "{answer}");
+                assert_eq!(answer["countedAttempts"], attempt - 5, "{answer}");
+                assert_eq!(answer["nextAttempt"], attempt + 1, "{answer}");
+                assert_eq!(record["releasedAttempts"], 5, "{record}");
+            }
+            _ => {
+                assert_eq!(answer["state"], "cancelled", "{answer}");
+                assert_eq!(answer["decision"], "RELEASED_AT_LAST_ATTEMPT", "{answer}");
+                assert_eq!(answer["countedAttempts"], 3, "{answer}");
+                assert!(answer["nextAttempt"].is_null(), "{answer}");
+            }
         }
     }
     let record = job(f.key(), &job_id).await;
     assert_eq!(record["state"], "cancelled", "{record}");
-    assert_eq!(events(&record, "job.released").len(), 3, "{record}");
+    assert_eq!(record["dispatchAttempt"], 8, "{record}");
+    assert_eq!(events(&record, "job.released").len(), 8, "{record}");
+    let free = events(&record, "job.released")
+        .iter()
+        .filter(|e| e["detail"]["counted"] == false)
+        .count();
+    assert_eq!(free, 5, "{record}");
     let cancelled = events(&record, "job.cancelled");
     assert_eq!(cancelled.len(), 1, "{record}");
     assert!(
         cancelled[0]["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("attempt 3 of 3")),
+            .is_some_and(|r| r.contains("counted attempt 3 of 3")),
         "{record}"
     );
-    assert_eq!(runner.claim().await.status, 204, "no fourth claim");
+    assert_eq!(runner.claim().await.status, 204, "no ninth claim");
     let state = runner_record(f.key(), &runner.id).await;
     assert_eq!(state["state"], "active", "{state}");
+    assert_eq!(state["activeClaims"], 0, "{state}");
 }
 
 #[tokio::test]
