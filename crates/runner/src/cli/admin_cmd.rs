@@ -811,8 +811,12 @@ fn render_release(answer: &Value) -> String {
 }
 
 fn render_job(job: &Value) -> String {
+    let handed_back = match job["releasedAttempts"].as_u64() {
+        Some(n) if n > 0 => format!("; {n} hand-back(s) not counted"),
+        _ => String::new(),
+    };
     let mut lines = vec![format!(
-        "job {} — {} (attempt {})",
+        "job {} — {} (attempt {}{handed_back})",
         text(job, "id"),
         text(job, "state"),
         text(job, "dispatchAttempt")
@@ -888,6 +892,20 @@ mod tests {
             ],
         );
         assert_eq!(rendered, "ID     STATE\nrun_1  active\nr      lost");
+    }
+
+    #[test]
+    fn a_job_says_how_many_hand_backs_did_not_count() {
+        let job = |released: u64| json!({"id": "job_1", "state": "queued", "dispatchAttempt": 4, "releasedAttempts": released, "subject": {}});
+        let first = |job: &Value| render_job(job).lines().next().map(str::to_owned);
+        assert_eq!(
+            first(&job(1)).as_deref(),
+            Some("job job_1 — queued (attempt 4; 1 hand-back(s) not counted)")
+        );
+        assert_eq!(
+            first(&job(0)).as_deref(),
+            Some("job job_1 — queued (attempt 4)")
+        );
     }
 
     fn flags() -> RequirementFlags {
