@@ -2,7 +2,6 @@
 //! the client address. Nothing here knows about jobs or runners.
 
 use futures_util::StreamExt;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use worker::Request;
 
@@ -103,50 +102,9 @@ fn depth_within(bytes: &[u8], max: usize) -> bool {
 /// Reads the body as one JSON value (at most `cap` bytes, [`MAX_JSON_DEPTH`] deep), keeping
 /// number lexemes (hashes depend on them).
 pub(crate) async fn json_body_capped(req: &mut Request, cap: usize) -> ApiResult<Value> {
-    json_body_from_bytes(&body_bytes(req, cap).await?)
-}
-
-fn json_body_from_bytes(bytes: &[u8]) -> ApiResult<Value> {
+    let bytes = body_bytes(req, cap).await?;
     if bytes.is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
-    }
-    if !depth_within(bytes, MAX_JSON_DEPTH) {
-        return Err(ApiError::bad_request(
-            "JSON_TOO_DEEP",
-            format!("request body nests deeper than {MAX_JSON_DEPTH} levels"),
-        ));
-    }
-    serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::bad_request("INVALID_JSON", format!("request body is not JSON: {e}"))
-    })
-}
-
-/// A JSON body kept as the text it arrived as, with one top-level string field read out.
-pub(crate) struct ForwardedBody {
-    /// The body as received, checked to be one JSON value; `{}` when the body was empty.
-    pub(crate) text: String,
-    /// The named field, when the body is an object whose (last) such field is a string.
-    pub(crate) field: Option<String>,
-}
-
-/// Reads a body that is passed on whole rather than used here (at most `cap` bytes,
-/// [`MAX_JSON_DEPTH`] deep): it is checked to be JSON and only `field` is read out of it, so
-/// no tree of its values is built and nothing is printed again. The refusals are
-/// [`json_body_capped`]'s, with the same codes.
-pub(crate) async fn json_body_forwarded(
-    req: &mut Request,
-    cap: usize,
-    field: &str,
-) -> ApiResult<ForwardedBody> {
-    forwarded_body(body_bytes(req, cap).await?, field)
-}
-
-fn forwarded_body(bytes: Vec<u8>, field: &str) -> ApiResult<ForwardedBody> {
-    if bytes.is_empty() {
-        return Ok(ForwardedBody {
-            text: "{}".to_owned(),
-            field: None,
-        });
     }
     if !depth_within(&bytes, MAX_JSON_DEPTH) {
         return Err(ApiError::bad_request(
@@ -154,80 +112,14 @@ fn forwarded_body(bytes: Vec<u8>, field: &str) -> ApiResult<ForwardedBody> {
             format!("request body nests deeper than {MAX_JSON_DEPTH} levels"),
         ));
     }
-    let not_json = |e: &dyn std::fmt::Display| {
+    serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::bad_request("INVALID_JSON", format!("request body is not JSON: {e}"))
-    };
-    let text = String::from_utf8(bytes).map_err(|e| not_json(&e))?;
-    let mut de = serde_json::Deserializer::from_str(&text);
-    let found = FieldOf(field)
-        .deserialize(&mut de)
-        .and_then(|found| de.end().map(|()| found))
-        .map_err(|e| not_json(&e))?;
-    Ok(ForwardedBody { text, field: found })
+    })
 }
 
-/// Reads one top-level string field of any JSON value, skipping (but checking) the rest.
-struct FieldOf<'a>(&'a str);
-
-impl<'de> DeserializeSeed<'de> for FieldOf<'_> {
-    type Value = Option<String>;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
-        de.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for FieldOf<'_> {
-    type Value = Option<String>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // The last occurrence wins, as when the body is parsed into a map.
-        let mut found = None;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key == self.0 {
-                found = match map.next_value::<Value>()? {
-                    Value::String(text) => Some(text),
-                    _ => None,
-                };
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(found)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+/// [`json_body_capped`] at the default cap, [`MAX_BODY_BYTES`].
+pub(crate) async fn json_body(req: &mut Request) -> ApiResult<Value> {
+    json_body_capped(req, MAX_BODY_BYTES).await
 }
 
 /// The body as a JSON object, at the default cap.
@@ -310,7 +202,7 @@ pub(crate) fn client_address(req: &Request) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{depth_within, forwarded_body, json_body_from_bytes, MAX_JSON_DEPTH};
+    use super::depth_within;
 
     fn nested(depth: usize) -> String {
         format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
@@ -322,73 +214,6 @@ mod tests {
         assert!(!depth_within(nested(65).as_bytes(), 64));
         assert!(!depth_within(br#"{"a":{"b":{"c":1}}}"#, 2));
         assert!(depth_within(br#"{"a":{"b":{"c":1}}}"#, 3));
-    }
-
-    /// Bodies of every kind: what the forwarded read makes of each must be what the parse
-    /// into a value makes of it (same refusal, same field, the same JSON passed on).
-    #[test]
-    fn a_forwarded_body_is_refused_and_read_exactly_as_a_parsed_one() {
-        let deep = format!("{{\"jobId\":\"job_1\",\"x\":{}}}", nested(MAX_JSON_DEPTH));
-        let bodies: Vec<Vec<u8>> = [
-            "",
-            "{}",
-            r#"{"jobId":"job_1","sequence":0,"payload":{"segments":[{"stream":"stdout","text":"a\n"}]}}"#,
-            r#"  {"payload": {"jobId": "inner"}, "jobId": "job_\u00e9", "n": 1.50e3} "#,
-            r#"{"jobId":"first","jobId":"last"}"#,
-            r#"{"jobId":"first","jobId":7}"#,
-            r#"{"jobId":7}"#,
-            r#"{"jobId":null}"#,
-            r#"["job_1"]"#,
-            r#""job_1""#,
-            "12.50",
-            "true",
-            "null",
-            r#"{"jobId":"job_1"} trailing"#,
-            r#"{"jobId":"job_1","#,
-            r#"{"jobId":"job_1","x":[1,2,}"#,
-            r#"{"jobId":"job_1","x":"\q"}"#,
-            r#"{'jobId':'job_1'}"#,
-            "{\"jobId\":\"job_1\",\"x\":\"tab\there\"}",
-            &deep,
-            &format!("{{\"jobId\":\"job_1\",\"x\":{}}}", nested(MAX_JSON_DEPTH + 1)),
-        ]
-        .iter()
-        .map(|body| body.as_bytes().to_vec())
-        .chain([
-            b"{\"jobId\":\"job_1\",\"x\":\"\xff\"}".to_vec(),
-            b"{\"jobId\":\"\xc3\"}".to_vec(),
-        ])
-        .collect();
-        for body in bodies {
-            let shown = String::from_utf8_lossy(&body).into_owned();
-            let parsed = json_body_from_bytes(&body);
-            let forwarded = forwarded_body(body, "jobId");
-            match (parsed, forwarded) {
-                (Ok(value), Ok(forwarded)) => {
-                    let field = value
-                        .get("jobId")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_owned);
-                    assert_eq!(forwarded.field, field, "{shown}");
-                    let again: serde_json::Value =
-                        serde_json::from_str(&forwarded.text).expect("forwarded text is JSON");
-                    assert_eq!(again, value, "{shown}");
-                }
-                (Err(parsed), Err(forwarded)) => {
-                    assert_eq!(
-                        (forwarded.status(), forwarded.code()),
-                        (parsed.status(), parsed.code()),
-                        "{shown}"
-                    );
-                }
-                (parsed, forwarded) => {
-                    panic!(
-                        "{shown}: parsed {parsed:?}, forwarded {:?}",
-                        forwarded.map(|f| f.field)
-                    )
-                }
-            }
-        }
     }
 
     #[test]

@@ -50,21 +50,11 @@ pub(crate) async fn call(
     op: &str,
     body: &Value,
 ) -> ApiResult<Reply> {
-    call_text(env, binding, name, op, body.to_string()).await
-}
-
-/// [`call`] with a request body that is JSON text already.
-pub(crate) async fn call_text(
-    env: &Env,
-    binding: &str,
-    name: &str,
-    op: &str,
-    body: String,
-) -> ApiResult<Reply> {
     let namespace = env.durable_object(binding)?;
     let stub = namespace.id_from_name(name)?.get_stub()?;
     let mut init = RequestInit::new();
-    init.with_method(Method::Post).with_body(Some(body.into()));
+    init.with_method(Method::Post)
+        .with_body(Some(body.to_string().into()));
     let req = Request::new_with_init(&format!("https://object/{op}"), &init)?;
     let mut res = stub.fetch_with_request(req).await?;
     let status = res.status_code();

@@ -12,8 +12,8 @@ use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{
-    json_body_capped, json_body_forwarded, json_object, json_object_capped, CLAIM_BODY_BYTES,
-    MAX_BODY_BYTES, SMALL_BODY_BYTES,
+    json_body, json_body_capped, json_object, json_object_capped, CLAIM_BODY_BYTES,
+    SMALL_BODY_BYTES,
 };
 use crate::objects::{self, JOBS, RUNNERS};
 use crate::platform::random_id;
@@ -598,21 +598,14 @@ async fn forward_named_job(
     malformed: &'static str,
 ) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
-    // The body goes to the job object as it came: the edge reads only its jobId (a log chunk
-    // is thousands of values, and parsing and printing them here again cost more than the
-    // object's own work). The object parses and checks the whole of it.
-    let body = json_body_forwarded(&mut req, MAX_BODY_BYTES, "jobId").await?;
+    let body = json_body(&mut req).await?;
     let job_id = body
-        .field
-        .ok_or_else(|| ApiError::unprocessable(malformed, format!("a {field} names its jobId")))?;
-    let request = format!(
-        "{{\"jobId\":{},\"runnerId\":{},{}:{}}}",
-        Value::from(job_id.as_str()),
-        Value::from(caller.runner_id()),
-        Value::from(field),
-        body.text
-    );
-    objects::call_text(&ctx.env, JOBS, &job_id, op, request)
+        .get("jobId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::unprocessable(malformed, format!("a {field} names its jobId")))?
+        .to_owned();
+    let request = json!({ "jobId": job_id, "runnerId": caller.runner_id(), field: body });
+    objects::call(&ctx.env, JOBS, &job_id, op, &request)
         .await?
         .into_response()
 }
