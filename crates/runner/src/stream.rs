@@ -69,8 +69,8 @@ pub const EXIT_RESERVE: Reserve = Reserve {
 
 /// Sealed batches that may wait for the chunk on its way before the job's output is held
 /// back: at most this many times [`BatchLimits::max_bytes`] of payload (16 MiB at the
-/// default), held as plain lines (less memory than their payload).
-pub const QUEUED_BATCHES: usize = 256;
+/// default), held as the segments' text (about the payload's size).
+pub const QUEUED_BATCHES: usize = 64;
 
 /// Below this many chunks left in the attempt, a chunk waits up to [`SCARCE_DELAY`] for more.
 pub const SCARCE_CHUNKS: u64 = 1_000;
@@ -206,16 +206,20 @@ pub struct BatchLimits {
 }
 
 impl BatchLimits {
+    /// Chunks as large as the server takes: its time per chunk is mostly the same whatever
+    /// the chunk holds (BENCHMARKS.md §7), so fewer, fuller chunks upload a chatty job faster.
+    /// The line count is no real bound here (256 KiB holds at most 131,072 lines, empty ones).
     pub const DEFAULT: Self = Self {
-        max_lines: 10_000,
-        max_bytes: 192 * 1024,
+        max_lines: 100_000,
+        max_bytes: Self::MAX_BYTES,
         max_delay: Duration::from_millis(250),
     };
 
-    /// The largest `max_bytes` allowed, a quarter under [`SERVER_MAX_CHUNK_BYTES`]. (A batch
-    /// is larger than `max_bytes` only when one line alone is: at most [`MAX_LINE_BYTES`] of
-    /// text, six times that once every byte is escaped, still under the server's limit.)
-    pub const MAX_BYTES: usize = 192 * 1024;
+    /// The largest `max_bytes` allowed: the server's limit. A batch is larger than
+    /// `max_bytes` only when one line alone is, and one line is at most [`MAX_LINE_BYTES`] of
+    /// text, six times that once every byte is escaped: under 100 KiB of payload, so a batch
+    /// never passes [`SERVER_MAX_CHUNK_BYTES`].
+    pub const MAX_BYTES: usize = SERVER_MAX_CHUNK_BYTES;
 }
 
 impl Default for BatchLimits {

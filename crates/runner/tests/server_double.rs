@@ -1089,7 +1089,7 @@ async fn a_chatty_job_is_not_held_back_by_its_log_and_its_chunks_are_full() {
     let client = Arc::new(client(&double));
     let mut stream = ChunkStream::new(Arc::clone(&client), stream_identity());
     let (lines, received) = tokio::sync::mpsc::channel(1024);
-    const LINES: u64 = 20_000;
+    const LINES: u64 = 200_000;
     let producer = tokio::spawn(async move {
         for n in 1..=LINES {
             let line = LogLine {
