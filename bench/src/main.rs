@@ -43,6 +43,11 @@ struct Args {
     /// The `--persist-to` directory of the running server (for `wrangler d1 execute`).
     #[arg(long)]
     state: PathBuf,
+    /// Where the chatty jobs' runner sends its requests [default: --server]: scripts/bench
+    /// passes workerd's own socket, as the end-to-end suites use, so that the chunks' path is
+    /// the Worker's and not wrangler's dev proxy's (a local tool that copies every body).
+    #[arg(long)]
+    chatty_server: Option<String>,
     /// Tiny sizes: every scenario in a few seconds.
     #[arg(long)]
     smoke: bool,
@@ -665,6 +670,7 @@ async fn chatty(
     bench: &Bench,
     sizes: &Sizes,
     batch_bytes: usize,
+    server: &str,
     artifact_id: &str,
     version_id: u64,
 ) -> Res<Value> {
@@ -686,7 +692,13 @@ async fn chatty(
         token: BootstrapToken::new(answer["bootstrapToken"].as_str().ok_or("token")?)
             .map_err(err("token"))?,
     };
-    let client = bench.client(&credentials)?;
+    let via = if server.trim_end_matches('/') == bench.server {
+        "wrangler's dev proxy"
+    } else {
+        "workerd's own socket"
+    };
+    let http = Http::new(server).map_err(err("http"))?;
+    let client = Arc::new(RunnerClient::new(http, credentials.clone()));
     let work_dir = RunnerWorkDir::create_in(&std::env::temp_dir()).map_err(err("work dir"))?;
     let runs = bench.evaluation_runs(sizes.chatty.len()).await?;
     let mut out = Vec::new();
@@ -749,6 +761,7 @@ async fn chatty(
         out.push(json!({
             "what": what,
             "batchBytes": batch_bytes,
+            "via": via,
             "command": command,
             "lines": output.lines,
             "outputBytes": output.output_bytes,
@@ -769,8 +782,11 @@ async fn chatty(
 }
 
 fn chatty_markdown(r: &Value) -> String {
-    let mut md = String::from(
-        "\n## 7. Chatty jobs\n\nOne job at a time through the runner itself (`Worker`, as `edgerunner runner start` runs it, with its default batching unless the table says otherwise: 192 KiB of payload per chunk, 250 ms): claim, input, heartbeat, the command, its log batched into chunks while it runs, completion. Upload: from the command's start until its last log chunk was stored; the rates divide by it. Payload is the chunks' stable JSON as the server counts it: each line costs about 30 bytes of framing (`{\"line\":…,\"stream\":\"stdout\"}`).\n\n| job | batch bytes | lines | output bytes | chunks | payload bytes | command s | upload s | lines/s | output MB/s | payload MB/s | whole job s | client CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    let via = r["chatty"][0]["via"]
+        .as_str()
+        .unwrap_or("wrangler's dev proxy");
+    let mut md = format!(
+        "\n## 7. Chatty jobs\n\nOne job at a time through the runner itself (`Worker`, as `edgerunner runner start` runs it, with its default batching unless the table says otherwise: 256 KiB of payload or 100,000 lines per chunk, 250 ms): claim, input, heartbeat, the command, its log batched into chunks while it runs, completion. The runner talks to the server through {via}. Upload: from the command's start until its last log chunk was stored; the rates divide by it. Payload is the chunks' stable JSON as the server counts it: a chunk is `{{\"segments\": [{{\"stream\", \"text\"}}]}}`, each run of lines from one output one string, so a line costs its text and its newline escaped (2 bytes), plus about 30 bytes where the output switches between stdout and stderr.\n\n| job | batch bytes | lines | output bytes | chunks | payload bytes | command s | upload s | lines/s | output MB/s | payload MB/s | whole job s | client CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for c in r["chatty"].as_array().into_iter().flatten() {
         md.push_str(&format!(
@@ -1374,6 +1390,7 @@ async fn run(args: Args) -> Res<()> {
     let load_start = loadavg();
     let admin = AdminClient::new(Http::new(&args.server).map_err(err("http"))?, &args.api_key)
         .map_err(err("admin"))?;
+    let chatty_server = args.chatty_server.as_deref().unwrap_or(&args.server);
     let mut bench = Bench {
         server: args.server.trim_end_matches('/').to_owned(),
         api_key: args.api_key.clone(),
@@ -1431,7 +1448,15 @@ async fn run(args: Args) -> Res<()> {
         .map_err(err("cancel template"))?;
 
     if args.chatty_only {
-        let chatty = chatty(&bench, sizes, args.batch_bytes, &artifact_id, version_id).await?;
+        let chatty = chatty(
+            &bench,
+            sizes,
+            args.batch_bytes,
+            chatty_server,
+            &artifact_id,
+            version_id,
+        )
+        .await?;
         let report = json!({ "command": args.command, "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]), "loadAverage": { "start": load_start, "end": loadavg() }, "chatty": chatty });
         std::fs::write(
             &args.json,
@@ -1483,7 +1508,15 @@ async fn run(args: Args) -> Res<()> {
     memory.push(memory_reading(probe, "after 3. stream appends")?);
     let recovery = recovery(&bench, sizes.recovery).await?;
     memory.push(memory_reading(probe, "after 4. recovery")?);
-    let chatty = chatty(&bench, sizes, args.batch_bytes, &artifact_id, version_id).await?;
+    let chatty = chatty(
+        &bench,
+        sizes,
+        args.batch_bytes,
+        chatty_server,
+        &artifact_id,
+        version_id,
+    )
+    .await?;
     memory.push(memory_reading(probe, "after 7. chatty jobs")?);
     let (wall, cpu) = started.end();
 

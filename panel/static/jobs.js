@@ -9,6 +9,7 @@ import {
 } from './dom.js';
 import { reasonDialog } from './dialog.js';
 import { verifyChain } from './chain.js';
+import { payloadLines } from './logs.js';
 import { runnerHref } from './runners.js';
 
 const PAGE_SIZE = 50;
@@ -359,13 +360,14 @@ function logLineNodes(chunk) {
   const event = (text, title) => nodes.push(h('div.log-line.log-event', { testid: 'log-event', title },
     h('span.log-mark', { 'aria-hidden': 'true' }, '•'), h('span.log-text', text)));
   if (chunk.kind === 'log' && payload && typeof payload === 'object' && !Array.isArray(payload)) {
-    if (Array.isArray(payload.lines)) {
-      for (const line of payload.lines) {
-        const stderr = line?.stream === 'stderr';
+    const lines = payloadLines(payload);
+    if (lines) {
+      for (const line of lines) {
+        const stderr = line.stream === 'stderr';
         nodes.push(h(`div.log-line${stderr ? '.log-stderr' : '.log-stdout'}`, { testid: 'log-line', dataset: { stream: stderr ? 'stderr' : 'stdout' } },
           h('span.log-mark', { 'aria-label': stderr ? 'stderr' : 'stdout' }, stderr ? 'stderr' : ''),
-          h('span.log-text', String(line?.line ?? '')),
-          line?.truncated ? h('span.log-trunc', ' [truncated]') : null));
+          h('span.log-text', line.line),
+          line.truncated ? h('span.log-trunc', ' [truncated]') : null));
       }
       return nodes;
     }

@@ -10,6 +10,8 @@
 //!   surface through a watch channel.
 //! - [`stream`]: the claim's chunk chain kept for the caller, and log lines batched by bytes
 //!   into chunks while the next lines are read, within the attempt's stream limits.
+//! - [`log_payload`]: a log chunk's lines read back, from the segments the runner writes or
+//!   the one-object-per-line shape of earlier runners.
 //! - [`exec`]: running one job's command (in a given directory) in its own process group, with
 //!   wall-time limit, cancellation (terminate, grace, kill) and output capture.
 //! - [`evidence`]: where a completion's evaluation run comes from.
@@ -40,6 +42,7 @@ pub mod exec;
 pub mod heartbeat;
 pub mod http;
 pub mod keyfile;
+pub mod log_payload;
 pub mod report;
 pub mod retry;
 pub mod session;

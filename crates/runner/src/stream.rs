@@ -10,8 +10,12 @@
 //! Log lines are grouped: a chunk carries up to [`BatchLimits::max_lines`] lines and
 //! [`BatchLimits::max_bytes`] of payload (its stable JSON, as the server counts it), and waits
 //! at most [`BatchLimits::max_delay`] after its first line. A log chunk's payload is
-//! `{"lines": [{"stream": "stdout"|"stderr", "line"}]}`; a line longer than [`MAX_LINE_BYTES`]
-//! is cut there and marked `"truncated": true`.
+//! `{"segments": [{"stream": "stdout"|"stderr", "text", "truncated"?: true}]}`
+//! ([`crate::log_payload`]): consecutive lines of one output make one segment whose `text` is
+//! each line followed by `\n`, in the order they were read across both outputs; a line longer
+//! than [`MAX_LINE_BYTES`] is cut there and ends its segment, marked `"truncated": true`.
+//! One string per run of lines rather than one object per line: the server's time per chunk
+//! grows with the number of JSON values in it (BENCHMARKS.md §7).
 //!
 //! [`pump_lines`] batches and sends at the same time: while one chunk is on its way (the chain
 //! is sequential, so one at a time), the next lines keep being read and batched, and whatever
@@ -65,8 +69,8 @@ pub const EXIT_RESERVE: Reserve = Reserve {
 
 /// Sealed batches that may wait for the chunk on its way before the job's output is held
 /// back: at most this many times [`BatchLimits::max_bytes`] of payload (16 MiB at the
-/// default), held as plain lines (less memory than their payload).
-pub const QUEUED_BATCHES: usize = 256;
+/// default), held as the segments' text (about the payload's size).
+pub const QUEUED_BATCHES: usize = 64;
 
 /// Below this many chunks left in the attempt, a chunk waits up to [`SCARCE_DELAY`] for more.
 pub const SCARCE_CHUNKS: u64 = 1_000;
@@ -202,16 +206,20 @@ pub struct BatchLimits {
 }
 
 impl BatchLimits {
+    /// Chunks as large as the server takes: its time per chunk is mostly the same whatever
+    /// the chunk holds (BENCHMARKS.md §7), so fewer, fuller chunks upload a chatty job faster.
+    /// The line count is no real bound here (256 KiB holds at most 131,072 lines, empty ones).
     pub const DEFAULT: Self = Self {
-        max_lines: 10_000,
-        max_bytes: 192 * 1024,
+        max_lines: 100_000,
+        max_bytes: Self::MAX_BYTES,
         max_delay: Duration::from_millis(250),
     };
 
-    /// The largest `max_bytes` allowed, a quarter under [`SERVER_MAX_CHUNK_BYTES`]. (A batch
-    /// is larger than `max_bytes` only when one line alone is: at most [`MAX_LINE_BYTES`] of
-    /// text, six times that once every byte is escaped, still under the server's limit.)
-    pub const MAX_BYTES: usize = 192 * 1024;
+    /// The largest `max_bytes` allowed: the server's limit. A batch is larger than
+    /// `max_bytes` only when one line alone is, and one line is at most [`MAX_LINE_BYTES`] of
+    /// text, six times that once every byte is escaped: under 100 KiB of payload, so a batch
+    /// never passes [`SERVER_MAX_CHUNK_BYTES`].
+    pub const MAX_BYTES: usize = SERVER_MAX_CHUNK_BYTES;
 }
 
 impl Default for BatchLimits {
@@ -220,45 +228,49 @@ impl Default for BatchLimits {
     }
 }
 
-/// `{"lines":[]}`: a log payload's bytes besides its entries and their commas.
-const FRAME_BYTES: usize = 12;
+/// `{"segments":[]}`: a log payload's bytes besides its segments and their commas.
+const FRAME_BYTES: usize = r#"{"segments":[]}"#.len();
 
-/// One line as a log payload holds it: `{"line", "stream"}` and `"truncated": true` when cut.
+/// `,"truncated":true`: what marks a segment whose last line was cut.
+const TRUNCATED_BYTES: usize = r#","truncated":true"#.len();
+
+/// One run of consecutive lines from the same output, as a log payload holds it:
+/// `{"stream", "text"}` where `text` is each line followed by `\n`, and `"truncated": true`
+/// when the segment's last line was cut at [`MAX_LINE_BYTES`] (a cut line always ends its
+/// segment, so the mark names exactly one line).
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Entry {
+struct Segment {
     stream: OutputStream,
-    line: String,
+    text: String,
     truncated: bool,
 }
 
-impl Entry {
-    /// The bytes of this entry's stable JSON, without making it.
-    fn stable_len(&self) -> usize {
-        // {"line":…,"stream":…} and ,"truncated":true; keys sorted as stable JSON sorts them.
-        let framing = r#"{"line":,"stream":}"#.len();
-        let truncated = if self.truncated {
-            r#","truncated":true"#.len()
-        } else {
-            0
-        };
-        framing + stable_string_len(&self.line) + self.stream.as_str().len() + 2 + truncated
+impl Segment {
+    /// The bytes of an empty segment's stable JSON, `{"stream":"…","text":""}`, keys sorted
+    /// as stable JSON sorts them.
+    fn frame_bytes(stream: OutputStream) -> usize {
+        r#"{"stream":"","text":""}"#.len() + stream.as_str().len()
+    }
+
+    /// Whether a line of `stream` continues this segment rather than starting the next.
+    fn continues(&self, stream: OutputStream) -> bool {
+        self.stream == stream && !self.truncated
     }
 
     fn to_json(&self) -> Value {
-        let mut entry = json!({ "stream": self.stream.as_str(), "line": self.line });
+        let mut segment = json!({ "stream": self.stream.as_str(), "text": self.text });
         if self.truncated {
-            entry["truncated"] = Value::Bool(true);
+            segment["truncated"] = Value::Bool(true);
         }
-        entry
+        segment
     }
 }
 
-/// The length of `text` as a stable JSON string, quotes included: the escapes of
+/// The length of `text`'s escapes in a stable JSON string, quotes excluded: the escapes of
 /// `edgerunner_protocol::stable_json` take two bytes for a quote, a backslash, `\n`, `\r`,
 /// `\t`, `\b` and `\f`, six for other control characters; every other byte is one.
-fn stable_string_len(text: &str) -> usize {
-    2 + text
-        .bytes()
+fn stable_text_len(text: &str) -> usize {
+    text.bytes()
         .map(|byte| match byte {
             b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
             0x00..=0x1f => 6,
@@ -270,18 +282,20 @@ fn stable_string_len(text: &str) -> usize {
 /// Lines on their way to becoming one chunk's payload, with the payload's size.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
-    lines: Vec<Entry>,
+    segments: Vec<Segment>,
+    lines: usize,
     /// The stable JSON size of [`Batch::payload`].
     bytes: usize,
 }
 
 impl Batch {
+    /// Lines in the batch.
     pub fn len(&self) -> usize {
-        self.lines.len()
+        self.lines
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
+        self.lines == 0
     }
 
     /// The stable JSON size of the payload this batch makes.
@@ -289,38 +303,68 @@ impl Batch {
         self.bytes
     }
 
-    fn push(&mut self, entry: Entry, entry_bytes: usize) {
-        self.bytes = self.size_with(entry_bytes);
-        self.lines.push(entry);
-    }
-
-    /// The payload's size once an entry of `entry_bytes` is added.
-    fn size_with(&self, entry_bytes: usize) -> usize {
-        if self.lines.is_empty() {
-            FRAME_BYTES + entry_bytes
-        } else {
-            self.bytes + 1 + entry_bytes
+    /// The payload's size once a line of `stream`, whose text takes `text_bytes` escaped
+    /// (its `\n` not counted), is added.
+    fn size_with(&self, stream: OutputStream, text_bytes: usize, truncated: bool) -> usize {
+        // The line's text and its `\n` (two bytes escaped), and the mark when cut.
+        let line = text_bytes + 2 + if truncated { TRUNCATED_BYTES } else { 0 };
+        match self.segments.last() {
+            None => FRAME_BYTES + Segment::frame_bytes(stream) + line,
+            Some(last) if last.continues(stream) => self.bytes + line,
+            Some(_) => self.bytes + 1 + Segment::frame_bytes(stream) + line,
         }
     }
 
-    /// The payload's size once `other` is appended.
+    /// Adds a line whose text takes `text_bytes` escaped ([`stable_text_len`]).
+    fn push(&mut self, stream: OutputStream, text: &str, text_bytes: usize, truncated: bool) {
+        self.bytes = self.size_with(stream, text_bytes, truncated);
+        match self.segments.last_mut() {
+            Some(last) if last.continues(stream) => {}
+            _ => self.segments.push(Segment {
+                stream,
+                text: String::new(),
+                truncated: false,
+            }),
+        }
+        if let Some(last) = self.segments.last_mut() {
+            last.text.push_str(text);
+            last.text.push('\n');
+            last.truncated = truncated;
+        }
+        self.lines += 1;
+    }
+
+    /// The payload's size once `other` is appended (its first segment joins this batch's
+    /// last one when they continue each other).
     fn size_with_batch(&self, other: &Batch) -> usize {
-        match (self.is_empty(), other.is_empty()) {
-            (true, _) => other.bytes,
-            (_, true) => self.bytes,
-            _ => self.bytes + 1 + other.bytes - FRAME_BYTES,
+        match (self.segments.last(), other.segments.first()) {
+            (None, _) => other.bytes,
+            (_, None) => self.bytes,
+            (Some(last), Some(first)) if last.continues(first.stream) => {
+                self.bytes + other.bytes - FRAME_BYTES - Segment::frame_bytes(first.stream)
+            }
+            (Some(_), Some(_)) => self.bytes + 1 + other.bytes - FRAME_BYTES,
         }
     }
 
     fn append(&mut self, other: Batch) {
         self.bytes = self.size_with_batch(&other);
-        self.lines.extend(other.lines);
+        self.lines += other.lines;
+        let mut rest = other.segments.into_iter();
+        if let (Some(last), Some(first)) = (self.segments.last_mut(), rest.as_slice().first()) {
+            if last.continues(first.stream) {
+                last.text.push_str(&first.text);
+                last.truncated = first.truncated;
+                rest.next();
+            }
+        }
+        self.segments.extend(rest);
     }
 
-    /// `{"lines": [...]}`.
+    /// `{"segments": [{"stream", "text", "truncated"?}]}`.
     pub fn payload(self) -> Value {
-        let lines: Vec<Value> = self.lines.iter().map(Entry::to_json).collect();
-        json!({ "lines": lines })
+        let segments: Vec<Value> = self.segments.iter().map(Segment::to_json).collect();
+        json!({ "segments": segments })
     }
 }
 
@@ -345,16 +389,11 @@ impl LineBatch {
     /// it: then the line starts the next batch).
     pub fn push(&mut self, line: LogLine, now: Instant) -> Option<Batch> {
         let (text, truncated) = cut(line.line, MAX_LINE_BYTES);
-        let entry = Entry {
-            stream: line.stream,
-            line: text,
-            truncated,
-        };
-        let entry_bytes = entry.stable_len();
-        let overflow =
-            !self.batch.is_empty() && self.batch.size_with(entry_bytes) > self.limits.max_bytes;
+        let text_bytes = stable_text_len(&text);
+        let size = self.batch.size_with(line.stream, text_bytes, truncated);
+        let overflow = !self.batch.is_empty() && size > self.limits.max_bytes;
         let full = if overflow { self.take() } else { None };
-        self.batch.push(entry, entry_bytes);
+        self.batch.push(line.stream, &text, text_bytes, truncated);
         self.first_at.get_or_insert(now);
         if full.is_some() {
             return full;
@@ -645,12 +684,24 @@ mod tests {
         }
     }
 
+    fn err(text: &str) -> LogLine {
+        LogLine {
+            stream: OutputStream::Stderr,
+            line: text.to_owned(),
+        }
+    }
+
     fn limits(max_lines: usize, max_bytes: usize) -> BatchLimits {
         BatchLimits {
             max_lines,
             max_bytes,
             max_delay: Duration::from_millis(250),
         }
+    }
+
+    /// The payload's stable JSON size, as the server counts it.
+    fn server_bytes(payload: &Value) -> usize {
+        stable_json::stable_json(payload).len()
     }
 
     #[test]
@@ -661,109 +712,195 @@ mod tests {
         assert_eq!(batch.deadline(), Some(now + Duration::from_millis(250)));
         assert_eq!(batch.push(line("b"), now), None);
         let full = batch.push(line("c"), now).expect("full at three lines");
+        assert_eq!(full.len(), 3);
         assert_eq!(
             full.payload(),
-            json!({"lines": [
-                {"stream": "stdout", "line": "a"},
-                {"stream": "stdout", "line": "b"},
-                {"stream": "stdout", "line": "c"},
-            ]})
+            json!({"segments": [{"stream": "stdout", "text": "a\nb\nc\n"}]})
         );
         assert_eq!(batch.deadline(), None);
         assert_eq!(batch.take(), None);
     }
 
     #[test]
+    fn lines_keep_their_order_across_stdout_and_stderr() {
+        let mut batch = LineBatch::new(limits(100, 1000));
+        let now = Instant::now();
+        for next in [line("1"), line("2"), err("3"), err(""), line("5"), err("6")] {
+            assert_eq!(batch.push(next, now), None);
+        }
+        let payload = batch.take().expect("six lines").payload();
+        assert_eq!(
+            payload,
+            json!({"segments": [
+                {"stream": "stdout", "text": "1\n2\n"},
+                {"stream": "stderr", "text": "3\n\n"},
+                {"stream": "stdout", "text": "5\n"},
+                {"stream": "stderr", "text": "6\n"},
+            ]})
+        );
+        let read: Vec<(String, String)> = crate::log_payload::log_lines(&payload)
+            .expect("lines")
+            .into_iter()
+            .map(|l| (l.stream, l.line))
+            .collect();
+        let expected = [
+            ("stdout", "1"),
+            ("stdout", "2"),
+            ("stderr", "3"),
+            ("stderr", ""),
+            ("stdout", "5"),
+            ("stderr", "6"),
+        ]
+        .map(|(s, l)| (s.to_owned(), l.to_owned()));
+        assert_eq!(read, expected);
+    }
+
+    #[test]
     fn a_batch_knows_its_payload_size_as_the_server_counts_it() {
         let texts = [
-            "",
-            "plain",
-            "quote \" and backslash \\",
-            "tab\tbell\u{7}nul\u{0}",
-            "été ✨ 😀",
-            "\u{1f}\u{1f}\u{1f}",
-            "\u{8}\u{c}\r\n/\u{7f}\u{2028}",
+            (OutputStream::Stdout, ""),
+            (OutputStream::Stdout, "plain"),
+            (OutputStream::Stderr, "quote \" and backslash \\"),
+            (OutputStream::Stderr, "tab\tbell\u{7}nul\u{0}"),
+            (OutputStream::Stdout, "été ✨ 😀"),
+            (OutputStream::Stdout, "\u{1f}\u{1f}\u{1f}"),
+            (OutputStream::Stderr, "\u{8}\u{c}\r/\u{7f}\u{2028}"),
         ];
-        let mut batch = Batch::default();
-        let mut merged = Batch::default();
-        let mut line_batch = LineBatch::new(limits(100, 1 << 20));
-        for (n, text) in texts.iter().enumerate() {
-            assert_eq!(line_batch.push(line(text), Instant::now()), None);
-            let mut one = LineBatch::new(limits(100, 1 << 20));
-            one.push(line(text), Instant::now());
-            let one = one.take().expect("one line");
-            let expected = stable_json::stable_json(&one.clone().payload()).len();
-            assert_eq!(one.bytes(), expected, "{text:?}");
-            batch.append(one.clone());
-            if n % 2 == 0 {
-                merged.append(one);
-            } else {
-                let mut pair = Batch::default();
-                pair.append(one);
-                merged.append(pair);
+        let long = "\"".repeat(MAX_LINE_BYTES + 1);
+        // Every line, a cut one among them, each time; after each push the count is exact.
+        let mut whole = LineBatch::new(limits(1000, 1 << 20));
+        let mut pieces = Vec::new();
+        for round in 0..3 {
+            for (n, (stream, text)) in texts.iter().enumerate() {
+                let text = if round == 1 && n == 3 { &long } else { *text };
+                let next = LogLine {
+                    stream: *stream,
+                    line: text.to_owned(),
+                };
+                assert_eq!(whole.push(next.clone(), Instant::now()), None);
+                let so_far = whole.batch.clone();
+                assert_eq!(so_far.bytes(), server_bytes(&so_far.payload()), "{text:?}");
+                let mut one = LineBatch::new(limits(1000, 1 << 20));
+                one.push(next, Instant::now());
+                pieces.push(one.take().expect("one line"));
             }
         }
-        let mut long = LineBatch::new(limits(100, 1 << 20));
-        long.push(
-            LogLine {
-                stream: OutputStream::Stderr,
-                line: "\"".repeat(MAX_LINE_BYTES + 1),
-            },
-            Instant::now(),
+        let whole = whole.take().expect("all lines");
+        let payload = whole.clone().payload();
+        assert_eq!(whole.bytes(), server_bytes(&payload));
+        assert!(
+            payload["segments"]
+                .as_array()
+                .expect("segments")
+                .iter()
+                .any(|s| s["truncated"] == true),
+            "{payload}"
         );
-        let long = long.take().expect("one line");
-        let payload = long.clone().payload();
-        assert_eq!(payload["lines"][0]["truncated"], true);
-        assert_eq!(long.bytes(), stable_json::stable_json(&payload).len());
-        let whole = line_batch.take().expect("all lines");
-        let size = stable_json::stable_json(&whole.clone().payload()).len();
-        assert_eq!(whole.bytes(), size);
-        assert_eq!(
-            batch.bytes(),
-            size,
-            "appending batches keeps the count exact"
-        );
+        // Batches of one line appended, and batches of batches, make the same payload and
+        // count it exactly at every step.
+        let mut appended = Batch::default();
+        let mut pairs = Vec::new();
+        for pair in pieces.chunks(2) {
+            let mut both = Batch::default();
+            for piece in pair {
+                both.append(piece.clone());
+                assert_eq!(both.bytes(), server_bytes(&both.clone().payload()));
+            }
+            pairs.push(both);
+        }
+        for piece in pieces {
+            appended.append(piece);
+            assert_eq!(appended.bytes(), server_bytes(&appended.clone().payload()));
+        }
+        assert_eq!(appended, whole);
+        let mut merged = Batch::default();
+        for pair in pairs {
+            merged.append(pair);
+            assert_eq!(merged.bytes(), server_bytes(&merged.clone().payload()));
+        }
         assert_eq!(merged, whole);
     }
 
     #[test]
     fn a_line_that_would_overflow_the_bytes_starts_the_next_batch() {
-        // One entry `{"line":"123456","stream":"stdout"}` is 35 bytes; a payload of one is 47.
-        let mut batch = LineBatch::new(limits(50, 80));
+        // `{"segments":[{"stream":"stdout","text":"123456\n"}]}` is 52 bytes; a second line
+        // of the same stream adds 8.
+        let mut batch = LineBatch::new(limits(50, 59));
         let now = Instant::now();
         assert_eq!(batch.push(line("123456"), now), None);
         let full = batch.push(line("abcdef"), now).expect("the first batch");
-        assert_eq!(full.bytes(), 47);
-        assert_eq!(full.payload()["lines"][0]["line"], "123456");
+        assert_eq!(full.bytes(), 52);
+        assert_eq!(full.payload()["segments"][0]["text"], "123456\n");
         let second = batch.take().expect("the second");
-        assert_eq!(second.payload()["lines"][0]["line"], "abcdef");
+        assert_eq!(second.payload()["segments"][0]["text"], "abcdef\n");
+        // Exactly at the bound: the line joins, and the batch closes with it.
+        let mut batch = LineBatch::new(limits(50, 60));
+        assert_eq!(batch.push(line("123456"), now), None);
+        let full = batch.push(line("abcdef"), now).expect("full at the bound");
+        assert_eq!(full.bytes(), 60);
+        assert_eq!(server_bytes(&full.payload()), 60);
     }
 
     #[test]
-    fn long_lines_are_cut_on_a_character_boundary_and_fit_a_chunk_escaped() {
+    fn a_cut_line_is_marked_and_ends_its_segment() {
         let (text, cut_short) = cut("é".repeat(10), 5);
         assert!(cut_short);
         assert_eq!(text, "éé");
         let mut batch = LineBatch::new(BatchLimits::DEFAULT);
-        let long = "x".repeat(MAX_LINE_BYTES + 10);
-        batch.push(line(&long), Instant::now());
-        let payload = batch.take().expect("one line").payload();
-        assert_eq!(payload["lines"][0]["truncated"], true);
-        assert_eq!(
-            payload["lines"][0]["line"].as_str().map(str::len),
-            Some(MAX_LINE_BYTES)
-        );
-        // The worst line: every byte a control character, six bytes once escaped.
-        let mut batch = LineBatch::new(limits(10_000, BatchLimits::MAX_BYTES));
         let now = Instant::now();
-        for _ in 0..11 {
-            assert_eq!(batch.push(line(&"x".repeat(16_000)), now), None);
+        batch.push(line("before"), now);
+        batch.push(line(&"x".repeat(MAX_LINE_BYTES + 10)), now);
+        batch.push(line("after"), now);
+        let payload = batch.take().expect("three lines").payload();
+        let segments = payload["segments"].as_array().expect("segments");
+        assert_eq!(segments.len(), 2, "{payload}");
+        assert_eq!(segments[0]["truncated"], true);
+        let first = segments[0]["text"].as_str().expect("text");
+        assert_eq!(first.len(), "before\n".len() + MAX_LINE_BYTES + 1);
+        assert_eq!(segments[1], json!({"stream": "stdout", "text": "after\n"}));
+        let read = crate::log_payload::log_lines(&payload).expect("lines");
+        let marks: Vec<bool> = read.iter().map(|l| l.truncated).collect();
+        assert_eq!(marks, [false, true, false]);
+        assert_eq!(read[1].line.len(), MAX_LINE_BYTES);
+    }
+
+    #[test]
+    fn no_chunk_exceeds_the_bound_and_a_lone_worst_line_fits_the_server() {
+        // Lines of every size and escape density, both streams, against the largest bound:
+        // every batch is within it unless one line alone is over, and that one is under the
+        // server's limit.
+        let mut batch = LineBatch::new(limits(usize::MAX, BatchLimits::MAX_BYTES));
+        let now = Instant::now();
+        let mut sealed = Vec::new();
+        let mut sent_lines = 0;
+        for n in 0..4_000usize {
+            let text = match n % 5 {
+                0 => "\u{1}".repeat(MAX_LINE_BYTES * 2),
+                1 => "y".repeat(n * 7 % 20_000),
+                2 => "\"\\\n".repeat(n % 300),
+                3 => String::new(),
+                _ => n.to_string(),
+            };
+            let next = if n % 3 == 0 { err(&text) } else { line(&text) };
+            sent_lines += 1;
+            sealed.extend(batch.push(next, now));
         }
-        let first = batch
-            .push(line(&"\u{1}".repeat(MAX_LINE_BYTES * 2)), now)
-            .expect("the long line overflows the first batch");
-        assert!(first.bytes() <= BatchLimits::MAX_BYTES);
-        let alone = batch.take().expect("the long line alone");
+        sealed.extend(batch.take());
+        assert!(sealed.len() > 10);
+        let mut lines = 0;
+        for full in sealed {
+            lines += full.len();
+            let size = server_bytes(&full.clone().payload());
+            assert_eq!(full.bytes(), size);
+            assert!(size < SERVER_MAX_CHUNK_BYTES, "{size}");
+            if size > BatchLimits::MAX_BYTES {
+                assert_eq!(full.len(), 1, "only a lone line may be over the bound");
+            }
+        }
+        assert_eq!(lines, sent_lines);
+        let alone = LineBatch::new(limits(10, 1024))
+            .push(err(&"\u{1}".repeat(MAX_LINE_BYTES * 2)), now)
+            .expect("the worst line closes its batch at once");
         assert!(alone.bytes() > 6 * MAX_LINE_BYTES);
         assert!(alone.bytes() < SERVER_MAX_CHUNK_BYTES);
     }

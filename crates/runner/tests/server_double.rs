@@ -28,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use edgerunner::client::{Decision, RunnerClient};
 use edgerunner::heartbeat::{ClaimStatus, Heartbeat, HeartbeatConfig};
 use edgerunner::http::{ClientError, Http};
+use edgerunner::log_payload::log_lines;
 use edgerunner::retry::RetryPolicy;
 use edgerunner::session::{BootstrapToken, Credentials};
 use edgerunner::stream::{pump_lines, BatchLimits, ChunkStream, LogLine, OutputStream};
@@ -1057,14 +1058,14 @@ fn stream_identity() -> ChunkIdentity {
     }
 }
 
-/// The `lines` of every log chunk the double received, in order.
-fn streamed(double: &Double) -> Vec<Vec<Value>> {
+/// The payload of every log chunk the double received, in order.
+fn streamed(double: &Double) -> Vec<Value> {
     double
         .received()
         .into_iter()
         .filter(|r| r.path == "/api/remote-runners/stream")
         .map(|r| serde_json::from_str::<Value>(&r.body).expect("JSON"))
-        .map(|chunk| chunk["payload"]["lines"].as_array().expect("lines").clone())
+        .map(|chunk| chunk["payload"].clone())
         .collect()
 }
 
@@ -1088,7 +1089,7 @@ async fn a_chatty_job_is_not_held_back_by_its_log_and_its_chunks_are_full() {
     let client = Arc::new(client(&double));
     let mut stream = ChunkStream::new(Arc::clone(&client), stream_identity());
     let (lines, received) = tokio::sync::mpsc::channel(1024);
-    const LINES: u64 = 20_000;
+    const LINES: u64 = 200_000;
     let producer = tokio::spawn(async move {
         for n in 1..=LINES {
             let line = LogLine {
@@ -1114,14 +1115,8 @@ async fn a_chatty_job_is_not_held_back_by_its_log_and_its_chunks_are_full() {
     assert_eq!(report.chunks, chunks.len() as u64);
     let numbers: Vec<u64> = chunks
         .iter()
-        .flatten()
-        .map(|line| {
-            line["line"]
-                .as_str()
-                .expect("text")
-                .parse()
-                .expect("a number")
-        })
+        .flat_map(|payload| log_lines(payload).expect("a log payload"))
+        .map(|line| line.line.parse().expect("a number"))
         .collect();
     assert_eq!(
         numbers,
@@ -1130,7 +1125,7 @@ async fn a_chatty_job_is_not_held_back_by_its_log_and_its_chunks_are_full() {
     );
     let sizes: Vec<usize> = chunks
         .iter()
-        .map(|lines| stable_json::stable_json(&json!({ "lines": lines })).len())
+        .map(|payload| stable_json::stable_json(payload).len())
         .collect();
     assert_eq!(report.payload_bytes, sizes.iter().sum::<usize>() as u64);
     assert!(

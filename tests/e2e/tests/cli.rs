@@ -332,14 +332,31 @@ fn payloads(bundle: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// A log payload's lines as (stream, line), in order: `None` unless it is one. The runner
+/// writes `{"segments": [{"stream", "text", "truncated"?}]}`, `text` being each line followed
+/// by a newline.
+fn log_lines(payload: &Value) -> Option<Vec<(String, String)>> {
+    let segments = payload["segments"].as_array()?;
+    let mut lines = Vec::new();
+    for segment in segments {
+        let stream = segment["stream"].as_str().expect("a segment's stream");
+        let text = segment["text"].as_str().expect("a segment's text");
+        let body = text
+            .strip_suffix('\n')
+            .expect("a segment's text ends its last line");
+        lines.extend(body.split('\n').map(|l| (stream.to_owned(), l.to_owned())));
+    }
+    Some(lines)
+}
+
 /// Every output line the stream carries for `stream` ("stdout" or "stderr"), in order.
 fn lines_of(bundle: &Value, stream: &str) -> Vec<String> {
     payloads(bundle)
         .iter()
-        .filter_map(|payload| payload["lines"].as_array().cloned())
+        .filter_map(log_lines)
         .flatten()
-        .filter(|line| line["stream"] == stream)
-        .map(|line| line["line"].as_str().expect("line text").to_owned())
+        .filter(|(from, _)| from == stream)
+        .map(|(_, line)| line)
         .collect()
 }
 
@@ -409,14 +426,12 @@ async fn a_bootstrap_token_runner_streams_real_shell_output_as_a_valid_chain() {
     let expected: Vec<String> = (0..60).map(|i| format!("line {i}")).collect();
     assert_eq!(stdout[3..], expected[..]);
     assert_eq!(lines_of(&bundle, "stderr"), vec!["done".to_owned()]);
-    let log_chunks: Vec<&Value> = payloads.iter().filter(|p| p["lines"].is_array()).collect();
+    let log_chunks: Vec<Vec<(String, String)>> = payloads.iter().filter_map(log_lines).collect();
     assert!(
         log_chunks.len() >= 2,
         "64 lines take more than one chunk of 50"
     );
-    assert!(log_chunks
-        .iter()
-        .all(|p| p["lines"].as_array().map_or(0, Vec::len) <= 50));
+    assert!(log_chunks.iter().all(|lines| lines.len() <= 50));
     let exit = exited(&bundle);
     assert_eq!(exit["exitCode"], 0);
     let stdout_bytes = format!("{}\n", stdout.join("\n"));
@@ -814,7 +829,7 @@ async fn verify_accepts_a_real_bundle_and_names_the_broken_link_in_a_tampered_on
 
     // A forged log chunk, re-hashed so that it is consistent in itself: the next link breaks.
     let mut forged = bundle.clone();
-    forged["stream"][1]["payload"]["lines"][0]["line"] = "forged".into();
+    forged["stream"][1]["payload"]["segments"][0]["text"] = "forged\n".into();
     let mut chunk = StreamChunk::from_json(&forged["stream"][1]).expect("a chunk");
     chunk.payload_hash = payload_hash(&chunk.payload);
     chunk.checksum = chunk.expected_checksum();

@@ -227,6 +227,22 @@ impl RunningJob {
         self.send(ChunkKind::Log, json!({ "lines": lines })).await;
     }
 
+    /// The same lines in the runner's compact shape: one segment per run of one stream.
+    async fn segments(&mut self, lines: &[(&str, &str)]) {
+        let mut segments: Vec<Value> = Vec::new();
+        for (stream, line) in lines {
+            match segments.last_mut() {
+                Some(last) if last["stream"] == *stream => {
+                    let text = format!("{}{line}\n", last["text"].as_str().unwrap_or(""));
+                    last["text"] = text.into();
+                }
+                _ => segments.push(json!({ "stream": stream, "text": format!("{line}\n") })),
+            }
+        }
+        self.send(ChunkKind::Log, json!({ "segments": segments }))
+            .await;
+    }
+
     async fn complete(&self, org: &Org, status: CompletionStatus) {
         let evidence = bare_evidence(&org.admin_key).await;
         let completion = match status {
@@ -301,7 +317,9 @@ async fn logs_follow_prints_a_running_jobs_lines_in_order_and_exits_zero_when_it
     // New chunks reach the follower as they are stored.
     let step: Value = serde_json::from_str(r#"{"step": 1, "score": 0.50}"#).expect("JSON");
     job.send(ChunkKind::Trajectory, step).await;
-    job.lines(&[("stdout", "out 3"), ("stderr", "err 2")]).await;
+    // The runner's compact shape after the one-object-per-line shape: both read alike.
+    job.segments(&[("stdout", "out 3"), ("stderr", "err 2")])
+        .await;
     follow
         .until("the later lines", Duration::from_secs(20), |out, err| {
             out.contains("out 3") && err.contains("err 2")

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::CliError;
 use crate::admin::AdminClient;
+use crate::log_payload::{log_lines, PayloadLine};
 
 /// Exit status of `logs` when the job has not finished (without `--follow`, or when
 /// `--timeout` ran out first).
@@ -70,7 +71,8 @@ pub enum Line {
 }
 
 /// The lines one stored chunk prints. `json`: one object per log line (or per chunk for
-/// events, trajectory and unknown payloads), on stdout.
+/// events, trajectory and unknown payloads), on stdout. A log payload's lines are read in
+/// either shape ([`crate::log_payload`]), and print the same way whichever it is.
 pub fn render_chunk(chunk: &Value, json: bool) -> Vec<Line> {
     let attempt = chunk["dispatchAttempt"].clone();
     let sequence = chunk["sequence"].clone();
@@ -92,15 +94,15 @@ pub fn render_chunk(chunk: &Value, json: bool) -> Vec<Line> {
     };
     let mark = format!("[attempt {}]", text_of(&attempt));
     if kind == "log" {
-        if let Some(lines) = payload["lines"].as_array() {
+        if let Some(lines) = log_lines(payload) {
             return lines
-                .iter()
+                .into_iter()
                 .map(|entry| {
-                    let stream = entry["stream"].as_str().unwrap_or("stdout");
-                    let line = entry["line"]
-                        .as_str()
-                        .map_or_else(|| text_of(&entry["line"]), str::to_owned);
-                    let truncated = entry["truncated"].as_bool() == Some(true);
+                    let PayloadLine {
+                        stream,
+                        line,
+                        truncated,
+                    } = entry;
                     if json {
                         let mut fields = json!({ "stream": stream, "line": line });
                         if truncated {
@@ -309,6 +311,53 @@ mod tests {
                 Line::Stderr("two".into()),
                 Line::Stdout("three [truncated]".into()),
             ]
+        );
+    }
+
+    #[test]
+    fn segments_print_line_by_line_like_the_one_object_per_line_shape() {
+        let segments = json!({"segments": [
+            {"stream": "stdout", "text": "one\n"},
+            {"stream": "stderr", "text": "two\n"},
+            {"stream": "stdout", "text": "three\n", "truncated": true},
+        ]});
+        let lines = json!({"lines": [
+            {"stream": "stdout", "line": "one"},
+            {"stream": "stderr", "line": "two"},
+            {"stream": "stdout", "line": "three", "truncated": true},
+        ]});
+        for json in [false, true] {
+            assert_eq!(
+                render_chunk(&chunk(1, "log", segments.clone()), json),
+                render_chunk(&chunk(1, "log", lines.clone()), json),
+                "json: {json}"
+            );
+        }
+        let many = json!({"segments": [
+            {"stream": "stderr", "text": "a\n\nb\n"},
+            {"stream": "stdout", "text": "c\n"},
+        ]});
+        assert_eq!(
+            render_chunk(&chunk(2, "log", many.clone()), false),
+            vec![
+                Line::Stderr("a".into()),
+                Line::Stderr("".into()),
+                Line::Stderr("b".into()),
+                Line::Stdout("c".into()),
+            ]
+        );
+        let objects: Vec<Value> = render_chunk(&chunk(2, "log", many), true)
+            .iter()
+            .map(|line| match line {
+                Line::Stdout(text) => serde_json::from_str(text).expect("one JSON object"),
+                Line::Stderr(text) => panic!("JSON went to stderr: {text}"),
+            })
+            .collect();
+        assert_eq!(objects.len(), 4);
+        assert_eq!(
+            objects[3],
+            json!({"attempt": 1, "sequence": 2, "kind": "log", "emittedAt": "2026-01-01T00:00:00Z",
+                   "stream": "stdout", "line": "c"})
         );
     }
 

@@ -256,6 +256,31 @@ mod tests {
     }
 
     #[test]
+    fn runner_start_batches_by_default_as_the_library_does() {
+        let Ok(Command::Runner(runner_cmd::RunnerCommand::Start(args))) =
+            parse(&["runner", "start", "--exec", "true"]).map(|cli| cli.command)
+        else {
+            panic!("runner start parses");
+        };
+        let defaults = crate::stream::BatchLimits::DEFAULT;
+        assert_eq!(args.batch_bytes, defaults.max_bytes);
+        assert_eq!(args.batch_lines as usize, defaults.max_lines);
+        assert_eq!(args.batch_millis as u128, defaults.max_delay.as_millis());
+        let at_limit = crate::stream::SERVER_MAX_CHUNK_BYTES.to_string();
+        assert!(parse(&[
+            "runner",
+            "start",
+            "--exec",
+            "true",
+            "--batch-bytes",
+            &at_limit
+        ])
+        .is_ok());
+        let over = (crate::stream::SERVER_MAX_CHUNK_BYTES + 1).to_string();
+        assert!(parse(&["runner", "start", "--exec", "true", "--batch-bytes", &over]).is_err());
+    }
+
+    #[test]
     fn parses_runner_and_admin_commands() {
         assert!(parse(&["runner", "start", "--exec", "true", "--max-jobs", "1"]).is_ok());
         assert!(parse(&["runner", "start"]).is_err(), "--exec is required");

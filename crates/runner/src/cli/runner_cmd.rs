@@ -201,11 +201,11 @@ pub struct StartArgs {
     #[arg(long, value_parser = seconds)]
     pub drain_timeout: Option<Duration>,
     /// Log lines per chunk, at most
-    #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value = "100000", value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_lines: u32,
-    /// Payload bytes per log chunk, at most (as the server counts them; its limit is 256 KiB
-    /// per chunk)
-    #[arg(long, default_value = "196608", value_parser = batch_bytes)]
+    /// Payload bytes per log chunk, at most (as the server counts them; its limit, 256 KiB
+    /// per chunk, is the default)
+    #[arg(long, default_value = "262144", value_parser = batch_bytes)]
     pub batch_bytes: usize,
     /// Milliseconds a log line may wait for its chunk
     #[arg(long, default_value = "250")]
