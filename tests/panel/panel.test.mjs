@@ -517,7 +517,9 @@ test('a job followed live to its end shows its claim, transitions, verified chai
       const record = await response.json();
       const last = record.stream.length - 1;
       record.stream[1].previousChecksum = 'f'.repeat(64);
-      record.stream[last].checksum = `0${record.stream[last].checksum.slice(1)}`;
+      // A different first digit (a fixed '0' would change nothing for one checksum in 16).
+      const checksum = record.stream[last].checksum;
+      record.stream[last].checksum = `${checksum[0] === '0' ? '1' : '0'}${checksum.slice(1)}`;
       await route.fulfill({ response, json: record });
     });
     await page.reload();
