@@ -16,6 +16,9 @@ const PAGE_SIZE = 50;
 const LIST_POLL_MS = 5000;
 const JOB_POLL_MS = 3000;
 const LOG_POLL_MS = 2000;
+// The log keeps its newest lines in the page: a 64 MiB stream would otherwise become hundreds
+// of thousands of nodes. The CLI (`edgerunner admin jobs logs`) and the bundle hold every line.
+export const MAX_LOG_LINES = 10000;
 
 export const JOB_STATES = ['queued', 'claimed', 'running', 'cancel_requested', 'succeeded', 'failed', 'cancelled', 'lost'];
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'lost']);
@@ -407,6 +410,8 @@ export function jobView(ctx, id) {
   const logBox = h('div.log', { testid: 'job-log', tabIndex: 0, role: 'log', 'aria-label': 'Job output' },
     h('div.muted.log-empty', 'No output yet.'));
   const logStatus = h('span.muted', { testid: 'log-status' });
+  // Shown once the log has more lines than the page keeps (MAX_LOG_LINES).
+  const logNotice = h('p.log-notice', { testid: 'log-notice', hidden: true });
   const evidenceList = h('div');
   const evidenceOut = h('div', { 'aria-live': 'polite' });
   const evidenceButton = h('button.btn', { type: 'button', testid: 'evidence-button', hidden: true }, 'Show evidence run');
@@ -421,7 +426,7 @@ export function jobView(ctx, id) {
     h('div.cards',
       card('Claims', bodies.claims, { testid: 'job-claims-card' }),
       card('State transitions', bodies.events, { testid: 'job-events-card' }),
-      card('Log', logBox, { testid: 'job-log-card', actions: logStatus }),
+      card('Log', h('div', logNotice, logBox), { testid: 'job-log-card', actions: logStatus }),
       card('Stream custody', bodies.custody, { testid: 'job-custody-card' }),
       card('Completions', bodies.completions, { testid: 'job-completions-card' }),
       card('Evidence', h('div', evidenceList, evidenceButton, evidenceOut), { testid: 'job-evidence-card' })));
@@ -560,6 +565,24 @@ export function jobView(ctx, id) {
   let logDone = false;
   const seen = new Set();
   const groups = new Map();
+  let shownLines = 0;
+  let hiddenLines = 0;
+
+  // Drops the oldest lines past MAX_LOG_LINES and says how many are not shown.
+  function trimLog() {
+    const excess = shownLines - MAX_LOG_LINES;
+    if (excess > 0) {
+      const all = logBox.querySelectorAll('.log-line');
+      for (let i = 0; i < excess && i < all.length; i += 1) all[i].remove();
+      shownLines -= excess;
+      hiddenLines += excess;
+    }
+    if (!hiddenLines) return;
+    logNotice.hidden = false;
+    const count = (n) => n.toLocaleString('en-US');
+    logNotice.textContent = `${count(hiddenLines)} earlier line(s) are not shown: this page keeps the last ${count(MAX_LOG_LINES)}. `
+      + `\`edgerunner admin jobs logs ${id}\` prints them all, and the custody bundle holds them.`;
+  }
 
   function groupFor(attempt) {
     if (groups.has(attempt)) return groups.get(attempt);
@@ -580,7 +603,14 @@ export function jobView(ctx, id) {
       const key = `${chunk.dispatchAttempt}:${chunk.sequence}`;
       if (seen.has(key)) continue;
       seen.add(key);
-      groupFor(chunk.dispatchAttempt).append(...logLineNodes(chunk));
+      let nodes = logLineNodes(chunk);
+      if (nodes.length > MAX_LOG_LINES) {
+        hiddenLines += nodes.length - MAX_LOG_LINES;
+        nodes = nodes.slice(-MAX_LOG_LINES);
+      }
+      shownLines += nodes.length;
+      groupFor(chunk.dispatchAttempt).append(...nodes);
+      trimLog();
     }
     if (atBottom) logBox.scrollTop = logBox.scrollHeight;
   }

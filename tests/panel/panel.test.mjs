@@ -541,6 +541,38 @@ test('a job followed live to its end shows its claim, transitions, verified chai
     assert.deepEqual(broken, [1, done.stream.length - 1]);
     assert.equal((await page.$$(sel('link-ok'))).length, done.stream.length - 2);
     await page.unroute(`**/api/remote-runners/jobs/${job.id}`);
+
+    // The log keeps its newest 10,000 lines: fed a stream page of 10,005 lines (a chunk of
+    // 10,002, more than the page keeps at once, then one of 3 that pushes the oldest out), the
+    // page shows the last 10,000 and says how many it left out.
+    const isStream = (url) => url.pathname.endsWith(`/api/remote-runners/jobs/${job.id}/stream`);
+    const extra = 10005;
+    const numbered = (from, to) => Array.from({ length: to - from + 1 }, (_, i) => `line ${from + i}\n`).join('');
+    const logChunk = (sequence, text) => ({ ...done.stream[0], sequence, kind: 'log', payload: { segments: [{ stream: 'stdout', text }] } });
+    await page.route(isStream, async (route) => {
+      const chunks = [logChunk(0, numbered(1, 10002)), logChunk(1, numbered(10003, extra))];
+      await route.fulfill({ json: { chunks, cursor: null, more: false, state: 'succeeded', dispatchAttempt: 1 } });
+    });
+    await page.reload();
+    let log = null;
+    try {
+      await waitFor('the capped log', async () => {
+        log = await page.$eval(sel('job-log-card'), (card) => ({
+          lines: card.querySelectorAll('.log-line').length,
+          notice: card.querySelector('[data-testid="log-notice"]:not([hidden])')?.textContent ?? null,
+        }));
+        return log.notice !== null;
+      });
+    } catch (error) {
+      throw new Error(`${error.message}; the log showed ${JSON.stringify(log)}`);
+    }
+    assert.equal((await page.$$(`${sel('job-log')} .log-line`)).length, 10000);
+    const shown = await texts(page, `${sel('log-line')} .log-text`);
+    assert.equal(shown[0], `line ${extra - 9999}`);
+    assert.equal(shown[shown.length - 1], `line ${extra}`);
+    await page.locator(sel('job-log-card')).screenshot({ path: join(ARTIFACTS, 'log-capped.png') });
+    assert.match(await text(page, sel('log-notice')), /^5 earlier line\(s\) are not shown: this page keeps the last 10,000\./);
+    await page.unroute(isStream);
   });
 });
 
