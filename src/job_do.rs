@@ -1283,13 +1283,14 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         ReleaseDecision::Exhausted { attempts } => Some(attempts),
         ReleaseDecision::Cancel => None,
     };
-    let detail = json!({
+    // What was decided: the event's detail, and (with the ids and the state) the answer.
+    let outcome = json!({
         "decision": decision.code(),
         "nextAttempt": (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
         "counted": !free,
         "countedAttempts": counted,
-    })
-    .to_string();
+    });
+    let detail = outcome.to_string();
     let mut released = event(job, &actor, "job.released");
     released.runner_id = Some(runner);
     released.claim_id = Some(claim_id);
@@ -1334,13 +1335,9 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         )));
     }
     ctx.alarm.set(AlarmChange::Clear);
-    Ok(Reply::ok(json!({
-        "jobId": job.id,
-        "claimId": claim_id,
-        "decision": decision.code(),
-        "state": next.as_str(),
-        "nextAttempt": (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
-        "counted": !free,
-        "countedAttempts": counted,
-    })))
+    let mut answer = json!({ "jobId": job.id, "claimId": claim_id, "state": next.as_str() });
+    if let (Some(answer), Value::Object(outcome)) = (answer.as_object_mut(), outcome) {
+        answer.extend(outcome);
+    }
+    Ok(Reply::ok(answer))
 }
