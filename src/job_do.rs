@@ -1115,11 +1115,20 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
     let lapse = lapse_reason(&claim, job.lease_expires_at);
     lost.reason = Some(&lapse);
     lost.at = ctx.now;
-    let next_attempt = match decision {
-        RecoveryDecision::Requeue { next_attempt, .. } => Some(next_attempt),
-        _ => None,
+    let (next_attempt, counted) = match decision {
+        RecoveryDecision::Requeue {
+            next_attempt,
+            counted,
+        } => (Some(next_attempt), Some(counted)),
+        RecoveryDecision::Exhausted { attempts } => (None, Some(attempts)),
+        RecoveryDecision::Nothing | RecoveryDecision::Cancel => (None, None),
     };
-    let detail = json!({ "decision": decision.code(), "nextAttempt": next_attempt }).to_string();
+    let detail = json!({
+        "decision": decision.code(),
+        "nextAttempt": next_attempt,
+        "countedAttempts": counted,
+    })
+    .to_string();
     let mut then = event(
         job,
         actor,

@@ -738,6 +738,13 @@ async fn a_hand_back_does_not_use_one_of_the_three_attempts() {
     );
     assert_eq!(events_of(&done, "job.released").len(), 1, "{done}");
     assert_eq!(events_of(&done, "job.lease_lost").len(), 3, "{done}");
+    // Each lapse says how many of the three attempts are used: the hand-back is not one.
+    let counted: Vec<&Value> = events_of(&done, "job.requeued")
+        .iter()
+        .chain(events_of(&done, "job.cancelled").iter())
+        .map(|e| &e["detail"]["countedAttempts"])
+        .collect();
+    assert_eq!(counted, [&json!(1), &json!(2), &json!(3)], "{done}");
     assert_eq!(runner.claim().await.status, 204, "no fifth dispatch");
 }
 
