@@ -35,7 +35,8 @@ export WRANGLER_SEND_METRICS=false
 export CLOUDFLARE_CF_FETCH_ENABLED=false
 export WRANGLER_LOG_PATH="$ROOT/.cache/wrangler-logs"
 
-PYTHON_SDK_REQUIREMENTS="$ROOT/tests/interop/requirements.txt"
+# The published EvalGate SDK (tests/interop) and schemathesis (tests/contract), one venv.
+PYTHON_REQUIREMENTS=("$ROOT/tests/interop/requirements.txt" "$ROOT/tests/contract/requirements.txt")
 
 # Seconds since the outermost script started (nested scripts inherit the start), so that a CI
 # log says where its time went.
@@ -82,10 +83,11 @@ ensure_venv() {
     log "creating Python venv in .venv"
     python3 -m venv "$ROOT/.venv"
   fi
-  if [ ! -f "$stamp" ] || ! cmp -s "$PYTHON_SDK_REQUIREMENTS" "$stamp"; then
-    log "installing the pinned EvalGate SDK into .venv"
-    "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$PYTHON_SDK_REQUIREMENTS"
-    cp "$PYTHON_SDK_REQUIREMENTS" "$stamp"
+  if [ ! -f "$stamp" ] || ! cat "${PYTHON_REQUIREMENTS[@]}" | cmp -s - "$stamp"; then
+    log "installing the pinned EvalGate SDK and schemathesis into .venv"
+    "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check \
+      -r "${PYTHON_REQUIREMENTS[0]}" -r "${PYTHON_REQUIREMENTS[1]}"
+    cat "${PYTHON_REQUIREMENTS[@]}" > "$stamp"
   fi
 }
 

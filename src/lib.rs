@@ -13,6 +13,8 @@
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
 //! - [`objects`]: how the edge and the Durable Objects talk.
+//! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
+//!   path, which the router enforces (`405`) before the route table.
 //! - [`http`], [`platform`]: request parsing; the clock and randomness.
 //!
 //! Protocol rules (hashing, envelopes, chains, matching, state machines) live in the
@@ -29,6 +31,7 @@ mod gate_do;
 mod http;
 mod job_do;
 mod objects;
+mod openapi;
 mod panel;
 mod platform;
 mod reaper;
@@ -64,6 +67,18 @@ const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
 async fn route(req: Request, env: Env) -> ApiResult<Response> {
     let raw_method = req.inner().method();
+    let path = req.path();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // HEAD is answered wherever GET is, as GET without the body (the runtime drops it).
+    let routed_as = if raw_method == "HEAD" {
+        "GET"
+    } else {
+        raw_method.as_str()
+    };
+    // A path the API document has: only the methods it lists there (405 and `Allow` else).
+    if let Some(refusal) = openapi::refuse_undocumented_method(routed_as, &segments) {
+        return refusal;
+    }
     if !METHODS.contains(&raw_method.as_str()) {
         let mut res = ApiError::new(
             405,
@@ -74,11 +89,15 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         res.headers_mut().set("allow", &METHODS.join(", "))?;
         return Ok(res);
     }
-    let path = req.path();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let method = req.method();
+    let method = match req.method() {
+        Method::Head => Method::Get,
+        other => other,
+    };
     if let (Method::Get, ["healthz"]) = (&method, segments.as_slice()) {
         return json_response(200, &serde_json::json!({ "status": "ok" })).map_err(ApiError::from);
+    }
+    if let (Method::Get, ["openapi.json"]) = (&method, segments.as_slice()) {
+        return openapi::serve();
     }
     if let Some((&panel::PREFIX, rest)) = segments.split_first() {
         return panel::serve(&req, &env, rest).await;

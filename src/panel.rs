@@ -50,10 +50,7 @@ pub(crate) async fn serve(req: &Request, env: &Env, rest: &[&str]) -> ApiResult<
         ));
     }
     let Some(path) = asset_path(rest) else {
-        return with_security_headers(
-            Response::error("not found", 404)?,
-            "text/plain; charset=utf-8",
-        );
+        return no_such_file();
     };
     // The host is never resolved: the assets binding looks at the path only.
     let mut asset_req = Request::new(&format!("https://assets.invalid{path}"), Method::Get)?;
@@ -77,13 +74,20 @@ pub(crate) async fn serve(req: &Request, env: &Env, rest: &[&str]) -> ApiResult<
     let mut res = match status {
         200 => Response::from_bytes(body)?,
         304 => Response::empty()?.with_status(304),
-        404 => Response::error("not found", 404)?,
+        404 => return no_such_file(),
         other => return Err(ApiError::internal(format!("assets answered {other}"))),
     };
     if let Some(tag) = etag {
         res.headers_mut().set("etag", &tag)?;
     }
     with_security_headers(res, &content_type)
+}
+
+/// A panel path that names no file: the API's own `404 NOT_FOUND`, JSON like every other
+/// error, with the panel's headers.
+fn no_such_file() -> ApiResult<Response> {
+    let res = ApiError::not_found("the panel has no such file").into_response()?;
+    with_security_headers(res, "application/json")
 }
 
 fn with_security_headers(mut res: Response, content_type: &str) -> ApiResult<Response> {

@@ -3,6 +3,7 @@
 //! runner's) Durable Object; the edge authenticates, parses and forwards.
 
 use edgerunner_protocol::capability::Requirements;
+use edgerunner_protocol::recovery::MAX_DISPATCHES;
 use edgerunner_protocol::stable_json::hash;
 use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
@@ -278,13 +279,13 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         })?,
     };
     let attempts = match crate::http::query_param(&req, "attempt") {
-        None => (1, 3),
+        None => (1, LAST_ATTEMPT),
         Some(text) => match text.parse::<i64>() {
-            Ok(n) if (1..=3).contains(&n) => (n, n),
+            Ok(n) if (1..=LAST_ATTEMPT).contains(&n) => (n, n),
             _ => {
                 return Err(ApiError::unprocessable(
                     "INVALID_ATTEMPT",
-                    "attempt must be 1, 2 or 3",
+                    format!("attempt must be an integer from 1 to {LAST_ATTEMPT}"),
                 ))
             }
         },
@@ -339,14 +340,18 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
     .map_err(ApiError::from)
 }
 
-/// `"{attempt}.{sequence}"`, attempt 0–3 and sequence ≥ -1 (`"0.-1"` is the stream's start).
+/// The highest attempt number a job's stream can hold: every dispatch, hand-backs included.
+const LAST_ATTEMPT: i64 = MAX_DISPATCHES as i64;
+
+/// `"{attempt}.{sequence}"` as the stream pages write it: attempt one digit 0–8, sequence
+/// `-1` or 1–18 digits (`"0.-1"` is the stream's start).
 fn parse_stream_cursor(text: &str) -> Option<(i64, i64)> {
     let (attempt, sequence) = text.split_once('.')?;
-    let attempt = attempt
-        .parse::<i64>()
-        .ok()
-        .filter(|a| (0..=3).contains(a))?;
-    let sequence = sequence.parse::<i64>().ok().filter(|s| *s >= -1)?;
+    let attempt = super::plain_number(attempt, 1).filter(|a| *a <= LAST_ATTEMPT)?;
+    let sequence = match sequence {
+        "-1" => -1,
+        digits => super::plain_number(digits, 18)?,
+    };
     Some((attempt, sequence))
 }
 
@@ -804,7 +809,7 @@ impl BundleWriter {
         let db = self.env.d1("DB")?;
         let page = jobs::StreamPage {
             after: self.after,
-            attempts: (1, 3),
+            attempts: (1, LAST_ATTEMPT),
             limit: BUNDLE_PAGE_CHUNKS,
             byte_budget: STREAM_PAGE_BYTES,
             job: &self.job,
@@ -860,5 +865,21 @@ impl BundleWriter {
         )
         .map_err(ApiError::internal)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_stream_cursor;
+
+    #[test]
+    fn a_stream_cursor_is_exactly_what_a_page_writes() {
+        assert_eq!(parse_stream_cursor("0.-1"), Some((0, -1)));
+        assert_eq!(parse_stream_cursor("8.9999"), Some((8, 9999)));
+        for text in [
+            "9.0", "+1.0", "-0.-1", "1.+3", "1.-2", "01.1", "1. 1", "1", "1.", ".1",
+        ] {
+            assert_eq!(parse_stream_cursor(text), None, "{text:?}");
+        }
     }
 }

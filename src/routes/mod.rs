@@ -152,15 +152,26 @@ impl Cursor {
         })
     }
 
+    /// Exactly what [`Cursor::encode`] writes: 1–18 digits (no sign), a dot, and 1–100 of
+    /// `[A-Za-z0-9_-]`.
     fn parse(text: &str) -> Option<Self> {
         let (at, id) = text.split_once('.')?;
-        let at = at.parse::<i64>().ok()?;
+        let at = plain_number(at, 18)?;
         let plain = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
-        (at >= 0 && !id.is_empty() && id.len() <= 100 && id.bytes().all(plain)).then(|| Self {
+        (!id.is_empty() && id.len() <= 100 && id.bytes().all(plain)).then(|| Self {
             at,
             id: id.to_owned(),
         })
     }
+}
+
+/// A non-negative integer written as 1 to `max_digits` ASCII digits only: no sign, no space,
+/// nothing `str::parse` would also take (`+5`).
+pub(crate) fn plain_number(text: &str, max_digits: usize) -> Option<i64> {
+    let digits = !text.is_empty() && text.len() <= max_digits.min(18);
+    (digits && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse().ok())
+        .flatten()
 }
 
 #[cfg(test)]
@@ -206,7 +217,20 @@ mod tests {
     #[test]
     fn anything_else_is_not_a_cursor() {
         for text in [
-            "", ".", "12", "12.", ".job", "-1.job", "x.job", "12.job 1", "12.jo'b", "12.a.b",
+            "",
+            ".",
+            "12",
+            "12.",
+            ".job",
+            "-1.job",
+            "x.job",
+            "12.job 1",
+            "12.jo'b",
+            "12.a.b",
+            "+12.job",
+            "-0.job",
+            " 12.job",
+            "1234567890123456789.job",
         ] {
             assert!(Cursor::parse(text).is_none(), "{text:?}");
         }

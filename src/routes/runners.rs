@@ -298,13 +298,17 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         // "active" on a pending runner is how an admin approves it.
         if current == RunnerState::PendingApproval && input == RunnerInput::Activate {
             input = RunnerInput::Approve;
-            // Approval is of a key: the admin must say which fingerprint they compared.
-            if runner.fingerprint.is_some() && confirmed_fingerprint.is_none() {
-                return Err(ApiError::unprocessable(
-                    "FINGERPRINT_REQUIRED",
-                    "approving a key-pair runner takes the fingerprint you compared with the runner's own print-out",
-                ));
-            }
+        }
+        // Approval is of a key: the admin must say which fingerprint they compared, whichever
+        // word asked for it ("active", "approve", "approved").
+        if input == RunnerInput::Approve
+            && runner.fingerprint.is_some()
+            && confirmed_fingerprint.is_none()
+        {
+            return Err(ApiError::unprocessable(
+                "FINGERPRINT_REQUIRED",
+                "approving a key-pair runner takes the fingerprint you compared with the runner's own print-out",
+            ));
         }
         let next = current.transition(input)?;
         if next != current {

@@ -565,15 +565,22 @@ pub(crate) fn select_stream_totals(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        // Attempts are 1–3 (a CHECK): three seeks of the primary key, never a scan.
-        "SELECT s.dispatch_attempt, s.sequence + 1 AS chunks, s.stream_bytes, s.checksum AS last_checksum \
-         FROM (SELECT 1 AS attempt UNION ALL SELECT 2 UNION ALL SELECT 3) AS n \
+        // Attempts are 1–8 (a CHECK on job_claims; every dispatch, hand-backs included): one
+        // seek of the primary key per attempt, never a scan.
+        "WITH RECURSIVE n (attempt) AS \
+           (SELECT 1 UNION ALL SELECT attempt + 1 FROM n WHERE attempt < ?3) \
+         SELECT s.dispatch_attempt, s.sequence + 1 AS chunks, s.stream_bytes, s.checksum AS last_checksum \
+         FROM n \
          JOIN stream_chunks AS s ON s.job_id = ?2 AND s.dispatch_attempt = n.attempt \
           AND s.sequence = (SELECT max(t.sequence) FROM stream_chunks AS t \
                              WHERE t.job_id = ?2 AND t.dispatch_attempt = n.attempt) \
          WHERE s.organization_id = ?1 \
          ORDER BY s.dispatch_attempt",
-        &[org.into(), job.into()],
+        &[
+            org.into(),
+            job.into(),
+            i64::from(edgerunner_protocol::recovery::MAX_DISPATCHES).into(),
+        ],
     )
 }
 

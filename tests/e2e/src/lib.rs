@@ -12,6 +12,8 @@
 //! Every helper that needs its environment panics when it is missing: a suite that silently
 //! passes without a server proves nothing.
 
+pub mod contract;
+
 use std::fmt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -374,10 +376,15 @@ impl Reply {
     }
 }
 
-/// Sends a request and reads the whole answer.
+/// Sends a request, reads the whole answer, and checks it against the API document
+/// ([`contract::check`]): an answer the document does not list fails the test here.
 pub async fn send(what: String, request: RequestBuilder) -> Reply {
-    let response = request
-        .send()
+    let (client, request) = request.build_split();
+    let request = request.unwrap_or_else(|e| panic!("{what}: building the request failed: {e}"));
+    let method = request.method().as_str().to_owned();
+    let path = request.url().path().to_owned();
+    let response = client
+        .execute(request)
         .await
         .unwrap_or_else(|e| panic!("{what}: request failed: {e}"));
     let status = response.status().as_u16();
@@ -386,12 +393,23 @@ pub async fn send(what: String, request: RequestBuilder) -> Reply {
         .text()
         .await
         .unwrap_or_else(|e| panic!("{what}: reading the body failed: {e}"));
-    Reply {
+    let reply = Reply {
         what,
         status,
         headers,
         text,
+    };
+    let answer = contract::Answer {
+        method: &method,
+        path: &path,
+        status,
+        content_type: &reply.content_type(),
+        body: &reply.text,
+    };
+    if let Err(problem) = contract::check(&answer) {
+        panic!("contract: docs/openapi.json does not list this answer: {problem}\n{reply:?}");
     }
+    reply
 }
 
 /// A JSON request to the server under test, with an optional bearer token.

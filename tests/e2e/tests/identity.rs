@@ -308,14 +308,17 @@ async fn keypair_runner_enrolls_waits_for_approval_and_gets_a_working_session() 
         .await
         .expect_error(403, "RUNNER_PENDING_APPROVAL");
 
-    // Approval names the fingerprint compared; without it, or with another, nothing changes.
-    patch_runner(
-        &org.admin_key,
-        &runner_id,
-        &json!({ "status": "active", "reason": "looks fine" }),
-    )
-    .await
-    .expect_error(422, "FINGERPRINT_REQUIRED");
+    // Approval names the fingerprint compared; without it, or with another, nothing changes,
+    // whichever word asks for the approval.
+    for status in ["active", "approve", "approved"] {
+        patch_runner(
+            &org.admin_key,
+            &runner_id,
+            &json!({ "status": status, "reason": "looks fine" }),
+        )
+        .await
+        .expect_error(422, "FINGERPRINT_REQUIRED");
+    }
     patch_runner(
         &org.admin_key,
         &runner_id,

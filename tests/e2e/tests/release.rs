@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use edgerunner_e2e::jobs::*;
 use edgerunner_e2e::*;
+use edgerunner_protocol::chunk::ChunkKind;
 use serde_json::{json, Value};
 
 struct Fixture {
@@ -214,6 +215,19 @@ async fn five_hand_backs_are_free_then_they_count_and_the_job_ends_after_eight_d
         let claimed = runner.claim_job().await;
         assert_eq!(claimed.job_id(), job_id);
         assert_eq!(claimed.attempt().get(), attempt);
+        if matches!(attempt, 6 | 8) {
+            // A stream past the third attempt number is kept and read like the first ones.
+            let mut writer = claimed.writer();
+            let chunk = writer.next(
+                ChunkKind::Log,
+                json!({ "attempt": attempt }),
+                timestamp_now(),
+            );
+            assert_eq!(
+                runner.stream(&chunk.to_json()).await.expect(200)["accepted"],
+                true
+            );
+        }
         let answer = hand_back(&runner, &claimed.claim_id(), "restarting")
             .await
             .expect(200);
@@ -263,6 +277,70 @@ async fn five_hand_backs_are_free_then_they_count_and_the_job_ends_after_eight_d
     let state = runner_record(f.key(), &runner.id).await;
     assert_eq!(state["state"], "active", "{state}");
     assert_eq!(state["activeClaims"], 0, "{state}");
+
+    // Attempts 6 and 8 streamed one chunk each: the detail's totals, the stream pages (all, and
+    // one attempt) and the custody bundle all have them.
+    let totals: Vec<&Value> = record["streamTotals"]
+        .as_array()
+        .expect("totals")
+        .iter()
+        .collect();
+    let attempts: Vec<&Value> = totals.iter().map(|t| &t["dispatchAttempt"]).collect();
+    assert_eq!(attempts, [&json!(6), &json!(8)], "{record}");
+    let page = get(
+        &format!("/api/remote-runners/jobs/{job_id}/stream"),
+        f.key(),
+    )
+    .await
+    .expect(200);
+    let payloads: Vec<&Value> = page["chunks"]
+        .as_array()
+        .expect("chunks")
+        .iter()
+        .map(|c| &c["payload"])
+        .collect();
+    assert_eq!(
+        payloads,
+        [&json!({ "attempt": 6 }), &json!({ "attempt": 8 })],
+        "{page}"
+    );
+    assert_eq!(page["cursor"], "8.0", "{page}");
+    let eighth = get(
+        &format!("/api/remote-runners/jobs/{job_id}/stream?attempt=8"),
+        f.key(),
+    )
+    .await
+    .expect(200);
+    assert_eq!(
+        eighth["chunks"].as_array().map(Vec::len),
+        Some(1),
+        "{eighth}"
+    );
+    get(
+        &format!("/api/remote-runners/jobs/{job_id}/stream?after=8.0"),
+        f.key(),
+    )
+    .await
+    .expect(200);
+    get(
+        &format!("/api/remote-runners/jobs/{job_id}/stream?attempt=9"),
+        f.key(),
+    )
+    .await
+    .expect_error(422, "INVALID_ATTEMPT");
+    let bundle = get(
+        &format!("/api/remote-runners/jobs/{job_id}/bundle"),
+        f.key(),
+    )
+    .await
+    .expect(200);
+    let bundled: Vec<&Value> = bundle["stream"]
+        .as_array()
+        .expect("stream")
+        .iter()
+        .map(|c| &c["dispatchAttempt"])
+        .collect();
+    assert_eq!(bundled, [&json!(6), &json!(8)], "{bundle}");
 }
 
 #[tokio::test]

@@ -304,13 +304,13 @@ async fn version_content_hash_is_h_of_the_lexemes_sent_and_never_changes() {
     );
     assert_eq!(again["createdAt"], read["createdAt"]);
 
-    // There is no way to change a version through the API.
+    // There is no way to change a version through the API: the path answers GET (and HEAD).
     for method in [Method::PUT, Method::PATCH, Method::DELETE] {
         let path = format!("/api/releases/versions/{id}");
         let body = json!({ "content": { "replaced": true } });
-        call(method, &path, Some(key), Some(&body))
-            .await
-            .expect_error(404, "NOT_FOUND");
+        let reply = call(method, &path, Some(key), Some(&body)).await;
+        reply.expect_error(405, "METHOD_NOT_ALLOWED");
+        assert_eq!(reply.headers["allow"], "GET, HEAD", "{reply:?}");
     }
     // The database holds that same hash (and a schema trigger refuses any UPDATE of the row).
     let stored = d1_rows(&d1(&format!(

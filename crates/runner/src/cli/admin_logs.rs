@@ -43,8 +43,8 @@ pub struct LogsArgs {
     /// Keep reading until the job finishes, then print the rest and exit by its outcome
     #[arg(long, short)]
     pub follow: bool,
-    /// Only this attempt's stream (1-3) [default: every attempt, in order]
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    /// Only this attempt's stream (1-8, hand-backs included) [default: every attempt, in order]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
     pub attempt: Option<u8>,
     /// Seconds between reads while following
     #[arg(long, default_value = "1", value_parser = seconds)]

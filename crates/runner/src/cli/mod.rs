@@ -328,7 +328,8 @@ mod tests {
             "2"
         ])
         .is_ok());
-        assert!(parse(&["admin", "jobs", "logs", "job_1", "--attempt", "4"]).is_err());
+        assert!(parse(&["admin", "jobs", "logs", "job_1", "--attempt", "8"]).is_ok());
+        assert!(parse(&["admin", "jobs", "logs", "job_1", "--attempt", "9"]).is_err());
         assert!(parse(&["admin", "jobs", "list", "--state", "running"]).is_ok());
         assert!(parse(&["admin", "jobs", "list", "--state", "done"]).is_err());
         let enqueue = [
