@@ -34,6 +34,12 @@ pub(crate) fn capability_document(
             ));
         }
     };
+    if !overrides.iter().any(|field| body.contains_key(*field)) {
+        return Ok(CapabilityDocument::parse(&Value::Object(document))?);
+    }
+    // The document is checked as sent, so a bad field in it is refused even where a top-level
+    // field then replaces it; then with the replacements.
+    CapabilityDocument::parse(&Value::Object(document.clone()))?;
     for field in overrides {
         if let Some(value) = body.get(*field) {
             document.insert((*field).to_owned(), value.clone());
