@@ -1441,7 +1441,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::testkit::{check, Rng};
+    use crate::testkit::{assert_refusal, check, Rng};
 
     fn caps(value: Value) -> CapabilityDocument {
         CapabilityDocument::parse(&value).unwrap()
@@ -2648,6 +2648,106 @@ mod tests {
                     assert_eq!(t.as_str(), candidate);
                 }
                 let _ = ProblemType::parse(&candidate);
+            }
+        });
+    }
+
+    /// One of the four parsers, what it read printed back as JSON, and its error.
+    type Parser = fn(&Value) -> Result<Value, CapabilityError>;
+
+    const PARSERS: [(&str, Parser); 4] = [
+        ("capabilities", |v| {
+            CapabilityDocument::parse(v).map(|d| d.to_value())
+        }),
+        ("requirements", |v| {
+            Requirements::parse(v).map(|r| r.to_value())
+        }),
+        ("tags", |v| {
+            parse_tags(v).map(|tags| tags.iter().map(Tag::as_str).collect::<Vec<_>>().into())
+        }),
+        ("servedTargets", |v| {
+            parse_served_targets(v).map(|targets| {
+                targets
+                    .iter()
+                    .map(|t| json!({"versionId": t.version_id, "contentHash": t.content_hash}))
+                    .collect::<Vec<_>>()
+                    .into()
+            })
+        }),
+    ];
+
+    /// A valid input of each parser, in canonical form or as a client might write it.
+    fn valid_input(rng: &mut Rng, parser: &str) -> Value {
+        match parser {
+            "capabilities" if rng.chance(1, 2) => random_document(rng).to_value(),
+            "capabilities" => json!({"executionKinds": ["tool", "prompt"],
+                "runtimes": ["python3.12"], "network": "deny_all", "limits": {"cpuSeconds": 60},
+                "maxConcurrentJobs": 4, "problemTypes": null}),
+            "requirements" if rng.chance(1, 2) => random_requirements(rng).to_value(),
+            "requirements" => json!({"executionKind": "agent", "runtime": "node22",
+                "limits": {"cpuSeconds": 1, "memoryMb": 2, "wallSeconds": 3, "outputBytes": 4},
+                "network": {"mode": "allowlist", "origins": ["HTTPS://Example.com:443"]},
+                "tags": ["gpu", "eu"], "problemType": null}),
+            "tags" => json!(["gpu", "default", "eu-west"]),
+            _ => json!([{"versionId": 7, "contentHash": "a".repeat(64)},
+                {"versionId": 9007199254740993u64, "contentHash": "b".repeat(64)}]),
+        }
+    }
+
+    #[test]
+    fn arbitrary_documents_read_to_fixed_points_or_are_typed_refusals() {
+        let mut accepted = [0; PARSERS.len()];
+        check(300, |rng| {
+            let index = rng.below(PARSERS.len() as u64) as usize;
+            let (name, parse) = PARSERS[index];
+            let value = if rng.chance(1, 4) {
+                rng.json(3)
+            } else {
+                let valid = valid_input(rng, name);
+                rng.mutate(&valid)
+            };
+            match parse(&value) {
+                Ok(printed) => {
+                    accepted[index] += 1;
+                    // What was read prints to a form that reads back to itself.
+                    assert_eq!(parse(&printed).as_ref(), Ok(&printed), "{name}: {value}");
+                    // Both travel in signed envelopes that every SDK re-hashes.
+                    if matches!(name, "capabilities" | "requirements") {
+                        assert_eq!(
+                            stable_json::first_non_portable_number(&printed),
+                            None,
+                            "{name}: {printed}"
+                        );
+                    }
+                }
+                Err(error) => {
+                    assert_refusal(error.code(), error.http_status(), &error);
+                    assert_eq!(error.http_status(), 422);
+                    let expected = match name {
+                        "capabilities" => "INVALID_CAPABILITIES",
+                        "requirements" => "INVALID_REQUIREMENTS",
+                        "tags" => "INVALID_TAGS",
+                        _ => "INVALID_SERVED_TARGETS",
+                    };
+                    assert_eq!(error.code(), expected, "{error}");
+                }
+            }
+        });
+        assert!(
+            accepted.iter().all(|n| *n > 0),
+            "accepted per parser: {accepted:?}"
+        );
+    }
+
+    #[test]
+    fn parsed_documents_hash_as_their_canonical_form() {
+        check(200, |rng| {
+            let valid = valid_input(rng, "capabilities");
+            let value = rng.mutate(&valid);
+            if let Ok(doc) = CapabilityDocument::parse(&value) {
+                let canonical = doc.to_value();
+                assert_eq!(doc.hash(), stable_json::hash(&canonical));
+                assert_eq!(CapabilityDocument::parse(&canonical).as_ref(), Ok(&doc));
             }
         });
     }

@@ -659,7 +659,7 @@ mod tests {
 
     use super::*;
     use crate::stable_json::tests::random_value;
-    use crate::testkit::{check, Rng};
+    use crate::testkit::{assert_refusal, check, Rng};
 
     fn identity() -> ChunkIdentity {
         ChunkIdentity {
@@ -957,6 +957,75 @@ mod tests {
                 assert_eq!(reparsed.as_ref(), Ok(chunk));
             }
         });
+    }
+
+    #[test]
+    fn arbitrary_values_are_chunks_that_print_back_or_typed_refusals() {
+        let (mut accepted, mut refused) = (0, 0);
+        check(300, |rng| {
+            let value = if rng.chance(1, 3) {
+                rng.json(3)
+            } else {
+                let (_, chunks) = random_chain(rng, 3);
+                rng.mutate(&chunks[0].to_json())
+            };
+            match StreamChunk::from_json(&value) {
+                Ok(chunk) => {
+                    accepted += 1;
+                    let printed = stable_json::stable_json(&chunk.to_json());
+                    assert_eq!(
+                        StreamChunk::from_json(&parse(&printed)).as_ref(),
+                        Ok(&chunk)
+                    );
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_refusal(error.code(), error.http_status(), &error);
+                    assert!(
+                        matches!(
+                            error,
+                            ChunkError::Malformed { .. } | ChunkError::BadKind { .. }
+                        ),
+                        "parsing refuses only the shape: {error:?}"
+                    );
+                }
+            }
+        });
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} parsed, {refused} refused"
+        );
+    }
+
+    #[test]
+    fn a_chain_admits_a_mutated_chunk_only_when_it_reads_as_the_original() {
+        // Whatever one edit of a chunk's JSON does, the chain either refuses it with a typed
+        // error or the edit was invisible to the protocol (an unknown field).
+        let (mut admitted_count, mut refused) = (0, 0);
+        check(300, |rng| {
+            let (identity, chunks) = random_chain(rng, 6);
+            let i = rng.below(chunks.len() as u64) as usize;
+            let heads = heads(&identity, &chunks[..i]);
+            let Ok(chunk) = StreamChunk::from_json(&rng.mutate(&chunks[i].to_json())) else {
+                return;
+            };
+            match validate_append(&heads[i], &identity, &chunk, &limits()) {
+                Ok(admitted) => {
+                    admitted_count += 1;
+                    assert_eq!(chunk, chunks[i]);
+                    assert_eq!(admitted.head.last_checksum(), Some(&chunk.checksum));
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_ne!(chunk, chunks[i]);
+                    assert_refusal(error.code(), error.http_status(), &error);
+                }
+            }
+        });
+        assert!(
+            admitted_count > 0 && refused > 0,
+            "{admitted_count} admitted, {refused} refused"
+        );
     }
 
     /// Applies one random defect to a copy of chunk `i` of a valid chain and returns it with the

@@ -705,7 +705,7 @@ mod tests {
 
     use super::*;
     use crate::stable_json::tests::random_value;
-    use crate::testkit::check;
+    use crate::testkit::{assert_refusal, check};
 
     // create_remote_runner_completion(...) from evalgate-sdk 3.15.0, printed by json.dumps.
     const SDK_COMPLETION: &str = r#"{"jobId": "job_1", "claimId": "claim_1", "runnerId": "runner_1", "organizationId": "org_1", "dispatchAttempt": 1, "status": "succeeded", "inputHash": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "resultHash": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "finalStreamChecksum": "d8832e52c5c095f96c0f4e657374d0a63cd6ce2daaea1a5c925d1aea5e117e81", "evidence": {"evaluationRunId": 42, "testResultIds": [1, 2, 3], "costRecordIds": ["cost_1"], "modelCallIds": [], "traceId": "trace-\u00e9"}, "completedAt": "2026-11-29T07:00:05.654321Z", "completionChecksum": "ccfea245aaeb9d573388c6a3a4d3f4705215aedf72f658d0ed9a53827c24ace5"}"#;
@@ -850,6 +850,71 @@ mod tests {
                 "{key}"
             );
         });
+    }
+
+    /// `value` with its `completionChecksum` recomputed, when it is an object: what a client
+    /// that builds a wrong completion with the SDK sends.
+    fn resealed(mut value: Value) -> Value {
+        if let Value::Object(map) = &mut value {
+            let checksum = completion_checksum(map);
+            map.insert(CHECKSUM_FIELD.into(), checksum.into());
+        }
+        value
+    }
+
+    #[test]
+    fn arbitrary_completions_print_back_exactly_or_are_typed_refusals() {
+        let (mut accepted, mut refused) = (0, 0);
+        check(300, |rng| {
+            let value = match rng.below(4) {
+                0 => rng.json(3),
+                1 => rng.mutate(&parse(SDK_COMPLETION)),
+                _ => resealed(rng.mutate(&parse(SDK_COMPLETION))),
+            };
+            if let Value::Object(map) = &value {
+                // Never panics, whatever the map holds.
+                let _ = verify_completion_checksum(map);
+            }
+            match Completion::from_json(&value) {
+                Ok(completion) => {
+                    accepted += 1;
+                    // The typed form keeps every field, so it prints what the client hashed.
+                    assert_eq!(completion.to_json(), value);
+                    assert_eq!(
+                        Completion::seal(completion.fields().clone()),
+                        completion.clone()
+                    );
+                    let printed = stable_json::stable_json(&completion.to_json());
+                    assert_eq!(
+                        Completion::from_json(&parse(&printed)).as_ref(),
+                        Ok(&completion)
+                    );
+                    // Deciding on it never panics either.
+                    if let Err(error) = reconcile(&job(), &completion) {
+                        assert_refusal(error.code(), error.http_status(), &error);
+                    }
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_refusal(error.code(), error.http_status(), &error);
+                    assert!(
+                        matches!(
+                            error,
+                            CompletionError::Malformed { .. }
+                                | CompletionError::UnknownStatus { .. }
+                                | CompletionError::ChecksumMismatch { .. }
+                                | CompletionError::EvidenceLimit { .. }
+                        ),
+                        "parsing refuses only the document itself: {error:?}"
+                    );
+                    assert_eq!(error.http_status(), 422);
+                }
+            }
+        });
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} parsed, {refused} refused"
+        );
     }
 
     #[test]

@@ -163,6 +163,7 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
+    use crate::testkit::assert_refusal;
 
     fn master(text: &str) -> MasterSigningSecret {
         MasterSigningSecret::new(text.to_owned()).unwrap()
@@ -230,6 +231,57 @@ mod tests {
                 "accepted tampered token {tampered}"
             );
         });
+    }
+
+    /// A token whose payload is `body` (as stable JSON), signed with `m`'s credential key: what
+    /// only a format change on our side could produce, so the parse after the signature runs.
+    fn signed_token(m: &MasterSigningSecret, body: &Value) -> String {
+        let payload = URL_SAFE_NO_PAD.encode(stable_json(body));
+        let mac = hex::encode(hmac_sha256(&credential_key(m), payload.as_bytes()));
+        format!("{PREFIX}{payload}.{mac}")
+    }
+
+    #[test]
+    fn arbitrary_tokens_verify_to_their_claims_or_are_refused_with_401() {
+        let m = master(SECRET);
+        let token = issue(&m, &claims(0, 1_000)).unwrap();
+        let body = json!({"v": 1, "jti": "cred_1", "rid": "run_1", "org": "org_1", "gen": 3,
+            "iat": 0, "exp": 1_000});
+        let (mut accepted, mut refused) = (0, 0);
+        crate::testkit::check(300, |rng| {
+            let presented = match rng.below(5) {
+                0 => rng.json_string(),
+                1 => format!("{PREFIX}{}", rng.string(40)),
+                2 => rng.edit_text(&token),
+                3 => signed_token(&m, &rng.json(2)),
+                _ => signed_token(&m, &rng.mutate(&body)),
+            };
+            let now = rng.below(2_000) as i64;
+            match verify(&m, &presented, now) {
+                Ok(verified) => {
+                    accepted += 1;
+                    let claims = verified.claims();
+                    assert!(now < claims.expires_at_ms);
+                    // What verifies is what would be issued with the same claims, if the
+                    // lifetime is one we issue.
+                    if let Ok(reissued) = issue(&m, claims) {
+                        assert_eq!(verify(&m, &reissued, now).as_ref(), Ok(&verified));
+                    }
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_refusal(error.code(), error.http_status(), &error);
+                    assert_eq!(
+                        (error.code(), error.http_status()),
+                        ("AUTHENTICATION_FAILED", 401)
+                    );
+                }
+            }
+        });
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} accepted, {refused} refused"
+        );
     }
 
     #[test]

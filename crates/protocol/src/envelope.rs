@@ -967,7 +967,7 @@ pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::testkit::check;
+    use crate::testkit::{assert_refusal, check};
 
     pub(crate) fn id<T>(parse: fn(&str) -> Result<T, InvalidId>, text: &str) -> T {
         parse(text).expect("test id is valid")
@@ -1436,6 +1436,148 @@ pub(crate) mod tests {
                 verify(&session, &value).map(|_| ()),
                 Err(AssignmentError::PayloadHashMismatch)
             );
+        });
+    }
+
+    /// [`resign`] where the shape allows it: a mutation may have removed what it writes to.
+    fn resigned(session: &SessionBinding, mut value: Value) -> Value {
+        let envelope = value.pointer("/signedJob/envelope").cloned();
+        if let (Some(envelope), Some(Value::Object(signed))) =
+            (envelope, value.get_mut("signedJob"))
+        {
+            let payload_hash = stable_json::hash(&envelope);
+            let signature = signature_hex(&session.signing.secret, &payload_hash);
+            signed.insert("signature".into(), signature.into());
+            signed.insert("payloadHash".into(), payload_hash.into());
+        }
+        value
+    }
+
+    #[test]
+    fn arbitrary_claim_responses_verify_once_or_are_typed_refusals() {
+        let (session, good) = signed_assignment();
+        let (mut accepted, mut refused) = (0, 0);
+        check(300, |rng| {
+            let value = match rng.below(4) {
+                0 => rng.json(3),
+                1 => rng.mutate(&good),
+                _ => resigned(&session, rng.mutate(&good)),
+            };
+            let mut nonces = HashSet::new();
+            match verify_assignment(&value, &session, now(), &mut nonces) {
+                Ok(verified) => {
+                    accepted += 1;
+                    let raw = &value["signedJob"]["envelope"];
+                    assert_eq!(verified.payload_hash(), &stable_json::hash(raw));
+                    let envelope = verified.envelope();
+                    assert_eq!(JobEnvelope::from_json(raw).as_ref(), Ok(envelope));
+                    assert_eq!(
+                        JobEnvelope::from_json(&envelope.to_json()).as_ref(),
+                        Ok(envelope)
+                    );
+                    assert_eq!(verified.claim_id(), &envelope.claim_id);
+                    assert_eq!(
+                        verify_assignment(&value, &session, now(), &mut nonces),
+                        Err(AssignmentError::NonceReplayed)
+                    );
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_refusal(error.code(), error.http_status(), &error);
+                    assert!(nonces.is_empty(), "a refusal consumed its nonce: {error:?}");
+                }
+            }
+        });
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} accepted, {refused} refused"
+        );
+    }
+
+    #[test]
+    fn arbitrary_envelopes_and_session_parts_print_back_or_are_typed_refusals() {
+        let good = envelope().to_json();
+        let signing = session().signing.to_json();
+        let target = ServedTarget {
+            version_id: 7,
+            content_hash: stable_json::sha256_hex(b"content"),
+        }
+        .to_json();
+        let mut accepted = 0;
+        check(300, |rng| {
+            let arbitrary = rng.chance(1, 4);
+            let mut pick = |document: &Value| {
+                if arbitrary {
+                    rng.json(3)
+                } else {
+                    rng.mutate(document)
+                }
+            };
+            let (envelope, signing, target) = (pick(&good), pick(&signing), pick(&target));
+            let refused = |error: EnvelopeError| {
+                assert_refusal(error.code(), error.http_status(), &error);
+            };
+            match JobEnvelope::from_json(&envelope) {
+                Ok(parsed) => {
+                    accepted += 1;
+                    assert_eq!(
+                        JobEnvelope::from_json(&parsed.to_json()).as_ref(),
+                        Ok(&parsed)
+                    );
+                    assert_eq!(
+                        stable_json::first_non_portable_number(&parsed.to_json()),
+                        None
+                    );
+                }
+                Err(error) => refused(error),
+            }
+            match JobSigning::from_json(&signing) {
+                Ok(parsed) => assert_eq!(JobSigning::from_json(&parsed.to_json()), Ok(parsed)),
+                Err(error) => refused(error),
+            }
+            match ServedTarget::from_json(&target) {
+                Ok(parsed) => assert_eq!(ServedTarget::from_json(&parsed.to_json()), Ok(parsed)),
+                Err(error) => refused(error),
+            }
+            if let Err(error) = EnvelopeRequirements::from_value(rng.json(2)) {
+                refused(error);
+            }
+        });
+        assert!(accepted > 0);
+    }
+
+    #[test]
+    fn identifiers_are_what_they_read_or_typed_refusals() {
+        check(500, |rng| {
+            let text = if rng.chance(1, 2) {
+                rng.json_string()
+            } else {
+                rng.edit_text(&"x".repeat(MAX_IDENTIFIER_BYTES))
+            };
+            let read = [
+                OrganizationId::parse(&text).map(|id| id.to_string()),
+                JobId::parse(&text).map(|id| id.to_string()),
+                ClaimId::parse(&text).map(|id| id.to_string()),
+                RunnerId::parse(&text).map(|id| id.to_string()),
+                IdempotencyKey::parse(&text).map(|id| id.to_string()),
+                ArtifactId::parse(&text).map(|id| id.to_string()),
+                SubjectKind::parse(&text).map(|id| id.to_string()),
+                Nonce::parse(&text).map(|id| id.to_string()),
+                KeyId::parse(&text).map(|id| id.to_string()),
+            ];
+            for result in read {
+                match result {
+                    Ok(read) => {
+                        assert_eq!(read, text);
+                        assert!(!text.is_empty() && text.len() <= MAX_IDENTIFIER_BYTES);
+                    }
+                    Err(error) => assert_refusal(error.code(), error.http_status(), &error),
+                }
+            }
+            match Environment::parse(&text) {
+                Ok(environment) => assert_eq!(environment.as_str(), text),
+                Err(error) => assert_refusal(error.code(), error.http_status(), &error),
+            }
         });
     }
 

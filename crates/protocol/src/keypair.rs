@@ -347,7 +347,7 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
-    use crate::testkit::check;
+    use crate::testkit::{assert_refusal, check, Rng};
 
     fn key(seed: u8) -> RunnerSigningKey {
         RunnerSigningKey::from_random_bytes([seed; 32])
@@ -580,6 +580,110 @@ mod tests {
                 &signature
             )
             .is_ok());
+        });
+    }
+
+    /// Standard padded base64 of 0 to 80 random bytes, most often exactly `length`.
+    fn random_base64(rng: &mut Rng, length: usize) -> String {
+        let length = if rng.chance(3, 4) {
+            length
+        } else {
+            rng.below(81) as usize
+        };
+        let bytes: Vec<u8> = (0..length).map(|_| rng.below(256) as u8).collect();
+        STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn arbitrary_key_material_reads_back_as_written_or_is_a_typed_refusal() {
+        let genuine = key(5).public_key();
+        let (mut accepted, mut refused) = (0, 0);
+        check(300, |rng| {
+            let text = match rng.below(4) {
+                0 => rng.json_string(),
+                1 => rng.edit_text(&genuine.to_base64()),
+                _ => random_base64(rng, 32),
+            };
+            match PublicKey::from_base64(&text) {
+                Ok(public) => {
+                    accepted += 1;
+                    assert_eq!(public.to_base64(), text);
+                    assert_eq!(PublicKey::from_base64(&public.to_base64()), Ok(public));
+                    let print = public.fingerprint();
+                    assert_eq!(Fingerprint::parse(print.as_str()), Ok(print));
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_refusal(error.code(), error.http_status(), &error);
+                }
+            }
+
+            let print = match rng.below(3) {
+                0 => rng.json_string(),
+                1 => rng.edit_text(genuine.fingerprint().as_str()),
+                _ => format!("SHA256:{}", random_base64(rng, 32).trim_end_matches('=')),
+            };
+            match Fingerprint::parse(&print) {
+                Ok(parsed) => assert_eq!(parsed.as_str(), print),
+                Err(error) => assert_refusal(error.code(), error.http_status(), &error),
+            }
+
+            let challenge_text = match rng.below(3) {
+                0 => rng.json_string(),
+                1 => rng.edit_text(challenge().as_str()),
+                _ => rng.string(60),
+            };
+            match Challenge::parse(&challenge_text) {
+                Ok(parsed) => {
+                    assert_eq!(parsed.as_str(), challenge_text);
+                    // Its alphabet cannot add a line to the signed message.
+                    let message = challenge_message(&genuine.fingerprint(), &parsed);
+                    assert_eq!(message.iter().filter(|b| **b == b'\n').count(), 2);
+                }
+                Err(error) => assert_refusal(error.code(), error.http_status(), &error),
+            }
+        });
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} accepted, {refused} refused"
+        );
+    }
+
+    #[test]
+    fn only_the_genuine_signature_verifies_and_the_rest_are_typed_refusals() {
+        let key = key(5);
+        let public = key.public_key();
+        let print = public.fingerprint();
+        let signed_challenge = sign_challenge(&key, &challenge());
+        check(150, |rng| {
+            let organization = rng.json_string();
+            let session = rng.chance(1, 2);
+            let genuine = if session {
+                signed_challenge.clone()
+            } else {
+                sign_enrollment(&key, &organization)
+            };
+            let presented = match rng.below(4) {
+                0 => rng.json_string(),
+                1 => random_base64(rng, 64),
+                2 => rng.edit_text(&genuine),
+                _ => genuine.clone(),
+            };
+            let verified = if session {
+                verify_challenge_signature(&public, &print, &challenge(), &presented)
+            } else {
+                verify_enrollment_signature(&public, &organization, &presented)
+            };
+            match verified {
+                Ok(possession) => {
+                    assert_eq!(presented, genuine);
+                    assert_eq!(possession.fingerprint(), &print);
+                }
+                Err(error) => {
+                    assert_ne!(presented, genuine);
+                    assert_refusal(error.code(), error.http_status(), &error);
+                }
+            }
         });
     }
 

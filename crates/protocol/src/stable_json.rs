@@ -403,7 +403,7 @@ pub(crate) mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::testkit::{check, Rng};
+    use crate::testkit::{assert_refusal, check, Rng};
 
     fn parse(text: &str) -> Value {
         serde_json::from_str(text).expect("test JSON parses")
@@ -626,6 +626,97 @@ pub(crate) mod tests {
             assert_eq!(stable_json(&again), printed);
             assert_eq!(hash(&again), hash(&value));
         });
+    }
+
+    #[test]
+    fn arbitrary_values_print_to_a_fixed_point_with_a_stable_hash() {
+        check(300, |rng| {
+            let value = rng.json(4);
+            let printed = stable_json(&value);
+            let reparsed: Value = serde_json::from_str(&printed).expect("stable JSON parses");
+            assert_eq!(reparsed, value, "{printed}");
+            assert_eq!(stable_json(&reparsed), printed);
+            assert_eq!(hash(&reparsed), hash(&value));
+            assert_eq!(hash(&value), sha256_hex(printed.as_bytes()));
+        });
+    }
+
+    #[test]
+    fn arbitrary_text_and_bytes_parse_to_values_that_print_to_a_fixed_point() {
+        // The edge reads every body with `serde_json::from_slice` and hashes what it got.
+        let (mut accepted, mut refused) = (0, 0);
+        check(400, |rng| {
+            let bytes = if rng.chance(1, 4) {
+                rng.bytes(80)
+            } else {
+                rng.near_json().into_bytes()
+            };
+            let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
+                refused += 1;
+                return;
+            };
+            accepted += 1;
+            let printed = stable_json(&value);
+            let reparsed: Value = serde_json::from_str(&printed).expect("stable JSON parses");
+            assert_eq!(stable_json(&reparsed), printed);
+            assert_eq!(hash(&reparsed), hash(&value));
+        });
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} parsed, {refused} refused"
+        );
+    }
+
+    #[test]
+    fn number_readers_accept_only_lexemes_that_print_back_unchanged() {
+        check(500, |rng| {
+            let Value::Number(number) = rng.json_number() else {
+                unreachable!("json_number makes numbers")
+            };
+            if let Some(n) = canonical_u64(&number) {
+                assert_eq!(n.to_string(), number.as_str());
+            }
+            if is_portable_integer(&number) {
+                let n: i64 = number
+                    .as_str()
+                    .parse()
+                    .expect("a portable integer fits i64");
+                assert_eq!(n.to_string(), number.as_str());
+                assert!(n.unsigned_abs() <= MAX_PORTABLE_INTEGER);
+            }
+            let value = Value::Number(number.clone());
+            assert_eq!(
+                first_non_portable_number(&value).is_none(),
+                is_portable_integer(&number)
+            );
+        });
+    }
+
+    #[test]
+    fn sha256_hex_parses_only_its_own_printing_and_refuses_the_rest_typed() {
+        let mut refused = 0;
+        check(500, |rng| {
+            let genuine = sha256_hex(&rng.next_u64().to_be_bytes());
+            let text = match rng.below(3) {
+                0 => rng.edit_text(genuine.as_str()),
+                1 => rng.json_string(),
+                _ => genuine.as_str().to_owned(),
+            };
+            match Sha256Hex::parse(&text) {
+                Ok(parsed) => {
+                    assert_eq!(parsed.as_str(), text);
+                    assert_eq!(Sha256Hex::from_digest(parsed.to_bytes()), parsed);
+                    let json = serde_json::to_string(&parsed).expect("prints");
+                    assert_eq!(serde_json::from_str::<Sha256Hex>(&json).ok(), Some(parsed));
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_refusal(error.code(), error.http_status(), &error);
+                    assert_eq!(error.http_status(), 422);
+                }
+            }
+        });
+        assert!(refused > 0);
     }
 
     #[test]

@@ -459,7 +459,7 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
-    use crate::testkit::check;
+    use crate::testkit::{assert_refusal, check};
 
     use CompletionStatus as CS;
     use JobInput as I;
@@ -944,5 +944,47 @@ mod tests {
             "a revoked runner cannot take session_proven"
         );
         assert_eq!(err.code(), "ILLEGAL_RUNNER_TRANSITION");
+    }
+
+    #[test]
+    fn arbitrary_state_names_read_as_written_or_are_typed_refusals() {
+        // Job states arrive as a query filter, runner commands in an admin's PATCH body.
+        let names: Vec<&str> = JobState::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .chain(RunnerState::ALL.iter().map(|s| s.as_str()))
+            .chain(CompletionStatus::ALL.iter().map(|s| s.as_str()))
+            .chain(["approve", "activate", "drain", "revoke"])
+            .collect();
+        check(500, |rng| {
+            let text = if rng.chance(1, 2) {
+                rng.json_string()
+            } else {
+                let name = *rng.pick(&names);
+                rng.edit_text(name)
+            };
+            let text = text.as_str();
+            match JobState::parse(text) {
+                Ok(state) => assert_eq!(state.as_str(), text),
+                Err(error) => assert_refusal(error.code(), error.http_status(), &error),
+            }
+            match RunnerState::parse(text) {
+                Ok(state) => assert_eq!(state.as_str(), text),
+                Err(error) => assert_refusal(error.code(), error.http_status(), &error),
+            }
+            match RunnerInput::from_admin_status(text) {
+                Ok(input) => assert!(
+                    RunnerState::ALL
+                        .iter()
+                        .any(|s| s.transition(input).is_ok_and(|to| to.as_str() == text))
+                        || ["approve", "activate", "drain", "revoke"].contains(&text),
+                    "{text:?} read as {input}"
+                ),
+                Err(error) => assert_refusal(error.code(), error.http_status(), &error),
+            }
+            if let Some(status) = CompletionStatus::parse(text) {
+                assert_eq!(status.as_str(), text);
+            }
+        });
     }
 }

@@ -336,7 +336,7 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
-    use crate::testkit::check;
+    use crate::testkit::{assert_refusal, check, Rng};
 
     fn parse(text: &str) -> Result<i64, TimeError> {
         UnixMillis::parse_rfc3339(text).map(UnixMillis::get)
@@ -434,6 +434,69 @@ mod tests {
             let timestamp = Timestamp::parse(&text).expect("parses");
             assert_eq!(timestamp, Timestamp::from_instant(instant));
         });
+    }
+
+    /// A timestamp as some client might write it: the server's form, Python's microseconds,
+    /// no fraction, nanoseconds, a numeric offset, lower-case separators; at the ends of the
+    /// range or anywhere in it.
+    fn client_timestamp(rng: &mut Rng) -> String {
+        let span = (UnixMillis::MAX.get() - UnixMillis::MIN.get()) as u64;
+        let millis = match rng.below(4) {
+            0 => UnixMillis::MIN.get() + rng.below(1 << 27) as i64,
+            1 => UnixMillis::MAX.get() - rng.below(1 << 27) as i64,
+            _ => UnixMillis::MIN.get() + rng.below(span + 1) as i64,
+        };
+        let text = UnixMillis::new(millis).expect("in range").to_rfc3339();
+        let (date_time, _) = text.split_at(19);
+        let fraction = *rng.pick(&["", ".1", ".123", ".123456", ".999999999"]);
+        let offset = *rng.pick(&["Z", "z", "+00:00", "-00:00", "+23:59", "-23:59", "+05:30"]);
+        let date_time = if rng.chance(1, 8) {
+            date_time.replace('T', "t")
+        } else {
+            date_time.to_owned()
+        };
+        format!("{date_time}{fraction}{offset}")
+    }
+
+    #[test]
+    fn arbitrary_text_is_a_timestamp_that_prints_back_or_a_typed_refusal() {
+        let (mut accepted, mut refused) = (0, 0);
+        check(1000, |rng| {
+            let text = match rng.below(4) {
+                0 => client_timestamp(rng),
+                1 | 2 => {
+                    let timestamp = client_timestamp(rng);
+                    rng.edit_text(&timestamp)
+                }
+                _ => rng.json_string(),
+            };
+            match Timestamp::parse(&text) {
+                Ok(timestamp) => {
+                    accepted += 1;
+                    assert_eq!(timestamp.as_str(), text);
+                    let instant = timestamp.instant();
+                    assert!((UnixMillis::MIN..=UnixMillis::MAX).contains(&instant));
+                    assert_eq!(
+                        UnixMillis::parse_rfc3339(&instant.to_rfc3339()),
+                        Ok(instant)
+                    );
+                    let json = serde_json::to_string(&timestamp).expect("prints");
+                    assert_eq!(
+                        serde_json::from_str::<Timestamp>(&json).ok(),
+                        Some(timestamp)
+                    );
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert_refusal(error.code(), error.http_status(), &error);
+                    assert_eq!(error.http_status(), 422);
+                }
+            }
+        });
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} parsed, {refused} refused"
+        );
     }
 
     #[test]
