@@ -48,7 +48,8 @@ pub fn base_url() -> String {
 
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
+        // Long enough for a 64 MiB custody bundle on a loaded 2-core machine; still a bound.
+        .timeout(Duration::from_secs(120))
         .build()
         .expect("an HTTP client with only a timeout set always builds")
 }
