@@ -11,13 +11,16 @@ SIGKILLed as a process group and restarted on the same state by the server-crash
         [--short] [--summary FILE] [--scenarios loss,race,crash,limit]
 
 The worker must already be built into $EDGERUNNER_BUILD_DIR (scripts/chaos does it). Writes a
-Markdown summary of figures and every broken promise; exits 1 when any promise is broken.
+Markdown summary of figures and every broken promise; exits 1 when any promise is broken (one
+broken by a known server bug, listed in RELIABILITY.md, is reported and fails only with --strict).
 
 Scenarios (see RELIABILITY.md for what each promises and why):
-  loss   >= 10 `edgerunner runner start` processes, >= 100 jobs, 15 s leases; 30% of the runners
-         SIGKILLed mid-job (their job's process group too), some restarted.
-  race   32 runner-protocol threads (8 runners of capacity 1-4, 4 threads each) against 200 jobs.
-  crash  the server's process group SIGKILLed while workers stream chunks and complete jobs,
+  loss   15 `edgerunner runner start` processes on 200 jobs (--short: 10 on 50), 15 s leases; 30% of
+         the runners SIGKILLed mid-job (their job's process group too), half of them restarted.
+  race   32 runner-protocol threads (8 runners of capacity 1-4, 4 threads each) against 400 jobs
+         (--short: 100).
+  crash  the server's process group SIGKILLed while workers stream chunks and complete jobs
+         (16 workers, 60 jobs of 30 chunks per phase; --short: 8, 24 of 15),
          restarted on the same state: once at once (leases of 60 s survive), once after every
          lease (15 s) has lapsed.
   limit  one job whose runner is SIGKILLed three times: it ends cancelled, no fourth claim.
@@ -743,7 +746,7 @@ LOSS_COMMAND = ('i=0; while [ $i -lt 15 ]; do i=$((i+1)); '
 
 def scenario_loss(ctx: Context) -> None:
     name = "loss"
-    n_runners, n_jobs = (10, 100) if ctx.short else (15, 200)
+    n_runners, n_jobs = (10, 50) if ctx.short else (15, 200)
     n_kills = math.ceil(0.3 * n_runners)
     n_restarts = math.ceil(n_kills / 2)
     org = Org(ctx.server, f"chaos-loss-{os.urandom(3).hex()}")
@@ -899,7 +902,7 @@ def peak_per_runner(rows: list[dict[str, Any]], now_ms: int) -> dict[str, int]:
 
 def scenario_race(ctx: Context) -> None:
     name = "race"
-    n_jobs = 200 if ctx.short else 400
+    n_jobs = 100 if ctx.short else 400
     caps = [1, 2, 3, 4, 1, 2, 3, 4]
     threads_per_runner = 4
     org = Org(ctx.server, f"chaos-race-{os.urandom(3).hex()}")
@@ -1283,7 +1286,7 @@ def check_crash_phase(ctx: Context, run: CrashPhase) -> list[str]:
 
 
 def scenario_crash(ctx: Context) -> None:
-    n_jobs, n_workers, chunks = (36, 12, 20) if ctx.short else (60, 16, 30)
+    n_jobs, n_workers, chunks = (24, 8, 15) if ctx.short else (60, 16, 30)
     lines = ["Workers are protocol threads (session, claim, heartbeat, chunk, complete); a chunk or completion "
              "without an answer is sent again unchanged until one comes. The long outage starts while the brief "
              "phase's workers are still finishing.", ""]
