@@ -762,9 +762,11 @@ def scenario_loss(ctx: Context) -> None:
 
     victims = random.sample(runners, n_kills)
     kills: list[dict[str, Any]] = []
+    last_kill = 0.0
     for index, victim in enumerate(victims):
-        # Different times: the i-th kill no earlier than 2 + 4i s after the start.
-        not_before = started + 2 + 4 * index
+        # Different times: the i-th kill no earlier than 2 + 4i s after the start, nor than 3 s
+        # after the kill before it.
+        not_before = max(started + 2 + 4 * index, last_kill + 3)
         while time.time() < not_before:
             time.sleep(0.1)
 
@@ -782,7 +784,7 @@ def scenario_loss(ctx: Context) -> None:
         except Timeout as error:
             ctx.report.promise(name, f"kill {index + 1} found its runner mid-job", False, str(error))
             continue
-        at = victim.kill()
+        at = last_kill = victim.kill()
         kills.append({"runner": victim, "job": held["jobId"], "attempt": held["dispatchAttempt"], "at": at,
                       "restart": index < n_restarts})
         log(f"{name}: killed {victim.runner_id} mid-job {held['jobId']} (attempt {held['dispatchAttempt']})")
@@ -807,11 +809,12 @@ def scenario_loss(ctx: Context) -> None:
             ctx.report.promise(name, f"the job of killed runner {kill['runner'].runner_id} is requeued", False, str(error))
             continue
         if event["type"] == "finished":
-            lag_rows.append(f"| {kill['job']} | {kill['attempt']} | finished before the kill took effect | — |")
+            lag_rows.append(f"| {kill['at'] - started:.1f} | {kill['job']} | {kill['attempt']} | "
+                            f"finished before the kill took effect | — |")
         else:
             lag = parse_time(event["at"]) - kill["at"]
             lags.append(lag)
-            lag_rows.append(f"| {kill['job']} | {kill['attempt']} | {event['actor']} | {lag:.2f} |")
+            lag_rows.append(f"| {kill['at'] - started:.1f} | {kill['job']} | {kill['attempt']} | {event['actor']} | {lag:.2f} |")
         if kill["restart"]:
             kill["runner"].start()
             log(f"{name}: restarted {kill['runner'].runner_id}")
@@ -857,7 +860,7 @@ def scenario_loss(ctx: Context) -> None:
         f"- `job.requeued` events: {lost_and_requeued}; `job.released` (restart hand-backs, shutdown): {released}",
         f"- requeue lag (kill → `job.requeued` `at`), seconds, min / median / max: **{pct(lags)}**",
         "",
-        "| job | attempt killed | requeued by | lag (s) |", "|---|---|---|---|", *lag_rows])
+        "| kill at (s after start) | job | attempt killed | requeued by | lag (s) |", "|---|---|---|---|---|", *lag_rows])
     ctx.figures["loss"] = {"runners": n_runners, "jobs": n_jobs, "kills": len(kills), "lags": lags,
                            "states": states, "elapsed": elapsed}
 
