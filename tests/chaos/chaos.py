@@ -797,8 +797,7 @@ def scenario_loss(ctx: Context) -> None:
         def requeued() -> dict[str, Any] | None:
             job = org.job(kill["job"])
             for event in job["events"]:
-                if event["type"] in ("job.requeued", "job.cancelled") and event.get("attempt") == kill["attempt"] \
-                        and event["type"] == "job.requeued":
+                if event["type"] == "job.requeued" and event.get("attempt") == kill["attempt"]:
                     return event
             if job["state"] in TERMINAL and not any(e["type"] == "job.lease_lost" for e in job["events"]):
                 return {"type": "finished", "job": job}

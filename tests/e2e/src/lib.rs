@@ -369,8 +369,13 @@ impl Reply {
     }
 
     pub fn content_type(&self) -> String {
+        self.header(reqwest::header::CONTENT_TYPE.as_str())
+    }
+
+    /// A header's value as text; empty when absent or not text.
+    pub fn header(&self, name: &str) -> String {
         self.headers
-            .get(reqwest::header::CONTENT_TYPE)
+            .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned()
