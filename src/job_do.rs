@@ -24,13 +24,15 @@ use edgerunner_protocol::envelope::{
     SubjectKind,
 };
 use edgerunner_protocol::recovery::{
-    decide, decide_release, JobLease, RecoveryDecision, ReleaseDecision,
+    decide, decide_release, next_check_at_ms, JobLease, RecoveryDecision, ReleaseDecision,
 };
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
 use serde_json::{json, Value};
-use worker::{durable_object, D1Database, DurableObject, Env, Request, Response, Result, State};
+use worker::{
+    durable_object, D1Database, DurableObject, Env, Request, Response, Result, State, Storage,
+};
 
 use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
@@ -99,27 +101,40 @@ const JOB_ID_KEY: &str = "jobId";
 impl JobObject {
     /// Runs one operation under `block_concurrency_while` (so no other event of this job
     /// interleaves with its read-decide-write), then points the alarm at the lease it left.
+    ///
+    /// The alarm and the D1 batch cannot commit together, so their order carries the promise
+    /// that every lease has an alarm at or before its expiry: an operation that *starts* a
+    /// lease arms the alarm before its batch commits ([`OpCtx::arm_before_commit`]); one that
+    /// extends or ends a lease moves the alarm afterwards, where a failure (or a crash) leaves
+    /// the earlier alarm, which finds the lease alive and re-arms at it (see `recover`). So
+    /// nothing after the commit can fail the operation: a committed grant is never answered
+    /// with an error.
     async fn run(&self, op: String, body: Value) -> ApiResult<Reply> {
         let env = self.env.clone();
+        let storage = self.state.storage();
         let outcome = self
             .state
-            .block_concurrency_while(async move { Ok(dispatch(env, &op, body).await) })
+            .block_concurrency_while(async move { Ok(dispatch(env, storage, &op, body).await) })
             .await
             .map_err(ApiError::internal)??;
         let storage = self.state.storage();
-        match outcome.alarm_at {
-            Some(at) => {
-                let delay = u64::try_from(at - now_ms()).unwrap_or(0);
-                // An offset, not an absolute time: worker 0.8 reads an i64 as "ms from now".
-                storage
-                    .set_alarm(std::time::Duration::from_millis(delay))
-                    .await?;
-            }
-            None if outcome.clear_alarm => storage.delete_alarm().await?,
-            None => {}
+        let moved = match outcome.alarm_at {
+            Some(at) => storage.set_alarm(alarm_delay(at)).await,
+            None if outcome.clear_alarm => storage.delete_alarm().await,
+            None => Ok(()),
+        };
+        if let Err(err) = moved {
+            // Committed already: the earlier alarm (or the cron pass) still covers the lease.
+            worker::console_error!("job object: moving the alarm after a commit failed: {err:?}");
         }
         Ok(outcome.reply)
     }
+}
+
+/// The alarm's offset for an instant: worker 0.8 reads an i64 as "ms from now", so this is an
+/// offset, never negative.
+fn alarm_delay(at: i64) -> std::time::Duration {
+    std::time::Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
 }
 
 /// An operation's reply, and what it means for the job's alarm.
@@ -141,7 +156,7 @@ impl From<Reply> for OpOutcome {
     }
 }
 
-async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<OpOutcome> {
+async fn dispatch(env: Env, storage: Storage, op: &str, body: Value) -> ApiResult<OpOutcome> {
     let db = env.d1("DB")?;
     let now = now_ms();
     let job_id = str_field(&body, "jobId")?;
@@ -149,6 +164,7 @@ async fn dispatch(env: Env, op: &str, body: Value) -> ApiResult<OpOutcome> {
     let op_ctx = OpCtx {
         env: &env,
         db: &db,
+        storage: &storage,
         now,
         alarm: Cell::new(AlarmChange::Keep),
     };
@@ -188,9 +204,22 @@ enum AlarmChange {
 struct OpCtx<'a> {
     env: &'a Env,
     db: &'a D1Database,
+    storage: &'a Storage,
     now: i64,
     /// Set by an operation once its write committed.
     alarm: Cell<AlarmChange>,
+}
+
+impl OpCtx<'_> {
+    /// Arms the job's alarm at `at` before a batch that starts a lease expiring then commits,
+    /// so no crash between the two can leave a lease without an alarm. Should the batch then
+    /// fail, the alarm finds no lease to recover and does nothing.
+    async fn arm_before_commit(&self, at: i64) -> ApiResult<()> {
+        self.storage
+            .set_alarm(alarm_delay(at))
+            .await
+            .map_err(ApiError::internal)
+    }
 }
 
 fn str_field<'a>(body: &'a Value, field: &str) -> ApiResult<&'a str> {
@@ -410,6 +439,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
         )?,
         events::insert(ctx.db, &claimed)?,
     ];
+    ctx.arm_before_commit(lease).await?;
     let changed = match store::batch(ctx.db, statements).await {
         Ok(changed) => changed,
         Err(err) => {
@@ -1103,7 +1133,14 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         return Ok(nothing());
     };
     let next = match decision {
-        RecoveryDecision::Nothing => return Ok(nothing()),
+        RecoveryDecision::Nothing => {
+            // The lease is alive (a heartbeat moved it past this alarm, or the move after that
+            // heartbeat's commit never happened): watch its current expiry instead.
+            if let Some(at) = next_check_at_ms(&snap.lease()?) {
+                ctx.alarm.set(AlarmChange::At(at));
+            }
+            return Ok(nothing());
+        }
         RecoveryDecision::Requeue { .. } => JobState::Queued,
         RecoveryDecision::Exhausted { .. } | RecoveryDecision::Cancel => JobState::Cancelled,
     };

@@ -11,8 +11,7 @@ SIGKILLed as a process group and restarted on the same state by the server-crash
         [--short] [--summary FILE] [--scenarios loss,race,crash,limit]
 
 The worker must already be built into $EDGERUNNER_BUILD_DIR (scripts/chaos does it). Writes a
-Markdown summary of figures and every broken promise; exits 1 when any promise is broken (one
-broken by a known server bug, listed in RELIABILITY.md, is reported and fails only with --strict).
+Markdown summary of figures and every broken promise; exits 1 when any promise is broken.
 
 Scenarios (see RELIABILITY.md for what each promises and why):
   loss   15 `edgerunner runner start` processes on 200 jobs (--short: 10 on 50), 15 s leases; 30% of
@@ -387,17 +386,13 @@ class Report:
     def __init__(self) -> None:
         self.sections: list[tuple[str, list[str]]] = []
         self.promises: list[tuple[str, str, bool, str]] = []  # scenario, promise, held, detail
-        self.known: list[tuple[str, str, str]] = []  # scenario, promise, bug: broken by a known server bug
         self.lock = threading.Lock()
 
-    def promise(self, scenario: str, what: str, held: bool, detail: str = "", known_bug: str | None = None) -> bool:
-        """Records a promise. A broken one caused by a known server bug (RELIABILITY.md, "Known
-        server bugs") is reported as such, and fails the run only with --strict."""
+    def promise(self, scenario: str, what: str, held: bool, detail: str = "") -> bool:
+        """Records a promise; any broken one fails the run."""
         with self.lock:
             self.promises.append((scenario, what, bool(held), detail))
-            if not held and known_bug:
-                self.known.append((scenario, what, known_bug))
-        label = "ok" if held else ("KNOWN BUG" if known_bug else "BROKEN")
+        label = "ok" if held else "BROKEN"
         log(f"{scenario}: {label}: {what}{(' — ' + detail) if detail else ''}")
         return bool(held)
 
@@ -405,26 +400,22 @@ class Report:
         with self.lock:
             self.sections.append((title, lines))
 
-    def broken(self, strict: bool = True) -> list[tuple[str, str, bool, str]]:
-        """Broken promises; without `strict`, those a known server bug broke are left out."""
-        known = {(s, w) for s, w, _ in self.known}
-        return [p for p in self.promises if not p[2] and (strict or (p[0], p[1]) not in known)]
+    def broken(self) -> list[tuple[str, str, bool, str]]:
+        return [p for p in self.promises if not p[2]]
 
     def markdown(self, header: list[str]) -> str:
         out = ["# Chaos run", ""] + header + [""]
         for title, lines in self.sections:
             out += [f"## {title}", ""] + lines + [""]
         out += ["## Promises", "", "| scenario | promise | held | detail |", "|---|---|---|---|"]
-        known = {(s, w): bug for s, w, bug in self.known}
         for scenario, what, held, detail in self.promises:
             cell = detail.replace("|", "\\|").replace("\n", " ")
             if len(cell) > 600:
                 cell = cell[:600] + " …"
-            verdict = "yes" if held else (f"**NO** (known bug `{known[(scenario, what)]}`)" if (scenario, what) in known else "**NO**")
+            verdict = "yes" if held else "**NO**"
             out.append(f"| {scenario} | {what} | {verdict} | {cell} |")
         broken = self.broken()
-        out += ["", f"**{len(self.promises) - len(broken)} of {len(self.promises)} promises held**"
-                    + (f" ({len(self.known)} broken by a known server bug)." if self.known else "."), ""]
+        out += ["", f"**{len(self.promises) - len(broken)} of {len(self.promises)} promises held.**", ""]
         return "\n".join(out)
 
 
@@ -683,7 +674,7 @@ class Context:
         self.lock = threading.Lock()
         self.figures: dict[str, Any] = {}
         # Jobs found claimed or running well past their lease with no recovery (their alarm is
-        # missing): see settle() and the "alarm-after-commit" bug in RELIABILITY.md.
+        # missing): see settle() and RELIABILITY.md, "Every lease has an alarm".
         self.missing_alarms: list[dict[str, Any]] = []
 
     def track(self, runner: CliRunner) -> None:
@@ -1269,9 +1260,8 @@ def check_crash_phase(ctx: Context, run: CrashPhase) -> list[str]:
                        f"{by_cron_after_missing_alarm} by the cron pass after a missing alarm; problems {bad[:5]}")
     r.promise(name, "every job in flight whose lease lapsed was requeued by its own alarm",
               by_cron_after_missing_alarm == 0,
-              f"{by_cron_after_missing_alarm} had no alarm and were left claimed until the cron pass "
-              f"(known server bug, see RELIABILITY.md)" if by_cron_after_missing_alarm else f"{by_alarm} by alarm",
-              known_bug="alarm-after-commit" if by_cron_after_missing_alarm else None)
+              f"{by_cron_after_missing_alarm} had no alarm and were left claimed until the cron pass"
+              if by_cron_after_missing_alarm else f"{by_alarm} by alarm")
     return [
         f"- **{run.phase}** ({'down past every lease' if run.down_past_leases else 'restarted at once'}): "
         f"{len(run.job_ids)} jobs, {len(run.runners)} workers, {run.chunks_per_job} chunks a job; killed with "
@@ -1383,8 +1373,6 @@ def main() -> int:
     parser.add_argument("--summary", default=str(ROOT / "target/chaos/summary.md"))
     parser.add_argument("--scenarios", default="loss,limit,race,crash")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--strict", action="store_true",
-                        help="fail on promises broken by a known server bug too (RELIABILITY.md)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
     random.seed(seed)
@@ -1423,11 +1411,10 @@ def main() -> int:
               f"{'--short' if args.short else 'full run'}; seed {seed}; scenarios {','.join(wanted)}",
               f"- wall time: {elapsed:.0f} s; server starts: {ctx.server.starts}; state: {ctx.server.state}"]
     if ctx.missing_alarms:
-        ctx.report.section("Known server bug observed: alarm-after-commit", [
-            "A job operation commits its D1 batch and only then sets the job object's alarm "
-            "(src/job_do.rs `JobObject::run`); a crash between the two leaves a claimed job with no alarm, "
-            "recovered only by the cron pass (once a minute in production, never by itself under "
-            "`wrangler dev`). Jobs found so:", "",
+        ctx.report.section("Leases found without an alarm", [
+            "A claimed or running job 8 s past its lease (and past the restart) that nothing recovered: its "
+            "job object has no alarm at or before the lease, so only the cron pass (once a minute in "
+            "production, never by itself under `wrangler dev`, so fired here by hand) recovers it. Jobs found so:", "",
             "| phase | job | claim | state | issued | started | lease expired | found after |", "|---|---|---|---|---|---|---|---|",
             *[f"| {m['phase']} | {m['job']} | {m['claim']} | {m['state']} | {m['issuedAt']} | {m['startedAt']} | "
               f"{m['leaseExpiresAt']} | {m['lapsedFor']:.0f} s |" for m in ctx.missing_alarms]])
@@ -1435,14 +1422,10 @@ def main() -> int:
     Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
     Path(args.summary).write_text(text)
     print(text)
-    broken = ctx.report.broken(strict=args.strict)
+    broken = ctx.report.broken()
     if broken:
         log(f"{len(broken)} promise(s) broken; summary in {args.summary}")
         return 1
-    if ctx.report.known:
-        log(f"every promise held but {len(ctx.report.known)} broken by a known server bug (--strict fails on those); "
-            f"summary in {args.summary}")
-        return 0
     log(f"every promise held ({len(ctx.report.promises)}); summary in {args.summary}")
     return 0
 
