@@ -82,7 +82,7 @@ pub(crate) async fn check(ctx: &Ctx, req: &Request, bucket: Bucket) -> ApiResult
 
 async fn ask(ctx: &Ctx, req: &Request, bucket: Bucket, op: &str) -> ApiResult<()> {
     let body = json!({ "bucket": bucket.name(), "limit": bucket.limit(&ctx.env) });
-    let reply = objects::call(&ctx.env, GATES, &address(req), op, &body).await?;
+    let reply = objects::call(&ctx.env, ctx.db.trips(), GATES, &address(req), op, &body).await?;
     if reply.is_success() {
         return Ok(());
     }

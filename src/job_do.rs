@@ -31,14 +31,14 @@ use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
 use serde_json::{json, Value};
 use worker::{
-    durable_object, D1Database, DurableObject, Env, Request, Response, Result, State, Storage,
+    durable_object, DurableObject, Env, Request, Response, Result, State, Storage,
 };
 
 use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
 use crate::objects::{read_request, respond, Reply};
 use crate::platform::{now_ms, random_bytes, rfc3339};
-use crate::store::{self, events, guards, jobs};
+use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 
 /// How long a signed envelope may be acted on after it is issued.
 const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
@@ -73,8 +73,9 @@ impl DurableObject for JobObject {
                 self.state.storage().put(JOB_ID_KEY, job_id).await?;
             }
         }
-        let outcome = self.run(op, body).await;
-        respond(outcome)
+        let trips = RoundTrips::default();
+        let outcome = self.run(op, body, &trips).await;
+        respond(outcome, &trips)
     }
 
     /// The lease's own alarm: the exact-expiry half of recovery (cron is the safety net).
@@ -84,7 +85,10 @@ impl DurableObject for JobObject {
             return Response::ok("no job");
         };
         let body = json!({ "jobId": job_id, "actor": "system:alarm" });
-        match self.run("recover".to_owned(), body).await {
+        match self
+            .run("recover".to_owned(), body, &RoundTrips::default())
+            .await
+        {
             Ok(reply) => Response::ok(reply.body.to_string()),
             Err(err) => {
                 worker::console_error!("alarm recovery of {job_id} failed: {err:?}");
@@ -109,12 +113,15 @@ impl JobObject {
     /// the earlier alarm, which finds the lease alive and re-arms at it (see `recover`). So
     /// nothing after the commit can fail the operation: a committed grant is never answered
     /// with an error.
-    async fn run(&self, op: String, body: Value) -> ApiResult<Reply> {
+    async fn run(&self, op: String, body: Value, trips: &RoundTrips) -> ApiResult<Reply> {
         let env = self.env.clone();
         let storage = self.state.storage();
+        let trips = trips.clone();
         let outcome = self
             .state
-            .block_concurrency_while(async move { Ok(dispatch(env, storage, &op, body).await) })
+            .block_concurrency_while(async move {
+                Ok(dispatch(env, storage, trips, &op, body).await)
+            })
             .await
             .map_err(ApiError::internal)??;
         let storage = self.state.storage();
@@ -156,8 +163,14 @@ impl From<Reply> for OpOutcome {
     }
 }
 
-async fn dispatch(env: Env, storage: Storage, op: &str, body: Value) -> ApiResult<OpOutcome> {
-    let db = env.d1("DB")?;
+async fn dispatch(
+    env: Env,
+    storage: Storage,
+    trips: RoundTrips,
+    op: &str,
+    body: Value,
+) -> ApiResult<OpOutcome> {
+    let db = Db::of(&env, trips)?;
     let now = now_ms();
     let job_id = str_field(&body, "jobId")?;
     let snapshot = Snapshot::load(&db, job_id).await?;
@@ -203,7 +216,7 @@ enum AlarmChange {
 
 struct OpCtx<'a> {
     env: &'a Env,
-    db: &'a D1Database,
+    db: &'a Db,
     storage: &'a Storage,
     now: i64,
     /// Set by an operation once its write committed.
@@ -247,7 +260,7 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    async fn load(db: &D1Database, job_id: &str) -> ApiResult<Self> {
+    async fn load(db: &Db, job_id: &str) -> ApiResult<Self> {
         let results = store::read_batch(
             db,
             vec![

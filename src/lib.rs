@@ -21,7 +21,7 @@
 //! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects and D1.
 
 use worker::{
-    event, Context, D1Database, Env, Method, Request, Response, Result, ScheduleContext,
+    event, Context, Env, Method, Request, Response, Result, ScheduleContext,
     ScheduledEvent,
 };
 
@@ -49,23 +49,61 @@ use routes::{api_keys, identity, runners};
 /// What every handler needs: the environment, the database and one reading of the clock.
 pub(crate) struct Ctx {
     pub(crate) env: Env,
-    pub(crate) db: D1Database,
+    pub(crate) db: store::Db,
     pub(crate) now: i64,
 }
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-    match route(req, env).await {
-        Ok(res) => Ok(res),
-        Err(err) => err.into_response(),
+    let trips = store::RoundTrips::default();
+    let res = match route(req, env, &trips).await {
+        Ok(res) => res,
+        Err(err) => err.into_response()?,
+    };
+    count_round_trips(res, &trips)
+}
+
+/// The bench build answers every request with the D1 round trips made for it (its own and its
+/// objects'; a streamed body's later pages are not in it), and adds them to a running total
+/// (`GET /__bench/round-trips`), so that a harness driving the unmodified SDK one request at a
+/// time reads each request's count as the total's difference. The production build says
+/// nothing.
+#[cfg(feature = "bench-floor")]
+fn count_round_trips(mut res: Response, trips: &store::RoundTrips) -> Result<Response> {
+    bench_totals::add(trips.count());
+    res.headers_mut()
+        .set(objects::ROUND_TRIPS_HEADER, &trips.count().to_string())?;
+    Ok(res)
+}
+
+/// The bench build's running total of D1 round trips made for requests this isolate served.
+#[cfg(feature = "bench-floor")]
+mod bench_totals {
+    use std::cell::Cell;
+
+    thread_local! {
+        static TOTAL: Cell<u64> = const { Cell::new(0) };
     }
+
+    pub(crate) fn add(n: u32) {
+        TOTAL.with(|t| t.set(t.get().saturating_add(u64::from(n))));
+    }
+
+    pub(crate) fn total() -> u64 {
+        TOTAL.with(Cell::get)
+    }
+}
+
+#[cfg(not(feature = "bench-floor"))]
+fn count_round_trips(res: Response, _trips: &store::RoundTrips) -> Result<Response> {
+    Ok(res)
 }
 
 /// Every method some route answers. `worker::Method` reads any other method (`PROPFIND`,
 /// `TRACE`, …) as `GET`, so the request's own method text is checked against this first.
 const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
-async fn route(req: Request, env: Env) -> ApiResult<Response> {
+async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<Response> {
     let raw_method = req.inner().method();
     let path = req.path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -108,7 +146,7 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         return Ok(res);
     }
     let ctx = Ctx {
-        db: env.d1("DB")?,
+        db: store::Db::of(&env, trips.clone())?,
         env,
         now: platform::now_ms(),
     };
@@ -216,6 +254,7 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         #[cfg(feature = "bench-floor")]
         (Post, ["__bench", "floor"]) => objects::call(
             &ctx.env,
+            ctx.db.trips(),
             objects::RUNNERS,
             "bench-floor",
             "floor",
@@ -223,6 +262,12 @@ async fn route(req: Request, env: Env) -> ApiResult<Response> {
         )
         .await?
         .into_response(),
+        #[cfg(feature = "bench-floor")]
+        (Get, ["__bench", "round-trips"]) => json_response(
+            200,
+            &serde_json::json!({ "d1RoundTrips": bench_totals::total() }),
+        )
+        .map_err(ApiError::from),
         #[cfg(feature = "bench-floor")]
         (Get, ["__bench", "memory"]) => json_response(
             200,

@@ -10,10 +10,15 @@ use serde_json::Value;
 use worker::{Env, Method, Request, RequestInit, Response};
 
 use crate::error::{json_response, ApiError, ApiResult};
+use crate::store::RoundTrips;
 
 pub(crate) const JOBS: &str = "JOBS";
 pub(crate) const RUNNERS: &str = "RUNNERS";
 pub(crate) const GATES: &str = "GATES";
+
+/// The header in which an object tells its caller how many D1 round trips its operation made
+/// (and the bench build tells the client the request's total).
+pub(crate) const ROUND_TRIPS_HEADER: &str = "x-edgerunner-d1-round-trips";
 
 pub(crate) struct Reply {
     pub(crate) status: u16,
@@ -42,9 +47,11 @@ impl Reply {
     }
 }
 
-/// Calls `op` on the object named `name` in namespace `binding`.
+/// Calls `op` on the object named `name` in namespace `binding`; the D1 round trips the object
+/// made for it are added to `trips`.
 pub(crate) async fn call(
     env: &Env,
+    trips: &RoundTrips,
     binding: &str,
     name: &str,
     op: &str,
@@ -57,6 +64,13 @@ pub(crate) async fn call(
         .with_body(Some(body.to_string().into()));
     let req = Request::new_with_init(&format!("https://object/{op}"), &init)?;
     let mut res = stub.fetch_with_request(req).await?;
+    if let Some(n) = res
+        .headers()
+        .get(ROUND_TRIPS_HEADER)?
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        trips.add(n);
+    }
     let status = res.status_code();
     let text = res.text().await?;
     let body = if text.is_empty() {
@@ -78,10 +92,14 @@ pub(crate) async fn read_request(mut req: Request) -> ApiResult<(String, Value)>
     Ok((op, body))
 }
 
-/// Turns an operation's outcome into the object's HTTP reply.
-pub(crate) fn respond(outcome: ApiResult<Reply>) -> worker::Result<Response> {
-    match outcome.and_then(Reply::into_response) {
-        Ok(res) => Ok(res),
-        Err(err) => err.into_response(),
-    }
+/// Turns an operation's outcome into the object's HTTP reply, with the D1 round trips the
+/// operation made.
+pub(crate) fn respond(outcome: ApiResult<Reply>, trips: &RoundTrips) -> worker::Result<Response> {
+    let mut res = match outcome.and_then(Reply::into_response) {
+        Ok(res) => res,
+        Err(err) => err.into_response()?,
+    };
+    res.headers_mut()
+        .set(ROUND_TRIPS_HEADER, &trips.count().to_string())?;
+    Ok(res)
 }

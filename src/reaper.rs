@@ -39,7 +39,7 @@ pub(crate) async fn pass(
     limit: i64,
     actor: &str,
 ) -> ApiResult<Value> {
-    let db = env.d1("DB")?;
+    let db = store::Db::of(env, store::RoundTrips::default())?;
     // The IN list is spelled as in the partial index's WHERE, so the index is used.
     let expired: Vec<Expired> = match org {
         None => {
@@ -77,7 +77,7 @@ pub(crate) async fn pass(
             group
                 .iter()
                 .zip(&bodies)
-                .map(|(job, body)| objects::call(env, JOBS, &job.id, "recover", body)),
+                .map(|(job, body)| objects::call(env, db.trips(), JOBS, &job.id, "recover", body)),
         )
         .await;
         for reply in replies {
@@ -150,7 +150,7 @@ fn pending_max_age_millis(env: &Env) -> i64 {
 /// its audit event stay, as every revoked identity's do), and used or expired challenges are
 /// deleted. Bounded like a recovery pass; what remains waits for the next minute.
 pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
-    let db = env.d1("DB")?;
+    let db = store::Db::of(env, store::RoundTrips::default())?;
     let cutoff = now - pending_max_age_millis(env);
     let stale = "SELECT id FROM runners WHERE state = 'pending_approval' AND registered_at < ?1 \
                  ORDER BY registered_at, id LIMIT ?2";

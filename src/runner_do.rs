@@ -11,11 +11,11 @@ use edgerunner_protocol::capability::{
     ServedTarget, SubjectRef,
 };
 use serde_json::{json, Value};
-use worker::{durable_object, D1Database, DurableObject, Env, Request, Response, Result, State};
+use worker::{durable_object, DurableObject, Env, Request, Response, Result, State};
 
 use crate::error::{ApiError, ApiResult};
 use crate::objects::{self, read_request, respond, Reply};
-use crate::store::{jobs, runners};
+use crate::store::{jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
 /// index cannot express (limits, network, tags, problem type, served targets), never the queue.
@@ -40,20 +40,26 @@ impl DurableObject for RunnerObject {
             Err(err) => return err.into_response(),
         };
         let env = self.env.clone();
+        let trips = RoundTrips::default();
+        let counted = trips.clone();
         let outcome = self
             .state
             .block_concurrency_while(async move {
+                let db = match Db::of(&env, counted) {
+                    Ok(db) => db,
+                    Err(err) => return Ok(Err(err)),
+                };
                 Ok(match op.as_str() {
-                    "claim" => claim(env, body).await,
+                    "claim" => claim(&env, &db, body).await,
                     #[cfg(feature = "bench-floor")]
-                    "floor" => floor(env).await,
+                    "floor" => floor(&db).await,
                     _ => Err(ApiError::internal(format!("unknown runner operation {op}"))),
                 })
             })
             .await;
         match outcome {
-            Ok(outcome) => respond(outcome),
-            Err(err) => ApiError::internal(err).into_response(),
+            Ok(outcome) => respond(outcome, &trips),
+            Err(err) => respond(Err(ApiError::internal(err)), &trips),
         }
     }
 }
@@ -65,8 +71,7 @@ fn refuse(status: u16, code: &str, message: &str) -> ApiResult<Reply> {
     })
 }
 
-async fn claim(env: Env, body: Value) -> ApiResult<Reply> {
-    let db = env.d1("DB")?;
+async fn claim(env: &Env, db: &Db, body: Value) -> ApiResult<Reply> {
     let org = body
         .get("organizationId")
         .and_then(Value::as_str)
@@ -76,7 +81,7 @@ async fn claim(env: Env, body: Value) -> ApiResult<Reply> {
         .and_then(Value::as_str)
         .unwrap_or_default();
     let generation = body.get("generation").and_then(Value::as_i64).unwrap_or(-1);
-    let runner = runners::get(&db, org, runner_id)
+    let runner = runners::get(db, org, runner_id)
         .await?
         .ok_or_else(|| ApiError::unauthorized("the credential's runner no longer exists"))?;
     if runner.credential_generation != generation || runner.state == "revoked" {
@@ -112,7 +117,7 @@ async fn claim(env: Env, body: Value) -> ApiResult<Reply> {
 
     let mut ranges = Ranges::of(&profile);
     for _ in 0..MAX_PAGES {
-        let page = ranges.next_page(&db, org).await?;
+        let page = ranges.next_page(db, org).await?;
         if page.is_empty() {
             break;
         }
@@ -130,7 +135,8 @@ async fn claim(env: Env, body: Value) -> ApiResult<Reply> {
                 continue;
             }
             let reply = objects::call(
-                &env,
+                env,
+                db.trips(),
                 objects::JOBS,
                 &candidate.id,
                 "grant",
@@ -193,7 +199,7 @@ impl Ranges {
     }
 
     /// The next page of every unfinished range, merged in queue order.
-    async fn next_page(&mut self, db: &D1Database, org: &str) -> ApiResult<Vec<jobs::Candidate>> {
+    async fn next_page(&mut self, db: &Db, org: &str) -> ApiResult<Vec<jobs::Candidate>> {
         let open: Vec<usize> = (0..self.ranges.len())
             .filter(|&i| !self.ranges[i].done)
             .collect();
@@ -235,19 +241,18 @@ impl Ranges {
 /// batch write) with no logic. Compiled only with the `bench-floor` feature; scripts/bench
 /// creates its table before the run.
 #[cfg(feature = "bench-floor")]
-async fn floor(env: Env) -> ApiResult<Reply> {
-    let db = env.d1("DB")?;
+async fn floor(db: &Db) -> ApiResult<Reply> {
     let now = crate::platform::now_ms();
     crate::store::batch(
-        &db,
+        db,
         vec![
             crate::store::stmt(
-                &db,
+                db,
                 "INSERT INTO bench_floor (at) VALUES (?1)",
                 &[now.into()],
             )?,
             crate::store::stmt(
-                &db,
+                db,
                 "INSERT INTO bench_floor (at) VALUES (?1)",
                 &[now.into()],
             )?,

@@ -246,6 +246,23 @@ impl Bench {
         serde_json::from_str(&text).map_err(err(path))
     }
 
+    /// The bench build's running total of D1 round trips made for the requests it served
+    /// (`GET /__bench/round-trips`, which makes none itself).
+    async fn round_trips(&self) -> Res<u64> {
+        let path = "/__bench/round-trips";
+        let answer = self
+            .http
+            .get(format!("{}{path}", self.server))
+            .send()
+            .await
+            .map_err(err(path))?;
+        let text = answer.text().await.map_err(err(path))?;
+        let body: Value = serde_json::from_str(&text).map_err(err(path))?;
+        body["d1RoundTrips"]
+            .as_u64()
+            .ok_or_else(|| format!("GET {path}: {text} (is the build without bench-floor?)"))
+    }
+
     /// One floor request (`POST /__bench/floor`), its latency.
     async fn floor(http: &reqwest::Client, server: &str) -> Res<Duration> {
         let start = Instant::now();
@@ -823,6 +840,137 @@ fn bench_job(key: &str, artifact_id: &str, version_id: u64, question: &str) -> V
     })
 }
 
+/// The operations whose D1 round trips scenario 8 counts, in the order it makes them.
+const COUNTED_OPERATIONS: &[(&str, &str)] = &[
+    ("session", "session exchange (bootstrap token)"),
+    ("claimNothingQueued", "claim, nothing queued"),
+    ("claimNothingQueuedAgain", "claim, nothing queued, again (nothing changed since)"),
+    ("enqueue", "enqueue (admin)"),
+    ("claimFound", "claim, a job found"),
+    ("heartbeatFirst", "first heartbeat"),
+    ("heartbeatWarm", "heartbeat, warm"),
+    ("chunkFirst", "first chunk"),
+    ("chunkWarm", "chunk, warm"),
+    ("completion", "completion"),
+    ("cancelQueued", "cancel a queued job (admin)"),
+];
+
+/// Scenario 8: D1 round trips per operation, counted by the Worker itself. The bench build
+/// adds every request's round trips (the edge's and its objects') to a running total; one
+/// runner makes each operation through the SDK, alone on the server, and the total's
+/// difference across it is its count. Runs while the organization's queue is empty.
+async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<Value> {
+    let runner = bench.register_runners(1, 1).await?.remove(0);
+    let client = bench.client(&runner)?;
+    let run = bench.evaluation_runs(1).await?.remove(0);
+    let mut tally = Tally::start(bench).await?;
+    client.session().await.map_err(err("session"))?;
+    tally.mark(bench, Some("session")).await?;
+    let none = client.claim().await.map_err(err("claim"))?;
+    tally.mark(bench, Some("claimNothingQueued")).await?;
+    let again = client.claim().await.map_err(err("claim"))?;
+    tally.mark(bench, Some("claimNothingQueuedAgain")).await?;
+    if none.is_some() || again.is_some() {
+        return Err("round trips: the queue was not empty".to_owned());
+    }
+    let job = bench_job("bench-trips", artifact_id, version_id, "round trips");
+    bench.admin.enqueue(&job).await.map_err(err("enqueue"))?;
+    tally.mark(bench, Some("enqueue")).await?;
+    let assignment = client
+        .claim()
+        .await
+        .map_err(err("claim"))?
+        .ok_or("round trips: the enqueued job was not claimed")?;
+    tally.mark(bench, Some("claimFound")).await?;
+    for name in ["heartbeatFirst", "heartbeatWarm"] {
+        client
+            .heartbeat(assignment.claim_id(), 60)
+            .await
+            .map_err(err("heartbeat"))?;
+        tally.mark(bench, Some(name)).await?;
+    }
+    let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
+    for (i, name) in ["chunkFirst", "chunkWarm"].into_iter().enumerate() {
+        let line = json!({ "segments": [{ "stream": "stdout", "text": format!("line {i}\n") }] });
+        stream
+            .send(ChunkKind::Log, line)
+            .await
+            .map_err(err("stream"))?;
+        tally.mark(bench, Some(name)).await?;
+    }
+    let done = assignment.completion(
+        CompletionStatus::Succeeded,
+        Some(stable_json::hash(&json!({ "ok": true }))),
+        stream.final_checksum(),
+        evidence(run),
+    );
+    let answer = client.complete(&done).await.map_err(err("complete"))?;
+    tally.mark(bench, Some("completion")).await?;
+    if !answer.is_settled() {
+        return Err(format!(
+            "round trips: completion not accepted: {}",
+            answer.rationale
+        ));
+    }
+    let queued = bench
+        .admin
+        .enqueue(&bench_job(
+            "bench-trips-cancel",
+            artifact_id,
+            version_id,
+            "cancelled",
+        ))
+        .await
+        .map_err(err("enqueue"))?;
+    tally.mark(bench, None).await?;
+    let queued_id = queued["id"].as_str().ok_or("job id")?;
+    bench
+        .admin
+        .cancel_job(queued_id, "round trips: cancel")
+        .await
+        .map_err(err("cancel"))?;
+    tally.mark(bench, Some("cancelQueued")).await?;
+    Ok(Value::Object(tally.counts))
+}
+
+/// Differences of the bench build's round-trip total between marks.
+struct Tally {
+    last: u64,
+    counts: Map<String, Value>,
+}
+
+impl Tally {
+    async fn start(bench: &Bench) -> Res<Self> {
+        Ok(Self {
+            last: bench.round_trips().await?,
+            counts: Map::new(),
+        })
+    }
+
+    /// Records the round trips since the last mark under `name` (`None`: not counted).
+    async fn mark(&mut self, bench: &Bench, name: Option<&str>) -> Res<()> {
+        let now = bench.round_trips().await?;
+        if let Some(name) = name {
+            self.counts.insert(name.to_owned(), json!(now - self.last));
+        }
+        self.last = now;
+        Ok(())
+    }
+}
+fn round_trips_markdown(r: &Value) -> String {
+    let counts = &r["roundTrips"];
+    if !counts.is_object() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "\n## 8. D1 round trips per operation\n\nCounted by the Worker itself: every D1 statement or batch sent (a retry counts again), at the edge and in the objects the request reached, added to a running total by the bench build (`GET /__bench/round-trips`); one runner makes each operation through the SDK, alone on the server, and the total's difference is its count.\n\n| operation | D1 round trips |\n|---|---|\n",
+    );
+    for (key, label) in COUNTED_OPERATIONS {
+        md.push_str(&format!("| {label} | {} |\n", counts[*key]));
+    }
+    md
+}
+
 /// The memory check's first stranger: 90 MB (no credential) to `/session`, whose cap is
 /// 16 KiB. The answer must be `413 BODY_TOO_LARGE`; the reading after it shows what the
 /// attempt cost the Worker.
@@ -1324,6 +1472,7 @@ fn markdown(report: &Value, analysis: &str) -> String {
     ));
     md.push_str(&memory_markdown(r));
     md.push_str(&chatty_markdown(r));
+    md.push_str(&round_trips_markdown(r));
     md.push_str(&format!(
         "\n## Claim query plan on local D1\n\n`EXPLAIN QUERY PLAN` of src/store/queries/claim_candidates.sql (literal values) through `wrangler d1 execute --local`; the run fails unless it searches `jobs_queue` and never scans `jobs`:\n\n```\n{}\n```\n",
         r["explain"]["plan"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n")).unwrap_or_default()
@@ -1466,6 +1615,9 @@ async fn run(args: Args) -> Res<()> {
         print!("{}", chatty_markdown(&report));
         return Ok(());
     }
+    // First, while the queue is empty (the template is cancelled).
+    let trips = round_trips(&bench, &artifact_id, version_id).await?;
+    eprintln!("D1 round trips per operation: {trips}");
     let probe = args.memory_probe.as_deref();
     let mut memory = vec![memory_reading(probe, "start")?];
     let big_body = oversized_session_body(&bench).await?;
@@ -1536,6 +1688,7 @@ async fn run(args: Args) -> Res<()> {
         "stream": stream,
         "recovery": recovery,
         "chatty": chatty,
+        "roundTrips": trips,
         "bigBundle": big,
         "memory": memory,
         "oversizedBody": big_body,

@@ -18,7 +18,7 @@ use crate::http::{
 };
 use crate::objects::{self, JOBS, RUNNERS};
 use crate::platform::random_id;
-use crate::store::{self, events, guards, jobs};
+use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 use crate::Ctx;
 
 const ENVIRONMENTS: [&str; 3] = ["dev", "staging", "prod"];
@@ -488,6 +488,7 @@ pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         .ok_or_else(|| ApiError::not_found("no such job"))?;
     let reply = objects::call(
         &ctx.env,
+        ctx.db.trips(),
         JOBS,
         id,
         "cancel",
@@ -515,6 +516,7 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     refuse_unknown(&body, &["servedTargets"])?;
     let reply = objects::call(
         &ctx.env,
+        ctx.db.trips(),
         RUNNERS,
         &claims.runner_id,
         "claim",
@@ -556,6 +558,7 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     };
     let reply = objects::call(
         &ctx.env,
+        ctx.db.trips(),
         JOBS,
         job_id,
         "heartbeat",
@@ -576,6 +579,7 @@ pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     let job_id = job_of_claim(claim_id)?;
     let reply = objects::call(
         &ctx.env,
+        ctx.db.trips(),
         JOBS,
         job_id,
         "release",
@@ -610,7 +614,7 @@ async fn forward_named_job(
         .ok_or_else(|| ApiError::unprocessable(malformed, format!("a {field} names its jobId")))?
         .to_owned();
     let request = json!({ "jobId": job_id, "runnerId": caller.runner_id(), field: body });
-    objects::call(&ctx.env, JOBS, &job_id, op, &request)
+    objects::call(&ctx.env, ctx.db.trips(), JOBS, &job_id, op, &request)
         .await?
         .into_response()
 }
@@ -806,7 +810,7 @@ impl BundleWriter {
 
     /// The next page of chunks as list elements; empty once the stream (as of the start) is out.
     async fn stream_page(&mut self) -> ApiResult<Vec<u8>> {
-        let db = self.env.d1("DB")?;
+        let db = Db::of(&self.env, RoundTrips::default())?;
         let page = jobs::StreamPage {
             after: self.after,
             attempts: (1, LAST_ATTEMPT),
@@ -840,7 +844,7 @@ impl BundleWriter {
 
     /// One completion as a list element.
     async fn completion(&mut self, id: &str) -> ApiResult<Vec<u8>> {
-        let db = self.env.d1("DB")?;
+        let db = Db::of(&self.env, RoundTrips::default())?;
         let c = jobs::bundle_completion(&db, &self.org, &self.job, id)
             .await?
             .ok_or_else(|| ApiError::internal("a completion of the bundle vanished"))?;

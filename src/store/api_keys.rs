@@ -1,9 +1,8 @@
 //! `api_keys`: found by the SHA-256 of the presented key; the key itself is never stored.
 
 use serde::Deserialize;
-use worker::D1Database;
 
-use super::{all, first, Arg};
+use super::{all, first, Arg, Db};
 use crate::error::ApiResult;
 
 #[derive(Deserialize)]
@@ -22,7 +21,7 @@ pub(crate) struct ApiKeyRow {
 const COLUMNS: &str =
     "id, organization_id, name, key_prefix, role, scopes, created_at, last_used_at, revoked_at";
 
-pub(crate) async fn by_hash(db: &D1Database, key_hash: &str) -> ApiResult<Option<ApiKeyRow>> {
+pub(crate) async fn by_hash(db: &Db, key_hash: &str) -> ApiResult<Option<ApiKeyRow>> {
     first(
         db,
         &format!("SELECT {COLUMNS} FROM api_keys WHERE key_hash = ?1"),
@@ -31,7 +30,7 @@ pub(crate) async fn by_hash(db: &D1Database, key_hash: &str) -> ApiResult<Option
     .await
 }
 
-pub(crate) async fn list(db: &D1Database, org: &str) -> ApiResult<Vec<ApiKeyRow>> {
+pub(crate) async fn list(db: &Db, org: &str) -> ApiResult<Vec<ApiKeyRow>> {
     all(
         db,
         &format!(
@@ -54,7 +53,7 @@ pub(crate) struct NewApiKey<'a> {
 }
 
 pub(crate) fn insert(
-    db: &D1Database,
+    db: &Db,
     key: &NewApiKey<'_>,
 ) -> ApiResult<worker::D1PreparedStatement> {
     super::stmt(
@@ -76,7 +75,7 @@ pub(crate) fn insert(
 
 /// Revokes a live key of the organization; 0 rows when it is unknown, foreign or already revoked.
 pub(crate) fn revoke(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     id: &str,
     now: i64,
@@ -93,7 +92,7 @@ struct OrganizationName {
     name: String,
 }
 
-pub(crate) async fn organization_name(db: &D1Database, org: &str) -> ApiResult<Option<String>> {
+pub(crate) async fn organization_name(db: &Db, org: &str) -> ApiResult<Option<String>> {
     let row: Option<OrganizationName> = first(
         db,
         "SELECT name FROM organizations WHERE id = ?1",

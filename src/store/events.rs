@@ -1,9 +1,9 @@
 //! `job_events`: the append-only timeline of jobs and the audit trail of admin actions.
 
 use serde::Deserialize;
-use worker::{D1Database, D1PreparedStatement};
+use worker::D1PreparedStatement;
 
-use super::{all, stmt, Arg};
+use super::{all, stmt, Arg, Db};
 use crate::error::ApiResult;
 
 pub(crate) struct NewEvent<'a> {
@@ -19,7 +19,7 @@ pub(crate) struct NewEvent<'a> {
     pub(crate) at: i64,
 }
 
-pub(crate) fn insert(db: &D1Database, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn insert(db: &Db, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
     insert_sql(
         db,
         "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at) \
@@ -33,7 +33,7 @@ pub(crate) fn insert(db: &D1Database, event: &NewEvent<'_>) -> ApiResult<D1Prepa
 /// did not hold leaves no event behind. (`changes()` is per connection; a D1 batch runs its
 /// statements in order on one.)
 pub(crate) fn insert_if_changed(
-    db: &D1Database,
+    db: &Db,
     event: &NewEvent<'_>,
 ) -> ApiResult<D1PreparedStatement> {
     insert_sql(
@@ -44,7 +44,7 @@ pub(crate) fn insert_if_changed(
     )
 }
 
-fn insert_sql(db: &D1Database, sql: &str, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
+fn insert_sql(db: &Db, sql: &str, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         sql,
@@ -81,7 +81,7 @@ pub(crate) struct EventRow {
 const COLUMNS: &str = "id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at";
 
 pub(crate) async fn for_runner(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     runner: &str,
     limit: i64,
@@ -112,7 +112,7 @@ impl EventRow {
 }
 
 pub(crate) async fn for_job(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
     limit: i64,

@@ -7,9 +7,8 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use worker::D1Database;
 
-use super::{all, first, run, Arg};
+use super::{all, first, run, Arg, Db};
 use crate::error::ApiResult;
 use crate::platform::rfc3339;
 
@@ -109,7 +108,7 @@ pub(crate) struct NewRun<'a> {
     pub(crate) now: i64,
 }
 
-pub(crate) async fn insert_run(db: &D1Database, new: &NewRun<'_>) -> ApiResult<usize> {
+pub(crate) async fn insert_run(db: &Db, new: &NewRun<'_>) -> ApiResult<usize> {
     run(
         db,
         "INSERT INTO evaluation_runs (id, organization_id, evaluation_id, status, metadata, created_at) \
@@ -125,7 +124,7 @@ pub(crate) async fn insert_run(db: &D1Database, new: &NewRun<'_>) -> ApiResult<u
     .await
 }
 
-pub(crate) async fn get_run(db: &D1Database, org: &str, id: &str) -> ApiResult<Option<RunRow>> {
+pub(crate) async fn get_run(db: &Db, org: &str, id: &str) -> ApiResult<Option<RunRow>> {
     first(
         db,
         &format!(
@@ -189,7 +188,7 @@ pub(crate) struct NewTestResult<'a> {
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
 pub(crate) async fn insert_test_result(
-    db: &D1Database,
+    db: &Db,
     new: &NewTestResult<'_>,
 ) -> ApiResult<usize> {
     run(
@@ -212,7 +211,7 @@ pub(crate) async fn insert_test_result(
 }
 
 pub(crate) async fn test_results_of(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     run_id: &str,
 ) -> ApiResult<Vec<TestResultRow>> {
@@ -281,7 +280,7 @@ pub(crate) struct NewCostRecord<'a> {
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
 pub(crate) async fn insert_cost_record(
-    db: &D1Database,
+    db: &Db,
     new: &NewCostRecord<'_>,
 ) -> ApiResult<usize> {
     run(
@@ -306,7 +305,7 @@ pub(crate) async fn insert_cost_record(
 }
 
 pub(crate) async fn cost_records_of(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     run_id: &str,
 ) -> ApiResult<Vec<CostRecordRow>> {
@@ -380,7 +379,7 @@ pub(crate) struct NewModelCall<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_model_call(db: &D1Database, new: &NewModelCall<'_>) -> ApiResult<usize> {
+pub(crate) async fn insert_model_call(db: &Db, new: &NewModelCall<'_>) -> ApiResult<usize> {
     run(
         db,
         &format!(
@@ -405,7 +404,7 @@ pub(crate) async fn insert_model_call(db: &D1Database, new: &NewModelCall<'_>) -
 }
 
 pub(crate) async fn model_calls_of(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     run_id: &str,
 ) -> ApiResult<Vec<ModelCallRow>> {
@@ -468,7 +467,7 @@ pub(crate) struct NewTrace<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_trace(db: &D1Database, new: &NewTrace<'_>) -> ApiResult<usize> {
+pub(crate) async fn insert_trace(db: &Db, new: &NewTrace<'_>) -> ApiResult<usize> {
     run(
         db,
         &format!(
@@ -488,7 +487,7 @@ pub(crate) async fn insert_trace(db: &D1Database, new: &NewTrace<'_>) -> ApiResu
 }
 
 pub(crate) async fn traces_of(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     run_id: &str,
 ) -> ApiResult<Vec<TraceRow>> {
@@ -508,7 +507,7 @@ pub(crate) async fn traces_of(
 
 /// Whether `run` was made for `job` through the runner's side (its metadata names the job).
 pub(crate) async fn run_is_for_job(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     run: &str,
     job: &str,

@@ -4,9 +4,9 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use worker::{D1Database, D1PreparedStatement};
+use worker::D1PreparedStatement;
 
-use super::{all, first, stmt, Arg};
+use super::{all, first, stmt, Arg, Db};
 use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
 
@@ -93,7 +93,7 @@ impl JobRow {
     }
 }
 
-pub(crate) fn select_job(db: &D1Database, id: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_job(db: &Db, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"),
@@ -101,7 +101,7 @@ pub(crate) fn select_job(db: &D1Database, id: &str) -> ApiResult<D1PreparedState
     )
 }
 
-pub(crate) async fn get(db: &D1Database, org: &str, id: &str) -> ApiResult<Option<JobRow>> {
+pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<JobRow>> {
     first(
         db,
         &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?2 AND organization_id = ?1"),
@@ -111,7 +111,7 @@ pub(crate) async fn get(db: &D1Database, org: &str, id: &str) -> ApiResult<Optio
 }
 
 pub(crate) async fn by_idempotency_key(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     key: &str,
 ) -> ApiResult<Option<JobRow>> {
@@ -128,7 +128,7 @@ pub(crate) async fn by_idempotency_key(
 /// One page of the organization's jobs ([`JobRow`]s), newest first, after `cursor`
 /// (`(created_at, id)` of the last job of the previous page), of one state when `state` is given.
 pub(crate) fn select_page(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     state: Option<&str>,
     cursor: Option<(i64, &str)>,
@@ -159,7 +159,7 @@ pub(crate) struct StateCount {
 }
 
 /// The organization's [`StateCount`]s.
-pub(crate) fn select_state_counts(db: &D1Database, org: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_state_counts(db: &Db, org: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/job_state_counts.sql"),
@@ -214,7 +214,7 @@ pub(crate) struct StreamPage<'a> {
 
 /// Whether the organization has the job, and its state and attempt: one row ([`Found`]) or
 /// none. Read in the same batch as a stream page, it is the state as of that page.
-pub(crate) fn select_found(db: &D1Database, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_found(db: &Db, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "SELECT state, dispatch_attempt FROM jobs WHERE id = ?2 AND organization_id = ?1",
@@ -230,7 +230,7 @@ pub(crate) struct Found {
 
 /// A page of the job's stream ([`ChunkWithPayload`]s).
 pub(crate) fn select_stream_page(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     page: &StreamPage<'_>,
 ) -> ApiResult<D1PreparedStatement> {
@@ -271,7 +271,7 @@ pub(crate) struct NewJob<'a> {
     pub(crate) now: i64,
 }
 
-pub(crate) fn insert(db: &D1Database, j: &NewJob<'_>) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn insert(db: &Db, j: &NewJob<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "INSERT INTO jobs (id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, \
@@ -311,7 +311,7 @@ pub(crate) struct BindableVersion {
 }
 
 pub(crate) async fn bindable_version(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     artifact: &str,
     version: i64,
@@ -345,7 +345,7 @@ pub(crate) struct Candidate {
 /// `state = 'queued'` is a literal so that SQLite can use the partial index; this reads an
 /// index range, never the table.
 pub(crate) fn candidates(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     kind: &str,
     runtime: &str,
@@ -408,7 +408,7 @@ impl ClaimRow {
     }
 }
 
-pub(crate) fn select_claims(db: &D1Database, job: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_claims(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "SELECT id, runner_id, dispatch_attempt, state, key_id, issued_at, expires_at, lease_expires_at, \
@@ -428,7 +428,7 @@ pub(crate) struct ChunkHeadRow {
 /// The newest chunks of the job's current attempt, newest first (the chain head and the
 /// recent checksums the duplicate check remembers).
 pub(crate) fn select_stream_head(
-    db: &D1Database,
+    db: &Db,
     job: &str,
     limit: i64,
 ) -> ApiResult<D1PreparedStatement> {
@@ -447,7 +447,7 @@ pub(crate) struct AcceptedRow {
     pub(crate) completion_checksum: String,
 }
 
-pub(crate) fn select_accepted(db: &D1Database, job: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_accepted(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "SELECT dispatch_attempt, completion_checksum FROM job_completions WHERE job_id = ?1 AND decision = 'accepted'",
@@ -456,7 +456,7 @@ pub(crate) fn select_accepted(db: &D1Database, job: &str) -> ApiResult<D1Prepare
 }
 
 /// How many non-accepted decisions the job has stored ([`StoredRefusals`]).
-pub(crate) fn select_stored_refusals(db: &D1Database, job: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_stored_refusals(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "SELECT count(*) AS stored FROM job_completions WHERE job_id = ?1 AND decision <> 'accepted'",
@@ -487,7 +487,7 @@ pub(crate) struct NewChunk<'a> {
     pub(crate) stream_bytes: i64,
 }
 
-pub(crate) fn insert_chunk(db: &D1Database, c: &NewChunk<'_>) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn insert_chunk(db: &Db, c: &NewChunk<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "INSERT INTO stream_chunks (job_id, organization_id, claim_id, dispatch_attempt, sequence, kind, \
@@ -513,7 +513,7 @@ pub(crate) fn insert_chunk(db: &D1Database, c: &NewChunk<'_>) -> ApiResult<D1Pre
 
 /// Counts a non-accepted decision past [`MAX_STORED_REFUSALS`] on the job row.
 pub(crate) fn count_unstored_decision(
-    db: &D1Database,
+    db: &Db,
     job: &str,
     decision: &str,
     checksum: &str,
@@ -543,7 +543,7 @@ pub(crate) struct ChunkRow {
 /// The first `limit` chunks of the job's stream without payloads ([`ChunkRow`]s), in order: a
 /// range of the primary key. The rest is read with `GET …/stream?after=`.
 pub(crate) fn select_chunk_heads(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
     limit: i64,
@@ -559,7 +559,7 @@ pub(crate) fn select_chunk_heads(
 /// Each attempt's stream in sum ([`StreamTotal`]): its chunk count and payload bytes, read from
 /// its last chunk (one primary-key seek per attempt).
 pub(crate) fn select_stream_totals(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
 ) -> ApiResult<D1PreparedStatement> {
@@ -612,7 +612,7 @@ pub(crate) struct CompletionRow {
 }
 
 pub(crate) async fn completions(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
 ) -> ApiResult<Vec<CompletionRow>> {
@@ -633,7 +633,7 @@ pub(crate) struct EvidenceRow {
     pub(crate) completion_id: String,
 }
 
-pub(crate) async fn evidence(db: &D1Database, org: &str, job: &str) -> ApiResult<Vec<EvidenceRow>> {
+pub(crate) async fn evidence(db: &Db, org: &str, job: &str) -> ApiResult<Vec<EvidenceRow>> {
     all(
         db,
         "SELECT evidence_kind, evidence_id, completion_id FROM completion_evidence \
@@ -653,7 +653,7 @@ pub(crate) struct HeldJobData {
 }
 
 pub(crate) async fn held_job_data(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
     runner: &str,
@@ -684,7 +684,7 @@ pub(crate) struct BundleClaim {
 }
 
 pub(crate) async fn bundle_claims(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
 ) -> ApiResult<Vec<BundleClaim>> {
@@ -707,7 +707,7 @@ pub(crate) struct BundleCompletion {
 
 /// The job's completion ids, oldest first ([`CompletionId`]s): the bundle reads each whole later.
 pub(crate) fn select_completion_ids(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
 ) -> ApiResult<D1PreparedStatement> {
@@ -725,7 +725,7 @@ pub(crate) struct CompletionId {
 
 /// One completion of the job as received ([`BundleCompletion`]).
 pub(crate) async fn bundle_completion(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     job: &str,
     id: &str,

@@ -12,11 +12,61 @@ pub(crate) mod jobs;
 pub(crate) mod releases;
 pub(crate) mod runners;
 
+use std::cell::Cell;
+use std::ops::Deref;
+use std::rc::Rc;
+
 use serde::de::DeserializeOwned;
 use wasm_bindgen::JsValue;
-use worker::{D1Database, D1PreparedStatement, D1Result};
+use worker::{D1Database, D1PreparedStatement, D1Result, Env};
 
 use crate::error::{ApiError, ApiResult};
+
+/// The database as every query here reaches it: D1, and the count of round trips one request
+/// (or one object operation) made through it.
+pub(crate) struct Db {
+    d1: D1Database,
+    trips: RoundTrips,
+}
+
+impl Db {
+    /// The `DB` binding, counting into `trips`.
+    pub(crate) fn of(env: &Env, trips: RoundTrips) -> ApiResult<Self> {
+        Ok(Self {
+            d1: env.d1("DB")?,
+            trips,
+        })
+    }
+
+    pub(crate) fn trips(&self) -> &RoundTrips {
+        &self.trips
+    }
+}
+
+impl Deref for Db {
+    type Target = D1Database;
+
+    fn deref(&self) -> &D1Database {
+        &self.d1
+    }
+}
+
+/// D1 round trips: every statement or batch sent counts one, a retry of it one more. Counted
+/// by the Worker itself, per request: an object operation reports its count to its caller
+/// ([`crate::objects::call`]), and the bench build answers the request's total in a header
+/// (`scripts/bench` reads it; see BENCHMARKS.md).
+#[derive(Clone, Default)]
+pub(crate) struct RoundTrips(Rc<Cell<u32>>);
+
+impl RoundTrips {
+    pub(crate) fn count(&self) -> u32 {
+        self.0.get()
+    }
+
+    pub(crate) fn add(&self, n: u32) {
+        self.0.set(self.0.get().saturating_add(n));
+    }
+}
 
 /// A bind value. D1 takes JS values; these are the only shapes we store.
 pub(crate) enum Arg<'a> {
@@ -66,38 +116,38 @@ impl From<Option<i64>> for Arg<'_> {
     }
 }
 
-pub(crate) fn stmt(db: &D1Database, sql: &str, args: &[Arg<'_>]) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn stmt(db: &Db, sql: &str, args: &[Arg<'_>]) -> ApiResult<D1PreparedStatement> {
     let values: Vec<JsValue> = args.iter().map(JsValue::from).collect();
     db.prepare(sql).bind(&values).map_err(ApiError::from)
 }
 
 pub(crate) async fn first<T: DeserializeOwned>(
-    db: &D1Database,
+    db: &Db,
     sql: &str,
     args: &[Arg<'_>],
 ) -> ApiResult<Option<T>> {
     let statement = stmt(db, sql, args)?;
-    retry_busy(|| statement.first::<T>(None))
+    retry_busy(db, || statement.first::<T>(None))
         .await
         .map_err(ApiError::from)
 }
 
 pub(crate) async fn all<T: DeserializeOwned>(
-    db: &D1Database,
+    db: &Db,
     sql: &str,
     args: &[Arg<'_>],
 ) -> ApiResult<Vec<T>> {
     let statement = stmt(db, sql, args)?;
-    retry_busy(|| statement.all())
+    retry_busy(db, || statement.all())
         .await?
         .results::<T>()
         .map_err(ApiError::from)
 }
 
 /// Runs one statement and returns how many rows it changed.
-pub(crate) async fn run(db: &D1Database, sql: &str, args: &[Arg<'_>]) -> ApiResult<usize> {
+pub(crate) async fn run(db: &Db, sql: &str, args: &[Arg<'_>]) -> ApiResult<usize> {
     let statement = stmt(db, sql, args)?;
-    let result = retry_busy(|| statement.run())
+    let result = retry_busy(db, || statement.run())
         .await
         .map_err(constraint_or_internal)?;
     changes(&result)
@@ -105,7 +155,7 @@ pub(crate) async fn run(db: &D1Database, sql: &str, args: &[Arg<'_>]) -> ApiResu
 
 /// Runs statements as one transaction (D1 `batch`): all commit or none do.
 pub(crate) async fn batch(
-    db: &D1Database,
+    db: &Db,
     statements: Vec<D1PreparedStatement>,
 ) -> ApiResult<Vec<usize>> {
     let results = read_batch(db, statements)
@@ -116,10 +166,10 @@ pub(crate) async fn batch(
 
 /// `db.batch` (one transaction), retried like every statement here when the database is busy.
 pub(crate) async fn read_batch(
-    db: &D1Database,
+    db: &Db,
     statements: Vec<D1PreparedStatement>,
 ) -> worker::Result<Vec<D1Result>> {
-    retry_busy(|| db.batch(statements.clone())).await
+    retry_busy(db, || db.batch(statements.clone())).await
 }
 
 /// The rows of the `index`-th statement of a [`read_batch`].
@@ -138,7 +188,7 @@ pub(crate) fn rows_of<T: DeserializeOwned>(
 /// scripts such as `scripts/bootstrap-admin`, and tests). A statement that meets that process's
 /// lock fails with `SQLITE_BUSY` *without applying*, so it is safe to run again: we do, a few
 /// times with a short growing pause. Nothing else is retried here.
-async fn retry_busy<T, F, Fut>(mut attempt: F) -> worker::Result<T>
+async fn retry_busy<T, F, Fut>(db: &Db, mut attempt: F) -> worker::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = worker::Result<T>>,
@@ -146,6 +196,7 @@ where
     const ATTEMPTS: u64 = 8;
     let mut tried = 1;
     loop {
+        db.trips.add(1);
         match attempt().await {
             Err(err) if tried < ATTEMPTS && is_busy(&err) => {
                 worker::Delay::from(std::time::Duration::from_millis(20 * tried)).await;

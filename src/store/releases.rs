@@ -6,9 +6,9 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use worker::{D1Database, D1PreparedStatement};
+use worker::D1PreparedStatement;
 
-use super::{all, first, run, stmt, Arg};
+use super::{all, first, run, stmt, Arg, Db};
 use crate::error::ApiResult;
 use crate::platform::rfc3339;
 
@@ -49,7 +49,7 @@ pub(crate) struct NewArtifact<'a> {
 
 /// Rows inserted (1); a second artifact of the same kind and name in the organization fails
 /// `UNIQUE (organization_id, kind, name)`, naming `release_artifacts.name`.
-pub(crate) async fn insert_artifact(db: &D1Database, new: &NewArtifact<'_>) -> ApiResult<usize> {
+pub(crate) async fn insert_artifact(db: &Db, new: &NewArtifact<'_>) -> ApiResult<usize> {
     run(
         db,
         "INSERT INTO release_artifacts (id, organization_id, kind, name, created_at) \
@@ -66,7 +66,7 @@ pub(crate) async fn insert_artifact(db: &D1Database, new: &NewArtifact<'_>) -> A
 }
 
 pub(crate) async fn get_artifact(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     id: &str,
 ) -> ApiResult<Option<ArtifactRow>> {
@@ -105,7 +105,7 @@ impl ArtifactListRow {
 /// after the keyset cursor `after` when given, only of `kind` when given. The newest version
 /// is read from `release_versions_by_artifact`'s end, one index probe per row.
 pub(crate) async fn list_artifacts(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     kind: Option<&str>,
     after: Option<(i64, &str)>,
@@ -176,7 +176,7 @@ struct InsertedId {
 /// Inserts a version of an artifact of the caller's organization and returns its new id, or
 /// `None` when no such artifact exists there (the guard; the composite foreign key agrees).
 pub(crate) async fn insert_version(
-    db: &D1Database,
+    db: &Db,
     new: &NewVersion<'_>,
 ) -> ApiResult<Option<i64>> {
     let rows: Vec<InsertedId> = all(
@@ -198,7 +198,7 @@ pub(crate) async fn insert_version(
 }
 
 pub(crate) async fn get_version(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     id: i64,
     with_content: bool,
@@ -219,7 +219,7 @@ pub(crate) async fn get_version(
 
 /// An artifact's versions, newest first, without content.
 pub(crate) async fn versions_of(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     artifact_id: &str,
     limit: i64,
@@ -248,7 +248,7 @@ pub(crate) struct PromotionRow {
 }
 
 pub(crate) async fn promotions_of_version(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     version_id: i64,
 ) -> ApiResult<Vec<PromotionRow>> {
@@ -265,7 +265,7 @@ pub(crate) async fn promotions_of_version(
 
 /// The promotions of every version of an artifact.
 pub(crate) async fn promotions_of_artifact(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     artifact_id: &str,
 ) -> ApiResult<Vec<PromotionRow>> {
@@ -284,7 +284,7 @@ pub(crate) async fn promotions_of_artifact(
 }
 
 pub(crate) async fn get_promotion(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     version_id: i64,
     environment: &str,
@@ -311,7 +311,7 @@ pub(crate) struct NewPromotion<'a> {
 /// environment)`: promoting twice is one promotion, and the first `promoted_at` stands) or
 /// when the version is not the organization's. Put an `events::insert_if_changed` right after
 /// it in the same batch so that only a real promotion is audited.
-pub(crate) fn promote(db: &D1Database, new: &NewPromotion<'_>) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn promote(db: &Db, new: &NewPromotion<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "INSERT INTO release_promotions (version_id, organization_id, environment, promoted_at, promoted_by) \
@@ -385,7 +385,7 @@ pub(crate) struct NewTarget<'a> {
 /// that content hash, so a target never records a hash its version does not have; zero rows
 /// changed means it did not hold. A taken key fails `UNIQUE (organization_id, target_key)`,
 /// naming `executable_targets.target_key`.
-pub(crate) async fn insert_target(db: &D1Database, new: &NewTarget<'_>) -> ApiResult<usize> {
+pub(crate) async fn insert_target(db: &Db, new: &NewTarget<'_>) -> ApiResult<usize> {
     let (version_id, content_hash) = match new.version {
         Some((id, hash)) => (Some(id), Some(hash)),
         None => (None, None),
@@ -416,7 +416,7 @@ pub(crate) async fn insert_target(db: &D1Database, new: &NewTarget<'_>) -> ApiRe
 }
 
 pub(crate) async fn get_target(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     id: &str,
 ) -> ApiResult<Option<TargetRow>> {
@@ -432,7 +432,7 @@ pub(crate) async fn get_target(
 
 /// Newest first; only those of one evaluation when `evaluation_id` is given.
 pub(crate) async fn list_targets(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     evaluation_id: Option<&str>,
     limit: i64,

@@ -3,9 +3,9 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use worker::{D1Database, D1PreparedStatement};
+use worker::D1PreparedStatement;
 
-use super::{all, first, run, stmt, Arg};
+use super::{all, first, run, stmt, Arg, Db};
 use crate::error::ApiResult;
 use crate::platform::rfc3339;
 
@@ -92,7 +92,7 @@ impl RunnerRow {
     }
 }
 
-pub(crate) async fn get(db: &D1Database, org: &str, id: &str) -> ApiResult<Option<RunnerRow>> {
+pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<RunnerRow>> {
     first(
         db,
         &format!("SELECT {COLUMNS} FROM runners WHERE id = ?2 AND organization_id = ?1"),
@@ -102,7 +102,7 @@ pub(crate) async fn get(db: &D1Database, org: &str, id: &str) -> ApiResult<Optio
 }
 
 /// For the bootstrap session exchange, which names a runner before it has an organization.
-pub(crate) async fn get_unscoped(db: &D1Database, id: &str) -> ApiResult<Option<RunnerRow>> {
+pub(crate) async fn get_unscoped(db: &Db, id: &str) -> ApiResult<Option<RunnerRow>> {
     first(
         db,
         &format!("SELECT {COLUMNS} FROM runners WHERE id = ?1"),
@@ -112,7 +112,7 @@ pub(crate) async fn get_unscoped(db: &D1Database, id: &str) -> ApiResult<Option<
 }
 
 pub(crate) async fn by_fingerprint(
-    db: &D1Database,
+    db: &Db,
     fingerprint: &str,
 ) -> ApiResult<Option<RunnerRow>> {
     first(
@@ -126,7 +126,7 @@ pub(crate) async fn by_fingerprint(
 /// One page of the organization's runners ([`RunnerRow`]s) in registration order, after
 /// `cursor` (`(registered_at, id)` of the last runner of the previous page).
 pub(crate) fn select_page(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     cursor: Option<(i64, &str)>,
     limit: i64,
@@ -148,7 +148,7 @@ pub(crate) struct StateCount {
 }
 
 /// The organization's [`StateCount`]s.
-pub(crate) fn select_state_counts(db: &D1Database, org: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_state_counts(db: &Db, org: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/runner_state_counts.sql"),
@@ -195,7 +195,7 @@ pub(crate) enum ClaimsOf {
 
 /// A runner's claims, at most `limit`.
 pub(crate) async fn claims(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     runner: &str,
     which: ClaimsOf,
@@ -236,7 +236,7 @@ pub(crate) struct NewRunner<'a> {
     pub(crate) now: i64,
 }
 
-pub(crate) fn insert(db: &D1Database, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "INSERT INTO runners (id, organization_id, identity_model, name, runner_key, bootstrap_token_hash, \
@@ -284,7 +284,7 @@ pub(crate) struct Rotation<'a> {
     pub(crate) now: i64,
 }
 
-pub(crate) fn rotate(db: &D1Database, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn rotate(db: &Db, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "UPDATE runners SET bootstrap_token_hash = ?4, bootstrap_token_expires_at = ?5, \
@@ -315,7 +315,7 @@ pub(crate) struct StateChange<'a> {
     pub(crate) key_id: Option<&'a str>,
 }
 
-pub(crate) fn change_state(db: &D1Database, c: &StateChange<'_>) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn change_state(db: &Db, c: &StateChange<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "UPDATE runners SET state = ?4, state_reason = ?5, updated_at = ?6, \
@@ -337,7 +337,7 @@ pub(crate) fn change_state(db: &D1Database, c: &StateChange<'_>) -> ApiResult<D1
 }
 
 pub(crate) fn set_tags(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     id: &str,
     tags_json: &str,
@@ -354,7 +354,7 @@ pub(crate) fn set_tags(
 /// Guarded by the generation the session was decided on, so a rotation or revocation that
 /// lands in between makes this change nothing (and the caller refuses the session).
 pub(crate) async fn record_session(
-    db: &D1Database,
+    db: &Db,
     id: &str,
     generation: i64,
     key_id: &str,
@@ -394,7 +394,7 @@ impl FileMeta {
     }
 }
 
-pub(crate) async fn files(db: &D1Database, org: &str, runner: &str) -> ApiResult<Vec<FileMeta>> {
+pub(crate) async fn files(db: &Db, org: &str, runner: &str) -> ApiResult<Vec<FileMeta>> {
     all(
         db,
         "SELECT name, length(CAST(content AS BLOB)) AS size, content_hash, uploaded_at FROM runner_files \
@@ -410,7 +410,7 @@ pub(crate) struct FileContent {
 }
 
 pub(crate) async fn file(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     runner: &str,
     name: &str,
@@ -424,7 +424,7 @@ pub(crate) async fn file(
 }
 
 pub(crate) fn put_file(
-    db: &D1Database,
+    db: &Db,
     org: &str,
     runner: &str,
     name: &str,
@@ -456,7 +456,7 @@ pub(crate) struct NewChallenge<'a> {
     pub(crate) expires_at: i64,
 }
 
-pub(crate) async fn insert_challenge(db: &D1Database, c: &NewChallenge<'_>) -> ApiResult<usize> {
+pub(crate) async fn insert_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult<usize> {
     run(
         db,
         "INSERT INTO runner_challenges (id, runner_id, organization_id, fingerprint, challenge_hash, issued_at, expires_at) \
@@ -477,7 +477,7 @@ pub(crate) async fn insert_challenge(db: &D1Database, c: &NewChallenge<'_>) -> A
 /// Consumes a live, unconsumed challenge of this fingerprint. Exactly one caller can win: the
 /// guard and the single-use trigger make a replay change zero rows (or abort).
 pub(crate) async fn consume_challenge(
-    db: &D1Database,
+    db: &Db,
     fingerprint: &str,
     challenge_hash: &str,
     now: i64,
