@@ -121,7 +121,7 @@ impl DurableObject for AddressGate {
             Ok((op, body)) => self.decide(&op, &body, now_ms()),
             Err(err) => Err(err),
         };
-        respond(outcome)
+        respond(outcome, &crate::store::RoundTrips::default())
     }
 }
 

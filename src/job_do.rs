@@ -9,7 +9,8 @@
 //! statements carry their guards (state + attempt); the schema's triggers and constraints make
 //! a guard that does not hold abort the whole batch rather than match nothing.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use edgerunner_protocol::chunk::{
     validate_append, AppendLimits, ChainHead, ChunkIdentity, StreamChunk, MAX_CHUNKS_PER_ATTEMPT,
@@ -30,9 +31,7 @@ use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
 use serde_json::{json, Value};
-use worker::{
-    durable_object, DurableObject, Env, Request, Response, Result, State, Storage,
-};
+use worker::{durable_object, DurableObject, Env, Request, Response, Result, State, Storage};
 
 use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
@@ -55,11 +54,21 @@ const RECENT_CHECKSUMS: i64 = 32;
 pub struct JobObject {
     state: State,
     env: Env,
+    /// What this object knows of its job after its last committed write (see [`dispatch`]):
+    /// a runner's next heartbeat, chunk or completion decides from it without reading D1.
+    known: Known,
 }
+
+/// The job as its object last left it, or nothing (the next operation loads it).
+type Known = Rc<RefCell<Option<Snapshot>>>;
 
 impl DurableObject for JobObject {
     fn new(state: State, env: Env) -> Self {
-        Self { state, env }
+        Self {
+            state,
+            env,
+            known: Known::default(),
+        }
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
@@ -117,10 +126,11 @@ impl JobObject {
         let env = self.env.clone();
         let storage = self.state.storage();
         let trips = trips.clone();
+        let known = Rc::clone(&self.known);
         let outcome = self
             .state
             .block_concurrency_while(async move {
-                Ok(dispatch(env, storage, trips, &op, body).await)
+                Ok(dispatch(env, storage, trips, known, &op, body).await)
             })
             .await
             .map_err(ApiError::internal)??;
@@ -163,47 +173,121 @@ impl From<Reply> for OpOutcome {
     }
 }
 
+/// Runs `op` on the job, from what the object already knows when it can.
+///
+/// A runner's heartbeat, chunk, completion or hand-back to a *warm* object decides from the
+/// job as the object's last write left it, and its one D1 batch asserts what that decision
+/// relied on ([`OpCtx::commit`]): the holder's credential generation, and the job's state,
+/// attempt, active claim and live lease. So a warm answer costs one D1 round trip, and is
+/// final only when that batch committed. Anything else decides on the job read fresh: a warm
+/// try that wrote nothing (a refusal, a replay) is decided again from D1, and so is one whose
+/// assertion found the job moved. Every other operation (grant, cancel, recovery) reads fresh.
 async fn dispatch(
     env: Env,
     storage: Storage,
     trips: RoundTrips,
+    known: Known,
     op: &str,
     body: Value,
 ) -> ApiResult<OpOutcome> {
     let db = Db::of(&env, trips)?;
-    let now = now_ms();
     let job_id = str_field(&body, "jobId")?;
-    let snapshot = Snapshot::load(&db, job_id).await?;
-    let op_ctx = OpCtx {
-        env: &env,
-        db: &db,
-        storage: &storage,
-        now,
-        alarm: Cell::new(AlarmChange::Keep),
+    let holder = Holder::of(&body)?;
+    let cached = known
+        .borrow_mut()
+        .take()
+        .filter(|known| known.job.id == job_id && decides_warm(op));
+    let mut warm = cached.is_some();
+    let mut snapshot = match cached {
+        Some(known) => known,
+        None => Snapshot::load(&db, job_id, holder.as_ref()).await?,
     };
-    let reply = match op {
-        "grant" => grant(&op_ctx, snapshot, &body).await?,
-        "heartbeat" => heartbeat(&op_ctx, snapshot, &body).await?,
-        "stream" => stream(&op_ctx, snapshot, &body).await?,
-        "complete" => complete(&op_ctx, snapshot, &body).await?,
-        "cancel" => cancel(&op_ctx, snapshot, &body).await?,
-        "recover" => recover(&op_ctx, snapshot, &body).await?,
-        "release" => release(&op_ctx, snapshot, &body).await?,
-        _ => return Err(ApiError::internal(format!("unknown job operation {op}"))),
-    };
-    Ok(match op_ctx.alarm.get() {
-        AlarmChange::Keep => reply.into(),
-        AlarmChange::At(at) => OpOutcome {
-            reply,
-            alarm_at: Some(at),
-            clear_alarm: false,
-        },
-        AlarmChange::Clear => OpOutcome {
-            reply,
-            alarm_at: None,
-            clear_alarm: true,
-        },
-    })
+    // A warm try, then at most two fresh ones (a second move is someone else's D1 write).
+    for _ in 0..3 {
+        let op_ctx = OpCtx {
+            env: &env,
+            db: &db,
+            storage: &storage,
+            now: now_ms(),
+            holder: holder.as_ref(),
+            alarm: Cell::new(AlarmChange::Keep),
+            wrote: Cell::new(false),
+            learned: RefCell::new(None),
+        };
+        let result = run_op(&op_ctx, op, snapshot, &body).await;
+        // A warm answer stands only on its committed write, or on the holder's credential
+        // found revoked by it; any other warm outcome (a refusal, a replay that wrote nothing,
+        // a guard that fired) is decided again from D1, as is a write that found the job moved.
+        let guard = result.as_ref().err().and_then(ApiError::guard);
+        let moved = guard == Some(guards::JOB_MOVED);
+        let unproven = warm
+            && match &result {
+                Ok(_) => !op_ctx.wrote.get(),
+                Err(_) => guard != Some(guards::CREDENTIAL_REVOKED),
+            };
+        if moved || unproven {
+            warm = false;
+            snapshot = Snapshot::load(&db, job_id, holder.as_ref()).await?;
+            continue;
+        }
+        let reply = result?;
+        *known.borrow_mut() = op_ctx.learned.take();
+        return Ok(match op_ctx.alarm.get() {
+            AlarmChange::Keep => reply.into(),
+            AlarmChange::At(at) => OpOutcome {
+                reply,
+                alarm_at: Some(at),
+                clear_alarm: false,
+            },
+            AlarmChange::Clear => OpOutcome {
+                reply,
+                alarm_at: None,
+                clear_alarm: true,
+            },
+        });
+    }
+    Err(ApiError::internal(format!(
+        "job {job_id} kept changing in D1 under its own object"
+    )))
+}
+
+/// The operations a warm object may decide from what it knows: a holder's, each with a write
+/// that asserts what it relied on.
+fn decides_warm(op: &str) -> bool {
+    matches!(op, "heartbeat" | "stream" | "complete" | "release")
+}
+
+async fn run_op(ctx: &OpCtx<'_>, op: &str, snapshot: Snapshot, body: &Value) -> ApiResult<Reply> {
+    match op {
+        "grant" => grant(ctx, snapshot, body).await,
+        "heartbeat" => heartbeat(ctx, snapshot, body).await,
+        "stream" => stream(ctx, snapshot, body).await,
+        "complete" => complete(ctx, snapshot, body).await,
+        "cancel" => cancel(ctx, snapshot, body).await,
+        "recover" => recover(ctx, snapshot, body).await,
+        "release" => release(ctx, snapshot, body).await,
+        _ => Err(ApiError::internal(format!("unknown job operation {op}"))),
+    }
+}
+
+/// The runner a credential names, as the edge verified it (signature and expiry) without
+/// reading D1: its generation is checked against the runner's row by the object, in the
+/// fresh read or in the write's own assertion.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Holder {
+    runner_id: String,
+    organization_id: String,
+    generation: i64,
+}
+
+impl Holder {
+    /// The `holder` of a runner's operation; `None` for an admin's or the system's.
+    fn of(body: &Value) -> ApiResult<Option<Self>> {
+        body.get("holder")
+            .map(|h| serde_json::from_value(h.clone()).map_err(ApiError::internal))
+            .transpose()
+    }
 }
 
 /// What a committed operation did to the job's lease, so the alarm follows it.
@@ -219,11 +303,70 @@ struct OpCtx<'a> {
     db: &'a Db,
     storage: &'a Storage,
     now: i64,
+    /// The runner a runner's operation comes from.
+    holder: Option<&'a Holder>,
     /// Set by an operation once its write committed.
     alarm: Cell<AlarmChange>,
+    /// Whether the operation's batch committed ([`OpCtx::commit`]).
+    wrote: Cell<bool>,
+    /// The job as the committed write left it, for the object to remember; `None` forgets.
+    learned: RefCell<Option<Snapshot>>,
 }
 
 impl OpCtx<'_> {
+    /// The holder's runner id; an internal error for an operation that has none.
+    fn runner(&self) -> ApiResult<&str> {
+        self.holder
+            .map(|h| h.runner_id.as_str())
+            .ok_or_else(|| ApiError::internal("a runner's operation without its holder"))
+    }
+
+    /// Sends `statements` as one batch after the assertions that make what the operation
+    /// decided from hold at the commit: the holder's credential generation (a runner's
+    /// operation), and the job's state, attempt and active claim as `snap` has them, with a
+    /// lease live now when `live_lease`. Answers the row counts of `statements` alone.
+    async fn commit(
+        &self,
+        snap: &Snapshot,
+        live_lease: bool,
+        statements: Vec<worker::D1PreparedStatement>,
+    ) -> ApiResult<Vec<usize>> {
+        let mut batch = Vec::with_capacity(statements.len() + 2);
+        if let Some(holder) = self.holder {
+            batch.push(store::stmt(
+                self.db,
+                include_str!("store/queries/assert_credential_current.sql"),
+                &[
+                    holder.runner_id.as_str().into(),
+                    holder.organization_id.as_str().into(),
+                    holder.generation.into(),
+                ],
+            )?);
+        }
+        let job = &snap.job;
+        batch.push(store::stmt(
+            self.db,
+            include_str!("store/queries/assert_job_as_known.sql"),
+            &[
+                job.id.as_str().into(),
+                job.state.as_str().into(),
+                job.dispatch_attempt.into(),
+                job.active_claim_id.as_deref().into(),
+                live_lease.then_some(self.now).into(),
+            ],
+        )?);
+        let assertions = batch.len();
+        batch.extend(statements);
+        let changed = store::batch(self.db, batch).await?;
+        self.wrote.set(true);
+        Ok(changed.get(assertions..).unwrap_or_default().to_vec())
+    }
+
+    /// What the object knows of its job after this operation's write.
+    fn learn(&self, snap: Snapshot) {
+        *self.learned.borrow_mut() = Some(snap);
+    }
+
     /// Arms the job's alarm at `at` before a batch that starts a lease expiring then commits,
     /// so no crash between the two can leave a lease without an alarm. Should the batch then
     /// fail, the alarm finds no lease to recover and does nothing.
@@ -249,6 +392,7 @@ fn refuse(status: u16, code: &str, message: impl Into<String>) -> ApiResult<Repl
 }
 
 /// Everything an operation decides from, read in one round trip.
+#[derive(Clone)]
 struct Snapshot {
     job: jobs::JobRow,
     claims: Vec<jobs::ClaimRow>,
@@ -260,22 +404,44 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    async fn load(db: &Db, job_id: &str) -> ApiResult<Self> {
-        let results = store::read_batch(
-            db,
-            vec![
-                jobs::select_job(db, job_id)?,
-                jobs::select_claims(db, job_id)?,
-                jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS)?,
-                jobs::select_accepted(db, job_id)?,
-                jobs::select_stored_refusals(db, job_id)?,
-            ],
-        )
-        .await?;
-        let [job, claims, head, accepted, refusals] = results.as_slice() else {
-            return Err(ApiError::internal(
-                "job snapshot batch returned the wrong number of results",
-            ));
+    /// The job read fresh, in one round trip; with a `holder`, that runner's credential
+    /// generation is checked in the same read (`401` when it moved on, or the runner is
+    /// revoked or not approved), as the edge once did before every runner request.
+    async fn load(db: &Db, job_id: &str, holder: Option<&Holder>) -> ApiResult<Self> {
+        let mut statements = vec![
+            jobs::select_job(db, job_id)?,
+            jobs::select_claims(db, job_id)?,
+            jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS)?,
+            jobs::select_accepted(db, job_id)?,
+            jobs::select_stored_refusals(db, job_id)?,
+        ];
+        if let Some(holder) = holder {
+            statements.push(store::stmt(
+                db,
+                include_str!("store/queries/credential_current.sql"),
+                &[
+                    holder.runner_id.as_str().into(),
+                    holder.organization_id.as_str().into(),
+                    holder.generation.into(),
+                ],
+            )?);
+        }
+        let results = store::read_batch(db, statements).await?;
+        let (job, claims, head, accepted, refusals) = match results.as_slice() {
+            [job, claims, head, accepted, refusals] => (job, claims, head, accepted, refusals),
+            [job, claims, head, accepted, refusals, credential] => {
+                if credential.results::<Value>()?.is_empty() {
+                    return Err(ApiError::unauthorized(
+                        "credential was revoked; exchange a new one",
+                    ));
+                }
+                (job, claims, head, accepted, refusals)
+            }
+            _ => {
+                return Err(ApiError::internal(
+                    "job snapshot batch returned the wrong number of results",
+                ))
+            }
         };
         let job = job
             .results::<jobs::JobRow>()?
@@ -453,7 +619,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
         events::insert(ctx.db, &claimed)?,
     ];
     ctx.arm_before_commit(lease).await?;
-    let changed = match store::batch(ctx.db, statements).await {
+    let changed = match ctx.commit(&snap, false, statements).await {
         Ok(changed) => changed,
         Err(err) => {
             // The guard table's answers; as a Reply, so the runner's object tries the next job.
@@ -478,6 +644,30 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply
         )));
     }
     ctx.alarm.set(AlarmChange::At(lease));
+    // The holder's first heartbeat finds the object warm.
+    let mut known = snap.clone();
+    known.job.state = JobState::Claimed.as_str().to_owned();
+    known.job.dispatch_attempt = attempt;
+    known.job.active_claim_id = Some(claim_id.clone());
+    known.job.lease_expires_at = Some(lease);
+    known.job.updated_at = ctx.now;
+    known.claims.push(jobs::ClaimRow {
+        id: claim_id.clone(),
+        runner_id: runner.to_owned(),
+        dispatch_attempt: attempt,
+        state: "active".to_owned(),
+        key_id: signing.key_id.as_str().to_owned(),
+        issued_at: issued,
+        expires_at: expires,
+        lease_expires_at: lease,
+        started_at: None,
+        ended_at: None,
+        end_reason: None,
+        last_heartbeat_at: None,
+    });
+    // The new attempt's stream is empty.
+    known.head.clear();
+    ctx.learn(known);
 
     Ok(Reply::ok(json!({
         "claim": {
@@ -533,7 +723,7 @@ fn held_claim<'a>(
 }
 
 async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
-    let runner = str_field(body, "runnerId")?;
+    let runner = ctx.runner()?;
     let claim_id = str_field(body, "claimId")?;
     let extend = body
         .get("extendSeconds")
@@ -602,11 +792,21 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<R
         started.at = ctx.now;
         statements.push(events::insert(ctx.db, &started)?);
     }
-    let changed = store::batch(ctx.db, statements).await?;
-    store::expect_one(changed[0], || {
+    let changed = ctx.commit(&snap, true, statements).await?;
+    store::expect_one(changed.first().copied().unwrap_or(0), || {
         ApiError::internal("heartbeat guard failed under the job's own lock")
     })?;
     ctx.alarm.set(AlarmChange::At(lease));
+    let mut known = snap.clone();
+    known.job.state = next_state.as_str().to_owned();
+    known.job.lease_expires_at = Some(lease);
+    known.job.updated_at = ctx.now;
+    if let Some(held) = known.claims.iter_mut().find(|c| c.id == claim_id) {
+        held.lease_expires_at = lease;
+        held.started_at = held.started_at.or(Some(ctx.now));
+        held.last_heartbeat_at = Some(ctx.now);
+    }
+    ctx.learn(known);
     Ok(Reply::ok(json!({
         "cancelRequested": next_state == JobState::CancelRequested,
         "cancelReason": job.cancel_reason,
@@ -620,7 +820,7 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<R
 // ------------------------------------------------------------------------------------------
 
 async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
-    let runner = str_field(body, "runnerId")?;
+    let runner = ctx.runner()?;
     let raw = body
         .get("chunk")
         .ok_or_else(|| ApiError::internal("stream lacks chunk"))?;
@@ -694,10 +894,25 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
         received_at: ctx.now,
         stream_bytes,
     };
-    let changed = store::batch(ctx.db, vec![jobs::insert_chunk(ctx.db, &new_chunk)?]).await?;
-    store::expect_one(changed[0], || {
+    let changed = ctx
+        .commit(&snap, true, vec![jobs::insert_chunk(ctx.db, &new_chunk)?])
+        .await?;
+    store::expect_one(changed.first().copied().unwrap_or(0), || {
         ApiError::internal("chunk insert changed no row")
     })?;
+    let mut known = snap.clone();
+    known.head.insert(
+        0,
+        jobs::ChunkHeadRow {
+            sequence,
+            checksum: chunk.checksum.as_str().to_owned(),
+            stream_bytes: Some(stream_bytes),
+        },
+    );
+    known
+        .head
+        .truncate(usize::try_from(RECENT_CHECKSUMS).unwrap_or(0));
+    ctx.learn(known);
     Ok(Reply::ok(json!({
         "accepted": true,
         "sequence": chunk.sequence,
@@ -710,7 +925,7 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
 // ------------------------------------------------------------------------------------------
 
 async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
-    let runner = str_field(body, "runnerId")?;
+    let runner = ctx.runner()?;
     let raw = body
         .get("completion")
         .ok_or_else(|| ApiError::internal("complete lacks completion"))?;
@@ -881,7 +1096,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
             }
             statements
         };
-        store::batch(ctx.db, statements).await?;
+        ctx.commit(&snap, false, statements).await?;
         let decision_body = json!({
             "decision": outcome.as_str(),
             "rationale": decision.rationale,
@@ -968,7 +1183,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Re
             ],
         )?);
     }
-    let changed = match store::batch(ctx.db, statements).await {
+    let changed = match ctx.commit(&snap, true, statements).await {
         Ok(changed) => changed,
         Err(err) => {
             if matches!(
@@ -1116,11 +1331,13 @@ async fn cancel(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
             &[job.id.as_str().into(), org.into(), state.as_str().into(), reason.into(), ctx.now.into()],
         )?
     };
-    let changed = store::batch(
-        ctx.db,
-        vec![update, events::insert_if_changed(ctx.db, &recorded)?],
-    )
-    .await?;
+    let changed = ctx
+        .commit(
+            &snap,
+            false,
+            vec![update, events::insert_if_changed(ctx.db, &recorded)?],
+        )
+        .await?;
     store::expect_one(changed[0], || {
         ApiError::internal("cancel guard failed under the job's own lock")
     })?;
@@ -1223,7 +1440,7 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         events::insert(ctx.db, &lost)?,
         events::insert(ctx.db, &then)?,
     ];
-    let changed = store::batch(ctx.db, statements).await?;
+    let changed = ctx.commit(&snap, false, statements).await?;
     if changed.get(..3) != Some(&[1, 1, 1][..]) {
         return Err(ApiError::internal(format!(
             "recovery batch changed {changed:?} rows"
@@ -1310,7 +1527,7 @@ fn lapse_reason(claim: &jobs::ClaimRow, lease: Option<i64>) -> String {
 // ------------------------------------------------------------------------------------------
 
 async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
-    let runner = str_field(body, "runnerId")?;
+    let runner = ctx.runner()?;
     let claim_id = str_field(body, "claimId")?;
     let why = str_field(body, "reason")?;
     let claim = match held_claim(&snap, runner, claim_id) {
@@ -1387,7 +1604,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Rep
         ended.at = ctx.now;
         statements.push(events::insert(ctx.db, &ended)?);
     }
-    let changed = store::batch(ctx.db, statements).await?;
+    let changed = ctx.commit(&snap, true, statements).await?;
     if changed.get(..3) != Some(&[1, 1, 1][..]) {
         return Err(ApiError::internal(format!(
             "release batch changed {changed:?} rows"

@@ -21,8 +21,7 @@
 //! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects and D1.
 
 use worker::{
-    event, Context, Env, Method, Request, Response, Result, ScheduleContext,
-    ScheduledEvent,
+    event, Context, Env, Method, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
 mod auth;

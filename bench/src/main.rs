@@ -844,7 +844,10 @@ fn bench_job(key: &str, artifact_id: &str, version_id: u64, question: &str) -> V
 const COUNTED_OPERATIONS: &[(&str, &str)] = &[
     ("session", "session exchange (bootstrap token)"),
     ("claimNothingQueued", "claim, nothing queued"),
-    ("claimNothingQueuedAgain", "claim, nothing queued, again (nothing changed since)"),
+    (
+        "claimNothingQueuedAgain",
+        "claim, nothing queued, again (nothing changed since)",
+    ),
     ("enqueue", "enqueue (admin)"),
     ("claimFound", "claim, a job found"),
     ("heartbeatFirst", "first heartbeat"),

@@ -3,6 +3,7 @@
 //! runner's) Durable Object; the edge authenticates, parses and forwards.
 
 use edgerunner_protocol::capability::Requirements;
+use edgerunner_protocol::credential::VerifiedCredential;
 use edgerunner_protocol::recovery::MAX_DISPATCHES;
 use edgerunner_protocol::stable_json::hash;
 use edgerunner_protocol::state::JobState;
@@ -541,8 +542,20 @@ fn job_of_claim(claim_id: &str) -> ApiResult<&str> {
         .ok_or_else(|| ApiError::not_found("no such claim for this runner"))
 }
 
+/// The holder a runner's credential names, as a job object checks it: against the job's
+/// claims, and (in the write itself) against the runner's live credential generation. The edge
+/// reads nothing from D1 for a runner's heartbeat, chunk, completion or hand-back.
+fn holder(credential: &VerifiedCredential) -> Value {
+    let claims = credential.claims();
+    json!({
+        "runnerId": claims.runner_id,
+        "organizationId": claims.organization_id,
+        "generation": claims.generation,
+    })
+}
+
 pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let caller = auth::runner(&req, ctx).await?;
+    let credential = auth::runner_credential(&req, ctx)?;
     let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     let claim_id = required_str(&body, "claimId", 300)?;
     let job_id = job_of_claim(claim_id)?;
@@ -562,7 +575,7 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
         JOBS,
         job_id,
         "heartbeat",
-        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "claimId": claim_id, "extendSeconds": extend }),
+        &json!({ "jobId": job_id, "holder": holder(&credential), "claimId": claim_id, "extendSeconds": extend }),
     )
     .await?;
     reply.into_response()
@@ -571,7 +584,7 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
 /// The holder hands its claim back: the job is free at once and the runner is not marked lost
 /// (see `edgerunner_protocol::recovery::ReleaseDecision`).
 pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let caller = auth::runner(&req, ctx).await?;
+    let credential = auth::runner_credential(&req, ctx)?;
     let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     refuse_unknown(&body, &["claimId", "reason"])?;
     let claim_id = required_str(&body, "claimId", 300)?;
@@ -583,7 +596,7 @@ pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         JOBS,
         job_id,
         "release",
-        &json!({ "jobId": job_id, "runnerId": caller.runner_id(), "claimId": claim_id, "reason": reason }),
+        &json!({ "jobId": job_id, "holder": holder(&credential), "claimId": claim_id, "reason": reason }),
     )
     .await?;
     reply.into_response()
@@ -606,14 +619,14 @@ async fn forward_named_job(
     field: &str,
     malformed: &'static str,
 ) -> ApiResult<Response> {
-    let caller = auth::runner(&req, ctx).await?;
+    let credential = auth::runner_credential(&req, ctx)?;
     let body = json_body(&mut req).await?;
     let job_id = body
         .get("jobId")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::unprocessable(malformed, format!("a {field} names its jobId")))?
         .to_owned();
-    let request = json!({ "jobId": job_id, "runnerId": caller.runner_id(), field: body });
+    let request = json!({ "jobId": job_id, "holder": holder(&credential), field: body });
     objects::call(&ctx.env, ctx.db.trips(), JOBS, &job_id, op, &request)
         .await?
         .into_response()

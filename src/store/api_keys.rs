@@ -52,10 +52,7 @@ pub(crate) struct NewApiKey<'a> {
     pub(crate) created_at: i64,
 }
 
-pub(crate) fn insert(
-    db: &Db,
-    key: &NewApiKey<'_>,
-) -> ApiResult<worker::D1PreparedStatement> {
+pub(crate) fn insert(db: &Db, key: &NewApiKey<'_>) -> ApiResult<worker::D1PreparedStatement> {
     super::stmt(
         db,
         "INSERT INTO api_keys (id, organization_id, name, key_prefix, key_hash, role, scopes, created_at) \

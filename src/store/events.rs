@@ -32,10 +32,7 @@ pub(crate) fn insert(db: &Db, event: &NewEvent<'_>) -> ApiResult<D1PreparedState
 /// a guarded update and its audit record then commit together or not at all, and a guard that
 /// did not hold leaves no event behind. (`changes()` is per connection; a D1 batch runs its
 /// statements in order on one.)
-pub(crate) fn insert_if_changed(
-    db: &Db,
-    event: &NewEvent<'_>,
-) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn insert_if_changed(db: &Db, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
     insert_sql(
         db,
         "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at) \
@@ -111,12 +108,7 @@ impl EventRow {
     }
 }
 
-pub(crate) async fn for_job(
-    db: &Db,
-    org: &str,
-    job: &str,
-    limit: i64,
-) -> ApiResult<Vec<EventRow>> {
+pub(crate) async fn for_job(db: &Db, org: &str, job: &str, limit: i64) -> ApiResult<Vec<EventRow>> {
     all(
         db,
         &format!("SELECT {COLUMNS} FROM job_events WHERE job_id = ?2 AND organization_id = ?1 ORDER BY id LIMIT ?3"),

@@ -187,10 +187,7 @@ pub(crate) struct NewTestResult<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_test_result(
-    db: &Db,
-    new: &NewTestResult<'_>,
-) -> ApiResult<usize> {
+pub(crate) async fn insert_test_result(db: &Db, new: &NewTestResult<'_>) -> ApiResult<usize> {
     run(
         db,
         &format!(
@@ -279,10 +276,7 @@ pub(crate) struct NewCostRecord<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_cost_record(
-    db: &Db,
-    new: &NewCostRecord<'_>,
-) -> ApiResult<usize> {
+pub(crate) async fn insert_cost_record(db: &Db, new: &NewCostRecord<'_>) -> ApiResult<usize> {
     run(
         db,
         &format!(
@@ -486,11 +480,7 @@ pub(crate) async fn insert_trace(db: &Db, new: &NewTrace<'_>) -> ApiResult<usize
     .await
 }
 
-pub(crate) async fn traces_of(
-    db: &Db,
-    org: &str,
-    run_id: &str,
-) -> ApiResult<Vec<TraceRow>> {
+pub(crate) async fn traces_of(db: &Db, org: &str, run_id: &str) -> ApiResult<Vec<TraceRow>> {
     all(
         db,
         &format!(
@@ -506,12 +496,7 @@ pub(crate) async fn traces_of(
 }
 
 /// Whether `run` was made for `job` through the runner's side (its metadata names the job).
-pub(crate) async fn run_is_for_job(
-    db: &Db,
-    org: &str,
-    run: &str,
-    job: &str,
-) -> ApiResult<bool> {
+pub(crate) async fn run_is_for_job(db: &Db, org: &str, run: &str, job: &str) -> ApiResult<bool> {
     #[derive(Deserialize)]
     struct Found {
         #[allow(dead_code)]

@@ -43,6 +43,9 @@ pub(crate) const STREAM_CHUNK_LIMIT: &str = "stream_chunk_limit";
 pub(crate) const STREAM_BYTES_LIMIT: &str = "stream_bytes_limit";
 pub(crate) const STREAM_BYTES_MISCOUNTED: &str = "stream_bytes_miscounted";
 pub(crate) const COMPLETION_DECISIONS_AT_CAP: &str = "completion_decisions_at_cap";
+// Batch assertions (migration 0007).
+pub(crate) const CREDENTIAL_REVOKED: &str = "credential_revoked";
+pub(crate) const JOB_MOVED: &str = "job_moved";
 
 // UNIQUE constraints, by the column list SQLite reports.
 pub(crate) const UNIQUE_IDEMPOTENCY_KEY: &str = "UNIQUE jobs.organization_id, jobs.idempotency_key";
@@ -212,6 +215,16 @@ pub(crate) const GUARDS: &[Guard] = &[
         "INTERNAL",
         "internal error",
     ),
+    // Batch assertions: a runner's write whose credential generation moved on (rotation,
+    // revocation, recovery) is refused whole, as the edge refuses a stale credential.
+    guard(
+        CREDENTIAL_REVOKED,
+        401,
+        "AUTHENTICATION_FAILED",
+        "credential was revoked; exchange a new one",
+    ),
+    // The job object reloads and decides again when this fires; a second time is our bug.
+    guard(JOB_MOVED, 500, "INTERNAL", "internal error"),
     // Evidence.
     guard(
         "evidence_needs_accepted_completion",

@@ -110,11 +110,7 @@ pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<JobRow
     .await
 }
 
-pub(crate) async fn by_idempotency_key(
-    db: &Db,
-    org: &str,
-    key: &str,
-) -> ApiResult<Option<JobRow>> {
+pub(crate) async fn by_idempotency_key(db: &Db, org: &str, key: &str) -> ApiResult<Option<JobRow>> {
     first(
         db,
         &format!(
@@ -417,7 +413,7 @@ pub(crate) fn select_claims(db: &Db, job: &str) -> ApiResult<D1PreparedStatement
     )
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 pub(crate) struct ChunkHeadRow {
     pub(crate) sequence: i64,
     pub(crate) checksum: String,
@@ -427,11 +423,7 @@ pub(crate) struct ChunkHeadRow {
 
 /// The newest chunks of the job's current attempt, newest first (the chain head and the
 /// recent checksums the duplicate check remembers).
-pub(crate) fn select_stream_head(
-    db: &Db,
-    job: &str,
-    limit: i64,
-) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn select_stream_head(db: &Db, job: &str, limit: i64) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         "SELECT sequence, checksum, stream_bytes FROM stream_chunks \
@@ -441,7 +433,7 @@ pub(crate) fn select_stream_head(
     )
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 pub(crate) struct AcceptedRow {
     pub(crate) dispatch_attempt: i64,
     pub(crate) completion_checksum: String,
@@ -611,11 +603,7 @@ pub(crate) struct CompletionRow {
     pub(crate) received_at: i64,
 }
 
-pub(crate) async fn completions(
-    db: &Db,
-    org: &str,
-    job: &str,
-) -> ApiResult<Vec<CompletionRow>> {
+pub(crate) async fn completions(db: &Db, org: &str, job: &str) -> ApiResult<Vec<CompletionRow>> {
     all(
         db,
         "SELECT id, claim_id, runner_id, dispatch_attempt, decision, rationale, completion_checksum, status, input_hash, \
@@ -683,11 +671,7 @@ pub(crate) struct BundleClaim {
     pub(crate) signed_job: Option<String>,
 }
 
-pub(crate) async fn bundle_claims(
-    db: &Db,
-    org: &str,
-    job: &str,
-) -> ApiResult<Vec<BundleClaim>> {
+pub(crate) async fn bundle_claims(db: &Db, org: &str, job: &str) -> ApiResult<Vec<BundleClaim>> {
     all(
         db,
         "SELECT id, runner_id, dispatch_attempt, state, signed_job FROM job_claims \

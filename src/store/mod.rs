@@ -154,10 +154,7 @@ pub(crate) async fn run(db: &Db, sql: &str, args: &[Arg<'_>]) -> ApiResult<usize
 }
 
 /// Runs statements as one transaction (D1 `batch`): all commit or none do.
-pub(crate) async fn batch(
-    db: &Db,
-    statements: Vec<D1PreparedStatement>,
-) -> ApiResult<Vec<usize>> {
+pub(crate) async fn batch(db: &Db, statements: Vec<D1PreparedStatement>) -> ApiResult<Vec<usize>> {
     let results = read_batch(db, statements)
         .await
         .map_err(constraint_or_internal)?;

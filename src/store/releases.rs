@@ -65,11 +65,7 @@ pub(crate) async fn insert_artifact(db: &Db, new: &NewArtifact<'_>) -> ApiResult
     .await
 }
 
-pub(crate) async fn get_artifact(
-    db: &Db,
-    org: &str,
-    id: &str,
-) -> ApiResult<Option<ArtifactRow>> {
+pub(crate) async fn get_artifact(db: &Db, org: &str, id: &str) -> ApiResult<Option<ArtifactRow>> {
     first(
         db,
         "SELECT id, kind, name, created_at FROM release_artifacts \
@@ -175,10 +171,7 @@ struct InsertedId {
 
 /// Inserts a version of an artifact of the caller's organization and returns its new id, or
 /// `None` when no such artifact exists there (the guard; the composite foreign key agrees).
-pub(crate) async fn insert_version(
-    db: &Db,
-    new: &NewVersion<'_>,
-) -> ApiResult<Option<i64>> {
+pub(crate) async fn insert_version(db: &Db, new: &NewVersion<'_>) -> ApiResult<Option<i64>> {
     let rows: Vec<InsertedId> = all(
         db,
         "INSERT INTO release_versions (artifact_id, organization_id, content, content_hash, created_at) \
@@ -415,11 +408,7 @@ pub(crate) async fn insert_target(db: &Db, new: &NewTarget<'_>) -> ApiResult<usi
     .await
 }
 
-pub(crate) async fn get_target(
-    db: &Db,
-    org: &str,
-    id: &str,
-) -> ApiResult<Option<TargetRow>> {
+pub(crate) async fn get_target(db: &Db, org: &str, id: &str) -> ApiResult<Option<TargetRow>> {
     first(
         db,
         &format!(

@@ -111,10 +111,7 @@ pub(crate) async fn get_unscoped(db: &Db, id: &str) -> ApiResult<Option<RunnerRo
     .await
 }
 
-pub(crate) async fn by_fingerprint(
-    db: &Db,
-    fingerprint: &str,
-) -> ApiResult<Option<RunnerRow>> {
+pub(crate) async fn by_fingerprint(db: &Db, fingerprint: &str) -> ApiResult<Option<RunnerRow>> {
     first(
         db,
         &format!("SELECT {COLUMNS} FROM runners WHERE fingerprint = ?1"),

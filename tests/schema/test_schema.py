@@ -2162,3 +2162,83 @@ class JobBoundsTests(SchemaTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# =============================================================================================
+# Batch assertions (migration 0007): what a warm job object's one write asserts
+# =============================================================================================
+
+
+class BatchAssertionTests(SchemaTest):
+    # The statements the job object sends, read from the files the worker compiles in.
+    CREDENTIAL = (QUERIES / "assert_credential_current.sql").read_text()
+    CREDENTIAL_READ = (QUERIES / "credential_current.sql").read_text()
+    JOB_AS_KNOWN = (QUERIES / "assert_job_as_known.sql").read_text()
+
+    def heartbeat(self, job, claim, runner, generation, state="claimed", now=NOW + 1_000, lease_check=True):
+        """A warm heartbeat's batch: both assertions, then the write they guard."""
+        return [
+            (self.CREDENTIAL, (runner, self.w.one("SELECT organization_id FROM runners WHERE id = ?", runner)[0],
+                               generation)),
+            (self.JOB_AS_KNOWN, (job, state, 1, claim, now if lease_check else None)),
+            ("UPDATE jobs SET lease_expires_at = ?, updated_at = ? WHERE id = ?", (now + LEASE_MS, now, job)),
+        ]
+
+    def lease(self, job):
+        return self.w.job_row(job)[3]
+
+    def test_a_batch_whose_assertions_hold_commits_and_stores_nothing_for_them(self):
+        org, runner, job, claim = self.claimed_job()
+        batch(self.conn, self.heartbeat(job, claim, runner, 1))
+        self.assertEqual(self.lease(job), NOW + 1_000 + LEASE_MS)
+        self.assertEqual(self.execute("SELECT count(*) FROM batch_assertions").fetchone()[0], 0)
+
+    def test_a_moved_credential_generation_aborts_the_whole_batch(self):
+        org, runner, job, claim = self.claimed_job()
+        before = self.lease(job)
+        self.execute("UPDATE runners SET credential_generation = 2 WHERE id = ?", runner)  # a rotation
+        self.assertRefused(batch, self.conn, self.heartbeat(job, claim, runner, 1), message="credential_revoked")
+        self.assertEqual(self.lease(job), before)
+        # The new generation passes.
+        batch(self.conn, self.heartbeat(job, claim, runner, 2))
+
+    def test_a_revoked_runner_fails_the_credential_assertion_at_its_own_generation(self):
+        org, runner, job, claim = self.claimed_job()
+        self.execute("UPDATE runners SET state = 'revoked', revoked_at = ? WHERE id = ?", NOW, runner)
+        self.assertRefused(batch, self.conn, self.heartbeat(job, claim, runner, 1), message="credential_revoked")
+
+    def test_the_credential_assertion_is_scoped_to_the_organization(self):
+        org, runner, job, claim = self.claimed_job()
+        other = self.w.org()
+        statements = self.heartbeat(job, claim, runner, 1)
+        statements[0] = (self.CREDENTIAL, (runner, other, 1))
+        self.assertRefused(batch, self.conn, statements, message="credential_revoked")
+
+    def test_the_credential_read_agrees_with_the_assertion(self):
+        org, runner, job, claim = self.claimed_job()
+        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 1).fetchall(), [(1,)])
+        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 2).fetchall(), [])
+        self.execute("UPDATE runners SET state = 'revoked', revoked_at = ? WHERE id = ?", NOW, runner)
+        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 1).fetchall(), [])
+
+    def test_a_job_not_as_its_object_knew_it_aborts_the_batch(self):
+        org, runner, job, claim = self.claimed_job()
+        before = self.lease(job)
+        # Another state, attempt or claim than the object believed.
+        for state, attempt, held in (("running", 1, claim), ("claimed", 2, claim), ("claimed", 1, None)):
+            statements = self.heartbeat(job, claim, runner, 1)
+            statements[1] = (self.JOB_AS_KNOWN, (job, state, attempt, held, NOW + 1_000))
+            self.assertRefused(batch, self.conn, statements, message="job_moved")
+        self.assertEqual(self.lease(job), before)
+
+    def test_a_lease_moved_into_the_past_in_d1_aborts_a_batch_that_relied_on_it(self):
+        org, runner, job, claim = self.claimed_job()
+        self.execute("UPDATE jobs SET lease_expires_at = ? WHERE id = ?", NOW, job)
+        self.assertRefused(batch, self.conn, self.heartbeat(job, claim, runner, 1, now=NOW), message="job_moved")
+        # A decision that did not rely on the lease is not held to it.
+        batch(self.conn, self.heartbeat(job, claim, runner, 1, now=NOW, lease_check=False))
+
+    def test_an_unknown_assertion_code_aborts(self):
+        self.assertRefused(
+            batch, self.conn, [("INSERT INTO batch_assertions (code, held) VALUES ('credential_revokd', 1)", ())],
+            message="unknown_batch_assertion")

@@ -1,0 +1,132 @@
+//! The hot path, end to end (ARCHITECTURE.md "The hot path"): a job object that already knows
+//! its job answers a holder's heartbeat, chunk and completion with one D1 write, and that write
+//! asserts what the object relied on. Whatever changes behind the object's back (a rotation or
+//! revocation of the holder, a lease moved in D1) is caught by the write itself and refused
+//! whole, and the object then answers from the job read fresh.
+//!
+//! Each test makes its own organization, never sleeps to synchronize, and bounds every loop.
+//! Where a refusal alone could pass for the wrong reason, a control shows the same request
+//! succeeding with only the defect removed.
+
+use edgerunner_e2e::jobs::*;
+use edgerunner_e2e::*;
+use edgerunner_protocol::chunk::{ChainHead, ChunkKind};
+use edgerunner_protocol::stable_json::Sha256Hex;
+use serde_json::{json, Value};
+
+/// One organization with a prompt release promoted to `staging`.
+struct Fixture {
+    org: Org,
+    release: Release,
+}
+
+impl Fixture {
+    async fn new(name: &str) -> Self {
+        let org = bootstrap_org(name);
+        let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
+        Self { org, release }
+    }
+
+    fn key(&self) -> &str {
+        &self.org.admin_key
+    }
+
+    /// A fresh job, claimed by a fresh runner, with two heartbeats sent: the first moves it to
+    /// running, the second is answered by a warm object.
+    async fn warm_job(&self) -> (Runner, Claimed) {
+        let input = json!({ "hot": unique("job") });
+        let job = enqueue_job(self.key(), &self.release, &input, &requirements("prompt")).await;
+        let mut runner = Runner::simple(&self.org, &["prompt"], 1).await;
+        let claimed = runner.claim_job().await;
+        assert_eq!(claimed.job_id(), job["id"].as_str().unwrap_or_default());
+        for expected in ["running", "running"] {
+            let beat = runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+            assert_eq!(beat["state"], expected, "{beat}");
+        }
+        (runner, claimed)
+    }
+
+    async fn lease_of(&self, job_id: &str) -> Value {
+        get_job(self.key(), job_id).await.expect(200)["leaseExpiresAt"].clone()
+    }
+}
+
+fn text<'a>(value: &'a Value, key: &str) -> &'a str {
+    value[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no string {key:?} in {value}"))
+}
+
+fn array_of<'a>(value: &'a Value, key: &str) -> &'a Vec<Value> {
+    value[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {key:?} in {value}"))
+}
+
+fn chunk(head: &ChainHead, claimed: &Claimed, line: &str) -> Value {
+    head.next_chunk(
+        &claimed.identity(),
+        ChunkKind::Log,
+        json!({ "segments": [{ "stream": "stdout", "text": line }] }),
+        timestamp_now(),
+    )
+    .to_json()
+}
+
+#[tokio::test]
+async fn a_rotation_between_two_heartbeats_of_a_warm_object_refuses_the_second() {
+    let f = Fixture::new("hot-rotation").await;
+    let (runner, claimed) = f.warm_job().await;
+    let lease = f.lease_of(&claimed.job_id()).await;
+
+    rotate(f.key(), &runner.id).await.expect(200);
+    runner
+        .heartbeat(&claimed.claim_id(), 90)
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    // Refused whole: the lease did not move.
+    assert_eq!(f.lease_of(&claimed.job_id()).await, lease);
+
+    // Control: the rotated runner's new credential holds the claim still, and beats.
+    let rotated = rotate(f.key(), &runner.id).await.expect(200);
+    let fresh = Runner::connect(&runner.id, text(&rotated, "bootstrapToken")).await;
+    let beat = fresh.heartbeat(&claimed.claim_id(), 90).await.expect(200);
+    assert_ne!(beat["leaseExpiresAt"], lease, "{beat}");
+}
+
+#[tokio::test]
+async fn a_revocation_between_two_chunks_of_a_warm_object_refuses_the_second_and_stores_nothing() {
+    let f = Fixture::new("hot-revocation").await;
+    let (runner, claimed) = f.warm_job().await;
+    let first = chunk(&ChainHead::empty(), &claimed, "before\n");
+    runner.stream(&first).await.expect(200);
+
+    set_status(f.key(), &runner.id, "revoked", "hot path: revoked mid-job").await;
+    let head = ChainHead::restore(
+        1,
+        vec![Sha256Hex::parse(text(&first, "checksum")).expect("a checksum")],
+    )
+    .expect("a one-chunk head");
+    let second = chunk(&head, &claimed, "after\n");
+    runner
+        .stream(&second)
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    let shown = get_job(f.key(), &claimed.job_id()).await.expect(200);
+    assert_eq!(array_of(&shown, "stream").len(), 1, "{shown}");
+}
+
+#[tokio::test]
+async fn a_lease_moved_into_the_past_behind_a_warm_object_refuses_its_heartbeat() {
+    let f = Fixture::new("hot-lease").await;
+    let (runner, claimed) = f.warm_job().await;
+    // Only D1 knows: the object last saw a lease a minute away.
+    recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() - 1_000);
+    runner
+        .heartbeat(&claimed.claim_id(), 60)
+        .await
+        .expect_error(409, "LEASE_EXPIRED");
+    // Control: moved back into the future, the same heartbeat is accepted.
+    recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() + 60_000);
+    runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+}
