@@ -35,7 +35,8 @@ use worker::{durable_object, DurableObject, Env, Request, Response, Result, Stat
 
 use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
-use crate::objects::{read_request, respond, Reply};
+use crate::objects::{read_op, respond, Reply};
+use crate::ops::{Holder, JobOp};
 use crate::platform::{now_ms, random_bytes, rfc3339};
 use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 
@@ -72,18 +73,16 @@ impl DurableObject for JobObject {
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
-        let (op, body) = match read_request(req).await {
-            Ok(parts) => parts,
+        let op: JobOp = match read_op(req).await {
+            Ok(op) => op,
             Err(err) => return err.into_response(),
         };
-        if op == "grant" {
-            if let Some(job_id) = body.get("jobId").and_then(Value::as_str) {
-                // The alarm has no request to name its job; a lease starts here, so remember it.
-                self.state.storage().put(JOB_ID_KEY, job_id).await?;
-            }
+        if let JobOp::Grant { job_id, .. } = &op {
+            // The alarm has no request to name its job; a lease starts here, so remember it.
+            self.state.storage().put(JOB_ID_KEY, job_id).await?;
         }
         let trips = RoundTrips::default();
-        let outcome = self.run(op, body, &trips).await;
+        let outcome = self.run(op, &trips).await;
         respond(outcome, &trips)
     }
 
@@ -93,11 +92,11 @@ impl DurableObject for JobObject {
         let Some(job_id) = job_id else {
             return Response::ok("no job");
         };
-        let body = json!({ "jobId": job_id, "actor": "system:alarm" });
-        match self
-            .run("recover".to_owned(), body, &RoundTrips::default())
-            .await
-        {
+        let op = JobOp::Recover {
+            job_id: job_id.clone(),
+            actor: "system:alarm".to_owned(),
+        };
+        match self.run(op, &RoundTrips::default()).await {
             Ok(reply) => Response::ok(reply.body.to_string()),
             Err(err) => {
                 worker::console_error!("alarm recovery of {job_id} failed: {err:?}");
@@ -122,16 +121,16 @@ impl JobObject {
     /// the earlier alarm, which finds the lease alive and re-arms at it (see `recover`). So
     /// nothing after the commit can fail the operation: a committed grant is never answered
     /// with an error.
-    async fn run(&self, op: String, body: Value, trips: &RoundTrips) -> ApiResult<Reply> {
+    async fn run(&self, op: JobOp, trips: &RoundTrips) -> ApiResult<Reply> {
         let env = self.env.clone();
         let storage = self.state.storage();
         let trips = trips.clone();
         let known = Rc::clone(&self.known);
         let outcome = self
             .state
-            .block_concurrency_while(async move {
-                Ok(dispatch(env, storage, trips, known, &op, body).await)
-            })
+            .block_concurrency_while(
+                async move { Ok(dispatch(env, storage, trips, known, op).await) },
+            )
             .await
             .map_err(ApiError::internal)??;
         let storage = self.state.storage();
@@ -187,20 +186,26 @@ async fn dispatch(
     storage: Storage,
     trips: RoundTrips,
     known: Known,
-    op: &str,
-    body: Value,
+    op: JobOp,
 ) -> ApiResult<OpOutcome> {
     let db = Db::of(&env, trips)?;
-    let job_id = str_field(&body, "jobId")?;
-    let holder = Holder::of(&body)?;
+    let job_id = op.job_id();
+    let holder = op.holder();
     let cached = known
         .borrow_mut()
         .take()
-        .filter(|known| known.job.id == job_id && decides_warm(op));
+        .filter(|known| known.job.id == job_id && holder.is_some());
     let mut warm = cached.is_some();
-    let mut snapshot = match cached {
-        Some(known) => known,
-        None => Snapshot::load(&db, job_id, holder.as_ref()).await?,
+    // A grant comes with the job row the claim's candidate read found: it decides from that
+    // (its batch asserts the job is still so) rather than reading the job again.
+    let candidate = match &op {
+        JobOp::Grant { job: Some(row), .. } => Some(row.as_ref().clone()),
+        _ => None,
+    };
+    let mut snapshot = match (cached, candidate) {
+        (Some(known), _) => known,
+        (None, Some(row)) => Snapshot::of_candidate(row),
+        (None, None) => Snapshot::load(&db, job_id, holder).await?,
     };
     // A warm try, then at most two fresh ones (a second move is someone else's D1 write).
     for _ in 0..3 {
@@ -209,12 +214,12 @@ async fn dispatch(
             db: &db,
             storage: &storage,
             now: now_ms(),
-            holder: holder.as_ref(),
+            holder,
             alarm: Cell::new(AlarmChange::Keep),
             wrote: Cell::new(false),
             learned: RefCell::new(None),
         };
-        let result = run_op(&op_ctx, op, snapshot, &body).await;
+        let result = run_op(&op_ctx, &op, snapshot).await;
         // A warm answer stands only on its committed write, or on the holder's credential
         // found revoked by it; any other warm outcome (a refusal, a replay that wrote nothing,
         // a guard that fired) is decided again from D1, as is a write that found the job moved.
@@ -227,7 +232,7 @@ async fn dispatch(
             };
         if moved || unproven {
             warm = false;
-            snapshot = Snapshot::load(&db, job_id, holder.as_ref()).await?;
+            snapshot = Snapshot::load(&db, job_id, holder).await?;
             continue;
         }
         let reply = result?;
@@ -251,42 +256,31 @@ async fn dispatch(
     )))
 }
 
-/// The operations a warm object may decide from what it knows: a holder's, each with a write
-/// that asserts what it relied on.
-fn decides_warm(op: &str) -> bool {
-    matches!(op, "heartbeat" | "stream" | "complete" | "release")
-}
-
-async fn run_op(ctx: &OpCtx<'_>, op: &str, snapshot: Snapshot, body: &Value) -> ApiResult<Reply> {
+async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> ApiResult<Reply> {
     match op {
-        "grant" => grant(ctx, snapshot, body).await,
-        "heartbeat" => heartbeat(ctx, snapshot, body).await,
-        "stream" => stream(ctx, snapshot, body).await,
-        "complete" => complete(ctx, snapshot, body).await,
-        "cancel" => cancel(ctx, snapshot, body).await,
-        "recover" => recover(ctx, snapshot, body).await,
-        "release" => release(ctx, snapshot, body).await,
-        _ => Err(ApiError::internal(format!("unknown job operation {op}"))),
-    }
-}
-
-/// The runner a credential names, as the edge verified it (signature and expiry) without
-/// reading D1: its generation is checked against the runner's row by the object, in the
-/// fresh read or in the write's own assertion.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Holder {
-    runner_id: String,
-    organization_id: String,
-    generation: i64,
-}
-
-impl Holder {
-    /// The `holder` of a runner's operation; `None` for an admin's or the system's.
-    fn of(body: &Value) -> ApiResult<Option<Self>> {
-        body.get("holder")
-            .map(|h| serde_json::from_value(h.clone()).map_err(ApiError::internal))
-            .transpose()
+        JobOp::Grant {
+            organization_id,
+            runner_id,
+            generation,
+            ..
+        } => grant(ctx, snapshot, organization_id, runner_id, *generation).await,
+        JobOp::Heartbeat {
+            claim_id,
+            extend_seconds,
+            ..
+        } => heartbeat(ctx, snapshot, claim_id, *extend_seconds).await,
+        JobOp::Stream { chunk, .. } => stream(ctx, snapshot, chunk).await,
+        JobOp::Complete { completion, .. } => complete(ctx, snapshot, completion).await,
+        JobOp::Cancel {
+            organization_id,
+            actor,
+            reason,
+            ..
+        } => cancel(ctx, snapshot, organization_id, actor, reason).await,
+        JobOp::Recover { actor, .. } => recover(ctx, snapshot, actor).await,
+        JobOp::Release {
+            claim_id, reason, ..
+        } => release(ctx, snapshot, claim_id, reason).await,
     }
 }
 
@@ -378,12 +372,6 @@ impl OpCtx<'_> {
     }
 }
 
-fn str_field<'a>(body: &'a Value, field: &str) -> ApiResult<&'a str> {
-    body.get(field)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::internal(format!("object request lacks {field}")))
-}
-
 fn refuse(status: u16, code: &str, message: impl Into<String>) -> ApiResult<Reply> {
     Ok(Reply {
         status,
@@ -404,6 +392,21 @@ struct Snapshot {
 }
 
 impl Snapshot {
+    /// A queued job as a claim's candidate read found it. A queued job's grant decides from the
+    /// row alone: its earlier claims, stream and refused decisions are not read. What the object
+    /// then knows lacks them, so a later warm decision that would need them (a completion naming
+    /// an earlier attempt, a refused decision at the stored cap) refuses or meets a guard, and
+    /// is decided again from D1.
+    fn of_candidate(job: jobs::JobRow) -> Self {
+        Self {
+            job,
+            claims: Vec::new(),
+            head: Vec::new(),
+            accepted: None,
+            stored_refusals: 0,
+        }
+    }
+
     /// The job read fresh, in one round trip; with a `holder`, that runner's credential
     /// generation is checked in the same read (`401` when it moved on, or the runner is
     /// revoked or not approved), as the edge once did before every runner request.
@@ -518,13 +521,13 @@ fn event<'a>(job: &'a jobs::JobRow, actor: &'a str, kind: &'a str) -> events::Ne
 // Grant: the claim's last step, asked by the runner's object for one candidate job.
 // ------------------------------------------------------------------------------------------
 
-async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
-    let org = str_field(body, "organizationId")?;
-    let runner = str_field(body, "runnerId")?;
-    let generation = body
-        .get("generation")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| ApiError::internal("grant lacks generation"))?;
+async fn grant(
+    ctx: &OpCtx<'_>,
+    snap: Snapshot,
+    org: &str,
+    runner: &str,
+    generation: u64,
+) -> ApiResult<Reply> {
     let job = &snap.job;
     if job.organization_id != org {
         return Err(ApiError::not_found("no such job"));
@@ -722,13 +725,13 @@ fn held_claim<'a>(
     Ok(claim)
 }
 
-async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+async fn heartbeat(
+    ctx: &OpCtx<'_>,
+    snap: Snapshot,
+    claim_id: &str,
+    extend: i64,
+) -> ApiResult<Reply> {
     let runner = ctx.runner()?;
-    let claim_id = str_field(body, "claimId")?;
-    let extend = body
-        .get("extendSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(60);
     if !LEASE_SECONDS.contains(&extend) {
         return refuse(
             422,
@@ -819,11 +822,8 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<R
 // Stream
 // ------------------------------------------------------------------------------------------
 
-async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Reply> {
     let runner = ctx.runner()?;
-    let raw = body
-        .get("chunk")
-        .ok_or_else(|| ApiError::internal("stream lacks chunk"))?;
     let chunk = match StreamChunk::from_json(raw) {
         Ok(chunk) => chunk,
         Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
@@ -924,11 +924,8 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
 // Complete
 // ------------------------------------------------------------------------------------------
 
-async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Reply> {
     let runner = ctx.runner()?;
-    let raw = body
-        .get("completion")
-        .ok_or_else(|| ApiError::internal("complete lacks completion"))?;
     let completion = match Completion::from_json(raw) {
         Ok(c) => c,
         Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
@@ -1279,10 +1276,13 @@ async fn explain_attached(
 // Cancel
 // ------------------------------------------------------------------------------------------
 
-async fn cancel(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
-    let org = str_field(body, "organizationId")?;
-    let reason = str_field(body, "reason")?;
-    let actor = str_field(body, "actor")?;
+async fn cancel(
+    ctx: &OpCtx<'_>,
+    snap: Snapshot,
+    org: &str,
+    actor: &str,
+    reason: &str,
+) -> ApiResult<Reply> {
     let job = &snap.job;
     if job.organization_id != org {
         return Err(ApiError::not_found("no such job"));
@@ -1350,8 +1350,7 @@ async fn cancel(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Repl
 // Recover: the lease-loss decision applied (alarm, cron sweep and admin reap all end here).
 // ------------------------------------------------------------------------------------------
 
-async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
-    let actor = str_field(body, "actor")?;
+async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> ApiResult<Reply> {
     let job = &snap.job;
     let state = snap.state()?;
     let decision = decide(&snap.lease()?, ctx.now);
@@ -1526,10 +1525,8 @@ fn lapse_reason(claim: &jobs::ClaimRow, lease: Option<i64>) -> String {
 // Release: the holder hands its claim back (it is stopping, or restarted and runs none of it).
 // ------------------------------------------------------------------------------------------
 
-async fn release(ctx: &OpCtx<'_>, snap: Snapshot, body: &Value) -> ApiResult<Reply> {
+async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> ApiResult<Reply> {
     let runner = ctx.runner()?;
-    let claim_id = str_field(body, "claimId")?;
-    let why = str_field(body, "reason")?;
     let claim = match held_claim(&snap, runner, claim_id) {
         Ok(claim) => claim.clone(),
         Err(reply) => return Ok(reply),

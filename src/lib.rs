@@ -31,6 +31,7 @@ mod http;
 mod job_do;
 mod objects;
 mod openapi;
+mod ops;
 mod panel;
 mod platform;
 mod reaper;
@@ -251,13 +252,11 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         }
 
         #[cfg(feature = "bench-floor")]
-        (Post, ["__bench", "floor"]) => objects::call(
+        (Post, ["__bench", "floor"]) => objects::call_runner(
             &ctx.env,
             ctx.db.trips(),
-            objects::RUNNERS,
             "bench-floor",
-            "floor",
-            &serde_json::json!({}),
+            &ops::RunnerOp::Floor,
         )
         .await?
         .into_response(),

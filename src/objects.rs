@@ -10,6 +10,7 @@ use serde_json::Value;
 use worker::{Env, Method, Request, RequestInit, Response};
 
 use crate::error::{json_response, ApiError, ApiResult};
+use crate::ops::{JobOp, RunnerOp};
 use crate::store::RoundTrips;
 
 pub(crate) const JOBS: &str = "JOBS";
@@ -55,13 +56,16 @@ pub(crate) async fn call(
     binding: &str,
     name: &str,
     op: &str,
-    body: &Value,
+    body: &impl serde::Serialize,
 ) -> ApiResult<Reply> {
     let namespace = env.durable_object(binding)?;
     let stub = namespace.id_from_name(name)?.get_stub()?;
     let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(body.to_string().into()));
+    init.with_method(Method::Post).with_body(Some(
+        serde_json::to_string(body)
+            .map_err(ApiError::internal)?
+            .into(),
+    ));
     let req = Request::new_with_init(&format!("https://object/{op}"), &init)?;
     let mut res = stub.fetch_with_request(req).await?;
     if let Some(n) = res
@@ -81,6 +85,32 @@ pub(crate) async fn call(
         })?
     };
     Ok(Reply { status, body })
+}
+
+/// Calls a job's object: `op` on the object of the job it names.
+pub(crate) async fn call_job(env: &Env, trips: &RoundTrips, op: &JobOp) -> ApiResult<Reply> {
+    call(env, trips, JOBS, op.job_id(), op.name(), op).await
+}
+
+/// Calls runner `runner_id`'s object.
+pub(crate) async fn call_runner(
+    env: &Env,
+    trips: &RoundTrips,
+    runner_id: &str,
+    op: &RunnerOp,
+) -> ApiResult<Reply> {
+    call(env, trips, RUNNERS, runner_id, op.name(), op).await
+}
+
+/// Reads an object request whose body is a typed operation ([`crate::ops`]).
+pub(crate) async fn read_op<T: serde::de::DeserializeOwned>(mut req: Request) -> ApiResult<T> {
+    let text = req.text().await?;
+    serde_json::from_str(&text).map_err(|e| {
+        ApiError::internal(format!(
+            "bad object request {}: {e}",
+            req.path().trim_start_matches('/')
+        ))
+    })
 }
 
 /// Reads an object request: the operation (the path) and its JSON body.

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use worker::Env;
 
 use crate::error::{ApiError, ApiResult};
-use crate::objects::{self, JOBS};
+use crate::objects;
+use crate::ops::JobOp;
 use crate::store;
 
 /// Leases examined by one pass unless the caller asks for fewer.
@@ -69,17 +70,14 @@ pub(crate) async fn pass(
     let mut unchanged = 0;
     let mut failed = 0;
     for group in batch.chunks(CONCURRENCY) {
-        let bodies: Vec<Value> = group
+        let ops: Vec<JobOp> = group
             .iter()
-            .map(|job| json!({ "jobId": job.id, "actor": actor }))
+            .map(|job| JobOp::Recover {
+                job_id: job.id.clone(),
+                actor: actor.to_owned(),
+            })
             .collect();
-        let replies = join_all(
-            group
-                .iter()
-                .zip(&bodies)
-                .map(|(job, body)| objects::call(env, db.trips(), JOBS, &job.id, "recover", body)),
-        )
-        .await;
+        let replies = join_all(ops.iter().map(|op| objects::call_job(env, db.trips(), op))).await;
         for reply in replies {
             match reply {
                 Ok(reply) if reply.is_success() => {

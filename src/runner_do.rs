@@ -11,11 +11,18 @@ use edgerunner_protocol::capability::{
     ServedTarget, SubjectRef,
 };
 use serde_json::{json, Value};
-use worker::{durable_object, DurableObject, Env, Request, Response, Result, State};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use worker::{
+    durable_object, D1PreparedStatement, D1Result, DurableObject, Env, Request, Response, Result,
+    State,
+};
 
 use crate::error::{ApiError, ApiResult};
-use crate::objects::{self, read_request, respond, Reply};
-use crate::store::{jobs, runners, Db, RoundTrips};
+use crate::objects::{self, read_op, respond, Reply};
+use crate::ops::{JobOp, RunnerOp};
+use crate::store::{self, jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
 /// index cannot express (limits, network, tags, problem type, served targets), never the queue.
@@ -27,21 +34,28 @@ const MAX_PAGES: usize = 8;
 pub struct RunnerObject {
     state: State,
     env: Env,
+    /// The runner's capabilities and tags as its last claim read them (see [`claim`]).
+    profile: Rc<RefCell<Option<Profile>>>,
 }
 
 impl DurableObject for RunnerObject {
     fn new(state: State, env: Env) -> Self {
-        Self { state, env }
+        Self {
+            state,
+            env,
+            profile: Rc::default(),
+        }
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
-        let (op, body) = match read_request(req).await {
-            Ok(parts) => parts,
+        let op: RunnerOp = match read_op(req).await {
+            Ok(op) => op,
             Err(err) => return err.into_response(),
         };
         let env = self.env.clone();
         let trips = RoundTrips::default();
         let counted = trips.clone();
+        let profile = Rc::clone(&self.profile);
         let outcome = self
             .state
             .block_concurrency_while(async move {
@@ -49,11 +63,25 @@ impl DurableObject for RunnerObject {
                     Ok(db) => db,
                     Err(err) => return Ok(Err(err)),
                 };
-                Ok(match op.as_str() {
-                    "claim" => claim(&env, &db, body).await,
+                Ok(match op {
+                    RunnerOp::Claim {
+                        organization_id,
+                        runner_id,
+                        generation,
+                        served_targets,
+                    } => {
+                        let claimant = Claimant {
+                            org: &organization_id,
+                            runner_id: &runner_id,
+                            generation,
+                            served_targets: served_targets.as_ref(),
+                        };
+                        claim(&env, &db, &profile, claimant).await
+                    }
                     #[cfg(feature = "bench-floor")]
-                    "floor" => floor(&db).await,
-                    _ => Err(ApiError::internal(format!("unknown runner operation {op}"))),
+                    RunnerOp::Floor => floor(&db).await,
+                    #[cfg(not(feature = "bench-floor"))]
+                    RunnerOp::Floor => Err(ApiError::not_found("no such route")),
                 })
             })
             .await;
@@ -71,19 +99,90 @@ fn refuse(status: u16, code: &str, message: &str) -> ApiResult<Reply> {
     })
 }
 
-async fn claim(env: &Env, db: &Db, body: Value) -> ApiResult<Reply> {
-    let org = body
-        .get("organizationId")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let runner_id = body
-        .get("runnerId")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let generation = body.get("generation").and_then(Value::as_i64).unwrap_or(-1);
-    let runner = runners::get(db, org, runner_id)
-        .await?
-        .ok_or_else(|| ApiError::unauthorized("the credential's runner no longer exists"))?;
+/// The runner's capabilities and tags, as stored: what its claim's index ranges and matching
+/// are built from.
+#[derive(Clone, PartialEq, Eq)]
+struct Profile {
+    capabilities: String,
+    tags: String,
+}
+
+impl Profile {
+    fn of(runner: &runners::RunnerRow) -> Self {
+        Self {
+            capabilities: runner.capabilities.clone(),
+            tags: runner.tags.clone(),
+        }
+    }
+
+    fn parse(&self) -> ApiResult<RunnerProfile> {
+        let capabilities: Value =
+            serde_json::from_str(&self.capabilities).map_err(ApiError::internal)?;
+        let tags: Value = serde_json::from_str(&self.tags).map_err(ApiError::internal)?;
+        Ok(RunnerProfile::new(
+            CapabilityDocument::parse(&capabilities).map_err(ApiError::internal)?,
+            parse_tags(&tags).map_err(ApiError::internal)?,
+        ))
+    }
+}
+
+/// A claim: one D1 read and one D1 write when the object is warm.
+///
+/// The read is one batch: the runner's row (its credential generation, state and capacity,
+/// checked fresh on every claim) and the first page of candidates, whose index ranges come from
+/// the capabilities the object remembers from its last claim. When the row shows other
+/// capabilities or tags than those, the ranges are built again from the row and read again (a
+/// cold object reads the row first). The write is the grant, by the candidate's job object,
+/// from the candidate row as read here (no read of its own; its batch asserts the job is still
+/// as read).
+/// Who claims, as the edge verified the credential.
+struct Claimant<'a> {
+    org: &'a str,
+    runner_id: &'a str,
+    generation: i64,
+    served_targets: Option<&'a Value>,
+}
+
+async fn claim(
+    env: &Env,
+    db: &Db,
+    remembered: &RefCell<Option<Profile>>,
+    claimant: Claimant<'_>,
+) -> ApiResult<Reply> {
+    let Claimant {
+        org,
+        runner_id,
+        generation,
+        served_targets,
+    } = claimant;
+    let served: Option<Vec<ServedTarget>> = match served_targets {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_served_targets(v)?),
+    };
+    let gone = || ApiError::unauthorized("the credential's runner no longer exists");
+    let last = remembered.borrow_mut().take();
+    let mut profile = match last {
+        Some(profile) => profile,
+        None => Profile::of(&runners::get(db, org, runner_id).await?.ok_or_else(gone)?),
+    };
+    // At most two reads: the remembered profile's, then (if the row moved on) the row's own.
+    let (runner, mut ranges, runner_profile, first_page) = loop {
+        let runner_profile = profile.parse()?;
+        let mut ranges = Ranges::of(&runner_profile);
+        let (rows, page) = ranges
+            .next_page(db, org, Some(runners::select(db, org, runner_id)?))
+            .await?;
+        let runner = store::rows_of::<runners::RunnerRow>(&rows, 0)?
+            .into_iter()
+            .next()
+            .ok_or_else(gone)?;
+        let read = Profile::of(&runner);
+        if read == profile {
+            break (runner, ranges, runner_profile, page);
+        }
+        profile = read;
+    };
+    *remembered.borrow_mut() = Some(profile);
     if runner.credential_generation != generation || runner.state == "revoked" {
         return Err(ApiError::unauthorized(
             "credential was revoked; exchange a new one",
@@ -103,21 +202,9 @@ async fn claim(env: &Env, db: &Db, body: Value) -> ApiResult<Reply> {
             "the runner holds as many claims as it may",
         );
     }
-    let served: Option<Vec<ServedTarget>> = match body.get("servedTargets") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(parse_served_targets(v)?),
-    };
-    let capabilities: Value =
-        serde_json::from_str(&runner.capabilities).map_err(ApiError::internal)?;
-    let tags: Value = serde_json::from_str(&runner.tags).map_err(ApiError::internal)?;
-    let profile = RunnerProfile::new(
-        CapabilityDocument::parse(&capabilities).map_err(ApiError::internal)?,
-        parse_tags(&tags).map_err(ApiError::internal)?,
-    );
 
-    let mut ranges = Ranges::of(&profile);
-    for _ in 0..MAX_PAGES {
-        let page = ranges.next_page(db, org).await?;
+    let mut page = first_page;
+    for pages in 1..=MAX_PAGES {
         if page.is_empty() {
             break;
         }
@@ -131,29 +218,28 @@ async fn claim(env: &Env, db: &Db, body: Value) -> ApiResult<Reply> {
                 version_id: candidate.subject_version_id,
                 content_hash: candidate.subject_content_hash.clone(),
             };
-            if match_job(&profile, &requirements, &subject, served.as_deref()).is_err() {
+            if match_job(&runner_profile, &requirements, &subject, served.as_deref()).is_err() {
                 continue;
             }
-            let reply = objects::call(
-                env,
-                db.trips(),
-                objects::JOBS,
-                &candidate.id,
-                "grant",
-                &json!({
-                    "jobId": candidate.id,
-                    "organizationId": org,
-                    "runnerId": runner_id,
-                    "generation": runner.credential_generation,
-                }),
-            )
-            .await?;
+            let op = JobOp::Grant {
+                job_id: candidate.id.clone(),
+                organization_id: org.to_owned(),
+                runner_id: runner_id.to_owned(),
+                generation: u64::try_from(runner.credential_generation)
+                    .map_err(ApiError::internal)?,
+                job: Some(Box::new(candidate)),
+            };
+            let reply = objects::call_job(env, db.trips(), &op).await?;
             match reply.error_code() {
                 // Another runner got there first, or it changed: try the next candidate.
                 Some("JOB_NOT_QUEUED") => continue,
                 _ => return Ok(reply),
             }
         }
+        if pages == MAX_PAGES {
+            break;
+        }
+        page = ranges.next_page(db, org, None).await?.1;
     }
     Ok(Reply {
         status: 204,
@@ -198,42 +284,50 @@ impl Ranges {
         }
     }
 
-    /// The next page of every unfinished range, merged in queue order.
-    async fn next_page(&mut self, db: &Db, org: &str) -> ApiResult<Vec<jobs::Candidate>> {
+    /// The next page of every unfinished range, merged in queue order; with `first`, one more
+    /// statement's rows (the runner's row) ride in the same round trip and come back first.
+    async fn next_page(
+        &mut self,
+        db: &Db,
+        org: &str,
+        first: Option<D1PreparedStatement>,
+    ) -> ApiResult<(Vec<D1Result>, Vec<jobs::JobRow>)> {
         let open: Vec<usize> = (0..self.ranges.len())
             .filter(|&i| !self.ranges[i].done)
             .collect();
-        if open.is_empty() {
-            return Ok(Vec::new());
+        let riders = usize::from(first.is_some());
+        let mut statements: Vec<D1PreparedStatement> = first.into_iter().collect();
+        statements.extend(
+            open.iter()
+                .map(|&i| {
+                    let range = &self.ranges[i];
+                    jobs::candidates(
+                        db,
+                        org,
+                        &range.kind,
+                        &range.runtime,
+                        self.external,
+                        range.after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                        CANDIDATES_PER_RANGE,
+                    )
+                })
+                .collect::<ApiResult<Vec<_>>>()?,
+        );
+        if statements.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
         }
-        let statements = open
-            .iter()
-            .map(|&i| {
-                let range = &self.ranges[i];
-                jobs::candidates(
-                    db,
-                    org,
-                    &range.kind,
-                    &range.runtime,
-                    self.external,
-                    range.after.as_ref().map(|(at, id)| (*at, id.as_str())),
-                    CANDIDATES_PER_RANGE,
-                )
-            })
-            .collect::<ApiResult<Vec<_>>>()?;
+        let mut results = crate::store::read_batch(db, statements).await?;
+        let ranges = results.split_off(riders.min(results.len()));
         let mut page = Vec::new();
-        for (&i, result) in open
-            .iter()
-            .zip(crate::store::read_batch(db, statements).await?)
-        {
-            let rows = result.results::<jobs::Candidate>()?;
+        for (&i, result) in open.iter().zip(ranges) {
+            let rows = result.results::<jobs::JobRow>()?;
             let range = &mut self.ranges[i];
             range.done = i64::try_from(rows.len()).unwrap_or(0) < CANDIDATES_PER_RANGE;
             range.after = rows.last().map(|c| (c.created_at, c.id.clone()));
             page.extend(rows);
         }
         page.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        Ok(page)
+        Ok((results, page))
     }
 }
 

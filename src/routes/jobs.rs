@@ -17,7 +17,8 @@ use crate::http::{
     json_body, json_body_capped, json_object, json_object_capped, CLAIM_BODY_BYTES,
     SMALL_BODY_BYTES,
 };
-use crate::objects::{self, JOBS, RUNNERS};
+use crate::objects;
+use crate::ops::{Holder, JobOp, RunnerOp};
 use crate::platform::random_id;
 use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 use crate::Ctx;
@@ -487,15 +488,13 @@ pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     jobs::get(&ctx.db, &caller.organization_id, id)
         .await?
         .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let reply = objects::call(
-        &ctx.env,
-        ctx.db.trips(),
-        JOBS,
-        id,
-        "cancel",
-        &json!({ "jobId": id, "organizationId": caller.organization_id, "reason": reason, "actor": caller.actor() }),
-    )
-    .await?;
+    let op = JobOp::Cancel {
+        job_id: id.to_owned(),
+        organization_id: caller.organization_id.clone(),
+        actor: caller.actor(),
+        reason: reason.to_owned(),
+    };
+    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
     if !reply.is_success() {
         return reply.into_response();
     }
@@ -515,20 +514,13 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let claims = credential.claims();
     let body = json_object_capped(&mut req, CLAIM_BODY_BYTES).await?;
     refuse_unknown(&body, &["servedTargets"])?;
-    let reply = objects::call(
-        &ctx.env,
-        ctx.db.trips(),
-        RUNNERS,
-        &claims.runner_id,
-        "claim",
-        &json!({
-            "organizationId": claims.organization_id,
-            "runnerId": claims.runner_id,
-            "generation": claims.generation,
-            "servedTargets": body.get("servedTargets").cloned().unwrap_or(Value::Null),
-        }),
-    )
-    .await?;
+    let op = RunnerOp::Claim {
+        organization_id: claims.organization_id.clone(),
+        runner_id: claims.runner_id.clone(),
+        generation: i64::try_from(claims.generation).map_err(ApiError::internal)?,
+        served_targets: body.get("servedTargets").cloned(),
+    };
+    let reply = objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
     reply.into_response()
 }
 
@@ -545,12 +537,12 @@ fn job_of_claim(claim_id: &str) -> ApiResult<&str> {
 /// The holder a runner's credential names, as a job object checks it: against the job's
 /// claims, and (in the write itself) against the runner's live credential generation. The edge
 /// reads nothing from D1 for a runner's heartbeat, chunk, completion or hand-back.
-fn holder(credential: &VerifiedCredential) -> Value {
+fn holder(credential: &VerifiedCredential) -> ApiResult<Holder> {
     let claims = credential.claims();
-    json!({
-        "runnerId": claims.runner_id,
-        "organizationId": claims.organization_id,
-        "generation": claims.generation,
+    Ok(Holder {
+        runner_id: claims.runner_id.clone(),
+        organization_id: claims.organization_id.clone(),
+        generation: i64::try_from(claims.generation).map_err(ApiError::internal)?,
     })
 }
 
@@ -559,25 +551,22 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     let claim_id = required_str(&body, "claimId", 300)?;
     let job_id = job_of_claim(claim_id)?;
-    let extend = match body.get("extendSeconds") {
-        None | Some(Value::Null) => json!(60),
-        Some(v) if v.as_i64().is_some() => v.clone(),
-        Some(_) => {
-            return Err(ApiError::unprocessable(
+    let extend_seconds = match body.get("extendSeconds") {
+        None | Some(Value::Null) => 60,
+        Some(v) => v.as_i64().ok_or_else(|| {
+            ApiError::unprocessable(
                 "INVALID_LEASE",
                 "extendSeconds must be an integer from 15 to 120",
-            ))
-        }
+            )
+        })?,
     };
-    let reply = objects::call(
-        &ctx.env,
-        ctx.db.trips(),
-        JOBS,
-        job_id,
-        "heartbeat",
-        &json!({ "jobId": job_id, "holder": holder(&credential), "claimId": claim_id, "extendSeconds": extend }),
-    )
-    .await?;
+    let op = JobOp::Heartbeat {
+        job_id: job_id.to_owned(),
+        holder: holder(&credential)?,
+        claim_id: claim_id.to_owned(),
+        extend_seconds,
+    };
+    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
     reply.into_response()
 }
 
@@ -590,24 +579,44 @@ pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     let claim_id = required_str(&body, "claimId", 300)?;
     let reason = required_str(&body, "reason", 500)?;
     let job_id = job_of_claim(claim_id)?;
-    let reply = objects::call(
-        &ctx.env,
-        ctx.db.trips(),
-        JOBS,
-        job_id,
-        "release",
-        &json!({ "jobId": job_id, "holder": holder(&credential), "claimId": claim_id, "reason": reason }),
-    )
-    .await?;
+    let op = JobOp::Release {
+        job_id: job_id.to_owned(),
+        holder: holder(&credential)?,
+        claim_id: claim_id.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
     reply.into_response()
 }
 
 pub(crate) async fn stream(req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    forward_named_job(req, ctx, "stream", "chunk", "STREAM_CHUNK_MALFORMED").await
+    forward_named_job(
+        req,
+        ctx,
+        "chunk",
+        "STREAM_CHUNK_MALFORMED",
+        |job_id, holder, chunk| JobOp::Stream {
+            job_id,
+            holder,
+            chunk,
+        },
+    )
+    .await
 }
 
 pub(crate) async fn complete(req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    forward_named_job(req, ctx, "complete", "completion", "COMPLETION_MALFORMED").await
+    forward_named_job(
+        req,
+        ctx,
+        "completion",
+        "COMPLETION_MALFORMED",
+        |job_id, holder, completion| JobOp::Complete {
+            job_id,
+            holder,
+            completion,
+        },
+    )
+    .await
 }
 
 /// A runner's chunk or completion: authenticated here, then handed whole (number lexemes
@@ -615,9 +624,9 @@ pub(crate) async fn complete(req: Request, ctx: &Ctx) -> ApiResult<Response> {
 async fn forward_named_job(
     mut req: Request,
     ctx: &Ctx,
-    op: &str,
     field: &str,
     malformed: &'static str,
+    op: impl FnOnce(String, Holder, Value) -> JobOp,
 ) -> ApiResult<Response> {
     let credential = auth::runner_credential(&req, ctx)?;
     let body = json_body(&mut req).await?;
@@ -626,8 +635,8 @@ async fn forward_named_job(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::unprocessable(malformed, format!("a {field} names its jobId")))?
         .to_owned();
-    let request = json!({ "jobId": job_id, "holder": holder(&credential), field: body });
-    objects::call(&ctx.env, ctx.db.trips(), JOBS, &job_id, op, &request)
+    let op = op(job_id, holder(&credential)?, body);
+    objects::call_job(&ctx.env, ctx.db.trips(), &op)
         .await?
         .into_response()
 }

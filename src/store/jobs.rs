@@ -2,7 +2,7 @@
 //! its claims and the custody record of each job. Writes here are issued by the job's own
 //! Durable Object (the single writer); reads serve inspection and job-bound runner reads.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
@@ -10,7 +10,7 @@ use super::{all, first, stmt, Arg, Db};
 use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
 
-#[derive(Deserialize, Clone)]
+#[derive(Deserialize, Serialize, Clone)]
 pub(crate) struct JobRow {
     pub(crate) id: String,
     pub(crate) organization_id: String,
@@ -328,18 +328,9 @@ pub(crate) async fn bindable_version(
 // Matching: the claim's candidate query (see the jobs_queue index in the migration).
 // ------------------------------------------------------------------------------------------
 
-#[derive(Deserialize)]
-pub(crate) struct Candidate {
-    pub(crate) id: String,
-    pub(crate) requirements: String,
-    pub(crate) subject_version_id: i64,
-    pub(crate) subject_content_hash: String,
-    pub(crate) created_at: i64,
-}
-
-/// Queued jobs of one (kind, runtime, external) in queue order, after a keyset cursor.
-/// `state = 'queued'` is a literal so that SQLite can use the partial index; this reads an
-/// index range, never the table.
+/// Queued jobs of one (kind, runtime, external) in queue order, after a keyset cursor, as
+/// [`JobRow`]s. `state = 'queued'` is a literal so that SQLite can use the partial index; the
+/// range is searched on the index, and only the rows it yields are read.
 pub(crate) fn candidates(
     db: &Db,
     org: &str,
@@ -721,4 +712,33 @@ pub(crate) async fn bundle_completion(
         &[org.into(), job.into(), id.into()],
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JOB_COLUMNS;
+
+    /// The claim's candidate query answers whole job rows: the columns [`super::JobRow`] is
+    /// read from everywhere else, in the same order.
+    #[test]
+    fn the_candidate_query_selects_the_job_columns() {
+        let sql = include_str!("queries/claim_candidates.sql");
+        let select = sql
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let listed = select
+            .split_once("SELECT")
+            .and_then(|(_, rest)| rest.split_once("FROM"))
+            .map(|(columns, _)| columns)
+            .expect("a SELECT … FROM");
+        let words = |text: &str| {
+            text.split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(words(listed), words(JOB_COLUMNS));
+    }
 }

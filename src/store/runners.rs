@@ -101,6 +101,15 @@ pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<Runner
     .await
 }
 
+/// [`get`] as a statement, for a batch.
+pub(crate) fn select(db: &Db, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        &format!("SELECT {COLUMNS} FROM runners WHERE id = ?2 AND organization_id = ?1"),
+        &[org.into(), id.into()],
+    )
+}
+
 /// For the bootstrap session exchange, which names a runner before it has an organization.
 pub(crate) async fn get_unscoped(db: &Db, id: &str) -> ApiResult<Option<RunnerRow>> {
     first(

@@ -6,7 +6,14 @@
 -- terms, and SQLite's planner picks it when it has no statistics — a range over every queued
 -- job of the organization instead of this runner's kind and runtime. With INDEXED BY, a schema
 -- change that made the index unusable fails the statement instead of slowing it.
-SELECT id, requirements, subject_version_id, subject_content_hash, created_at FROM jobs INDEXED BY jobs_queue
+-- It answers whole job rows (src/store/jobs.rs JOB_COLUMNS, all but the input), so that the
+-- job's object grants a candidate from this read alone.
+SELECT id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id,
+       subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state,
+       dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, created_at,
+       updated_at, finished_at, unstored_decisions, last_unstored_checksum, last_unstored_decision,
+       last_unstored_at
+  FROM jobs INDEXED BY jobs_queue
  WHERE organization_id = ?1 AND state = 'queued' AND execution_kind = ?2 AND runtime = ?3 AND external = ?4
    AND (created_at > ?5 OR (created_at = ?5 AND id > ?6))
  ORDER BY created_at, id
