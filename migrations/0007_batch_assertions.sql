@@ -13,7 +13,9 @@
 --   credential_revoked  the runner no longer holds this credential generation, or is revoked
 --                       or not approved: the caller gets 401 and exchanges a new credential;
 --   job_moved           the job is not in the state, attempt and claim (live at this instant)
---                       the object believed: the object reloads it from D1 and decides again.
+--                       the object believed: the object reloads it from D1 and decides again;
+--   runner_moved        the runner is not in the state an admin's change was decided from (a
+--                       concurrent change landed first): the change is refused whole, 409.
 -- An unknown code aborts too, so a misspelt assertion can never pass silently.
 CREATE VIEW batch_assertions AS SELECT '' AS code, 1 AS held WHERE 0;
 
@@ -31,9 +33,16 @@ BEGIN
     SELECT RAISE(ABORT, 'job_moved');
 END;
 
+CREATE TRIGGER batch_assertion_runner_as_known
+INSTEAD OF INSERT ON batch_assertions
+WHEN NEW.code = 'runner_moved' AND NEW.held IS NOT 1
+BEGIN
+    SELECT RAISE(ABORT, 'runner_moved');
+END;
+
 CREATE TRIGGER batch_assertion_code_is_known
 INSTEAD OF INSERT ON batch_assertions
-WHEN NEW.code NOT IN ('credential_revoked', 'job_moved')
+WHEN NEW.code NOT IN ('credential_revoked', 'job_moved', 'runner_moved')
 BEGIN
     SELECT RAISE(ABORT, 'unknown_batch_assertion');
 END;

@@ -295,7 +295,14 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         }
     }
     let actor = caller.actor();
-    let mut statements = Vec::new();
+    // Status and tags change together or not at all: the batch opens by asserting the runner
+    // is still in the state this change was decided from.
+    let mut statements = vec![runners::assert_state(
+        &ctx.db,
+        &caller.organization_id,
+        id,
+        &runner.state,
+    )?];
 
     let mut state_statement = None;
     if let Some(status) = status {
@@ -387,7 +394,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         )?);
         statements.push(events::insert_if_changed(&ctx.db, &event)?);
     }
-    if !statements.is_empty() {
+    if statements.len() > 1 {
         let changed = store::batch(&ctx.db, statements).await?;
         for index in [state_statement, tags_statement].into_iter().flatten() {
             store::expect_one(changed[index], || {

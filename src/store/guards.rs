@@ -46,6 +46,7 @@ pub(crate) const COMPLETION_DECISIONS_AT_CAP: &str = "completion_decisions_at_ca
 // Batch assertions (migration 0007).
 pub(crate) const CREDENTIAL_REVOKED: &str = "credential_revoked";
 pub(crate) const JOB_MOVED: &str = "job_moved";
+pub(crate) const RUNNER_MOVED: &str = "runner_moved";
 
 // UNIQUE constraints, by the column list SQLite reports.
 pub(crate) const UNIQUE_IDEMPOTENCY_KEY: &str = "UNIQUE jobs.organization_id, jobs.idempotency_key";
@@ -225,6 +226,13 @@ pub(crate) const GUARDS: &[Guard] = &[
     ),
     // The job object reloads and decides again when this fires; a second time is our bug.
     guard(JOB_MOVED, 500, "INTERNAL", "internal error"),
+    // An admin's change to a runner decided from a state that another change moved on.
+    guard(
+        RUNNER_MOVED,
+        409,
+        "RUNNER_CHANGED",
+        "the runner changed while this request was decided; reload and retry",
+    ),
     // Evidence.
     guard(
         "evidence_needs_accepted_completion",

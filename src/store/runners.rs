@@ -342,6 +342,21 @@ pub(crate) fn change_state(db: &Db, c: &StateChange<'_>) -> ApiResult<D1Prepared
     )
 }
 
+/// The assertion that opens an admin's change to a runner: the runner is still in `state`, the
+/// state the change was decided from, or the whole batch aborts (`runner_moved`, 409).
+pub(crate) fn assert_state(
+    db: &Db,
+    org: &str,
+    id: &str,
+    state: &str,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/assert_runner_as_known.sql"),
+        &[id.into(), org.into(), state.into()],
+    )
+}
+
 pub(crate) fn set_tags(
     db: &Db,
     org: &str,

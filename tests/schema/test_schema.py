@@ -2244,3 +2244,21 @@ class BatchAssertionTests(SchemaTest):
         self.assertRefused(
             batch, self.conn, [("INSERT INTO batch_assertions (code, held) VALUES ('credential_revokd', 1)", ())],
             message="unknown_batch_assertion")
+
+    RUNNER_AS_KNOWN = (QUERIES / "assert_runner_as_known.sql").read_text()
+
+    def test_an_admin_change_decided_from_a_moved_runner_state_aborts_whole(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        tags = ("UPDATE runners SET tags = '[\"gpu\"]', updated_at = ? WHERE id = ? AND organization_id = ?",
+                (NOW, runner, org))
+        # A revocation landed between the change's read (active) and its write.
+        self.execute("UPDATE runners SET state = 'revoked', revoked_at = ? WHERE id = ?", NOW, runner)
+        self.assertRefused(batch, self.conn, [(self.RUNNER_AS_KNOWN, (runner, org, "active")), tags],
+                           message="runner_moved")
+        self.assertEqual(self.w.one("SELECT tags FROM runners WHERE id = ?", runner)[0], "[]")
+        # Control: decided from the state the runner is in, the same batch commits.
+        other = self.w.runner(org)
+        batch(self.conn, [(self.RUNNER_AS_KNOWN, (other, org, "active")),
+                          (tags[0], (NOW, other, org))])
+        self.assertEqual(self.w.one("SELECT tags FROM runners WHERE id = ?", other)[0], '["gpu"]')

@@ -130,3 +130,54 @@ async fn a_lease_moved_into_the_past_behind_a_warm_object_refuses_its_heartbeat(
     recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() + 60_000);
     runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
 }
+
+/// Bounded: each round is one race; the property must hold in every round, whichever wins.
+const PATCH_RACE_ROUNDS: usize = 12;
+
+#[tokio::test]
+async fn a_status_and_tags_change_racing_a_revocation_changes_all_or_nothing() {
+    let org = bootstrap_org("hot-patch-race");
+    let mut refused = 0;
+    for round in 0..PATCH_RACE_ROUNDS {
+        let runner = Runner::simple(&org, &["prompt"], 1).await;
+        let tag = format!("round-{round}");
+        let change =
+            json!({ "status": "draining", "tags": [tag], "reason": "race: drain and tag" });
+        let revoke = json!({ "status": "revoked", "reason": "race: revoke" });
+        let (changed, revoked) = tokio::join!(
+            patch_runner(&org.admin_key, &runner.id, &change),
+            patch_runner(&org.admin_key, &runner.id, &revoke),
+        );
+        // The revocation wins unless the change landed between its read and its write.
+        assert!(
+            matches!(revoked.status, 200 | 409),
+            "round {round}: {revoked:?}"
+        );
+        let record = get_runner(&org.admin_key, &runner.id).await.expect(200);
+        let events = runner_events(&org.admin_key, &runner.id).await.expect(200);
+        let tag_events = array_of(&events, "events")
+            .iter()
+            .filter(|e| e["type"] == "runner.tags_changed")
+            .count();
+        match changed.status {
+            200 => {
+                assert_eq!(record["tags"], json!([tag]), "round {round}: {record}");
+                assert_eq!(tag_events, 1, "round {round}: {events}");
+            }
+            409 => {
+                // Refused whole: neither its status nor its tags, nor their event.
+                refused += 1;
+                let code = changed.json()["error"]["code"].clone();
+                assert!(
+                    code == "RUNNER_CHANGED" || code == "ILLEGAL_RUNNER_TRANSITION",
+                    "round {round}: {changed:?}"
+                );
+                assert_eq!(record["tags"], json!([]), "round {round}: {record}");
+                assert_eq!(tag_events, 0, "round {round}: {events}");
+                assert_eq!(record["state"], "revoked", "round {round}: {record}");
+            }
+            _ => panic!("round {round}: {changed:?}"),
+        }
+    }
+    eprintln!("patch race: the change was refused in {refused} of {PATCH_RACE_ROUNDS} rounds");
+}
