@@ -262,8 +262,17 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> ApiResult<Re
             organization_id,
             runner_id,
             generation,
+            request_id,
             ..
-        } => grant(ctx, snapshot, organization_id, runner_id, *generation).await,
+        } => {
+            let grantee = Grantee {
+                org: organization_id,
+                runner: runner_id,
+                generation: *generation,
+                request_id: request_id.as_deref(),
+            };
+            grant(ctx, snapshot, grantee).await
+        }
         JobOp::Heartbeat {
             claim_id,
             extend_seconds,
@@ -521,13 +530,21 @@ fn event<'a>(job: &'a jobs::JobRow, actor: &'a str, kind: &'a str) -> events::Ne
 // Grant: the claim's last step, asked by the runner's object for one candidate job.
 // ------------------------------------------------------------------------------------------
 
-async fn grant(
-    ctx: &OpCtx<'_>,
-    snap: Snapshot,
-    org: &str,
-    runner: &str,
+/// Who a grant is for, as the runner's object found it.
+struct Grantee<'a> {
+    org: &'a str,
+    runner: &'a str,
     generation: u64,
-) -> ApiResult<Reply> {
+    request_id: Option<&'a str>,
+}
+
+async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResult<Reply> {
+    let Grantee {
+        org,
+        runner,
+        generation,
+        request_id,
+    } = grantee;
     let job = &snap.job;
     if job.organization_id != org {
         return Err(ApiError::not_found("no such job"));
@@ -585,7 +602,8 @@ async fn grant(
         store::stmt(
             ctx.db,
             "INSERT INTO job_claims (id, job_id, organization_id, runner_id, dispatch_attempt, nonce, key_id, \
-               issued_at, expires_at, lease_expires_at, signed_job) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+               issued_at, expires_at, lease_expires_at, signed_job, request_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             &[
                 claim_id.as_str().into(),
                 job.id.as_str().into(),
@@ -598,6 +616,7 @@ async fn grant(
                 expires.into(),
                 lease.into(),
                 signed.to_string().as_str().into(),
+                request_id.into(),
             ],
         )?,
         store::stmt(

@@ -20,6 +20,8 @@ pub(crate) enum JobOp {
         runner_id: String,
         generation: u64,
         job: Option<Box<JobRow>>,
+        /// The runner's idempotency key for its claim, stored on the claim.
+        request_id: Option<String>,
     },
     Heartbeat {
         job_id: String,
@@ -113,6 +115,8 @@ pub(crate) enum RunnerOp {
         runner_id: String,
         generation: i64,
         served_targets: Option<Value>,
+        /// The runner's idempotency key: the same key again answers the same claim.
+        request_id: Option<String>,
     },
     /// The benchmark floor (the `bench-floor` build only).
     Floor,
@@ -161,7 +165,7 @@ mod tests {
         );
         assert!(refused.is_err());
         let refused = serde_json::from_value::<RunnerOp>(
-            json!({ "claim": { "organizationId": "org_1", "runnerId": "run_1" } }),
+            json!({ "claim": { "organizationId": "org_1", "runnerId": "run_1", "requestId": null } }),
         );
         assert!(refused.is_err());
     }

@@ -69,12 +69,14 @@ impl DurableObject for RunnerObject {
                         runner_id,
                         generation,
                         served_targets,
+                        request_id,
                     } => {
                         let claimant = Claimant {
                             org: &organization_id,
                             runner_id: &runner_id,
                             generation,
                             served_targets: served_targets.as_ref(),
+                            request_id: request_id.as_deref(),
                         };
                         claim(&env, &db, &profile, claimant).await
                     }
@@ -141,6 +143,8 @@ struct Claimant<'a> {
     runner_id: &'a str,
     generation: i64,
     served_targets: Option<&'a Value>,
+    /// The runner's idempotency key for this claim.
+    request_id: Option<&'a str>,
 }
 
 async fn claim(
@@ -154,6 +158,7 @@ async fn claim(
         runner_id,
         generation,
         served_targets,
+        request_id,
     } = claimant;
     let served: Option<Vec<ServedTarget>> = match served_targets {
         None | Some(Value::Null) => None,
@@ -166,19 +171,31 @@ async fn claim(
         None => Profile::of(&runners::get(db, org, runner_id).await?.ok_or_else(gone)?),
     };
     // At most two reads: the remembered profile's, then (if the row moved on) the row's own.
-    let (runner, mut ranges, runner_profile, first_page) = loop {
+    let (runner, mut ranges, runner_profile, first_page, granted) = loop {
         let runner_profile = profile.parse()?;
         let mut ranges = Ranges::of(&runner_profile);
-        let (rows, page) = ranges
-            .next_page(db, org, Some(runners::select(db, org, runner_id)?))
-            .await?;
+        let mut riders = vec![runners::select(db, org, runner_id)?];
+        if let Some(request_id) = request_id {
+            riders.push(store::stmt(
+                db,
+                include_str!("store/queries/claim_by_request.sql"),
+                &[runner_id.into(), request_id.into()],
+            )?);
+        }
+        let (rows, page) = ranges.next_page(db, org, riders).await?;
         let runner = store::rows_of::<runners::RunnerRow>(&rows, 0)?
             .into_iter()
             .next()
             .ok_or_else(gone)?;
+        let granted = match request_id {
+            Some(_) => store::rows_of::<jobs::ClaimAnswer>(&rows, 1)?
+                .into_iter()
+                .next(),
+            None => None,
+        };
         let read = Profile::of(&runner);
-        if read == profile {
-            break (runner, ranges, runner_profile, page);
+        if read == profile || granted.is_some() {
+            break (runner, ranges, runner_profile, page, granted);
         }
         profile = read;
     };
@@ -187,6 +204,11 @@ async fn claim(
         return Err(ApiError::unauthorized(
             "credential was revoked; exchange a new one",
         ));
+    }
+    // The same request again: the claim it was granted, answered as it was (its answer was
+    // lost on the way back), never a second grant.
+    if let Some(granted) = granted {
+        return Ok(Reply::ok(granted.answer()?));
     }
     if runner.state != "active" {
         return refuse(
@@ -228,6 +250,7 @@ async fn claim(
                 generation: u64::try_from(runner.credential_generation)
                     .map_err(ApiError::internal)?,
                 job: Some(Box::new(candidate)),
+                request_id: request_id.map(str::to_owned),
             };
             let reply = objects::call_job(env, db.trips(), &op).await?;
             match reply.error_code() {
@@ -239,7 +262,7 @@ async fn claim(
         if pages == MAX_PAGES {
             break;
         }
-        page = ranges.next_page(db, org, None).await?.1;
+        page = ranges.next_page(db, org, Vec::new()).await?.1;
     }
     Ok(Reply {
         status: 204,
@@ -284,19 +307,19 @@ impl Ranges {
         }
     }
 
-    /// The next page of every unfinished range, merged in queue order; with `first`, one more
-    /// statement's rows (the runner's row) ride in the same round trip and come back first.
+    /// The next page of every unfinished range, merged in queue order. `riders` (the runner's
+    /// row, a retried request's claim) ride in the same round trip; their results come first.
     async fn next_page(
         &mut self,
         db: &Db,
         org: &str,
-        first: Option<D1PreparedStatement>,
+        riders: Vec<D1PreparedStatement>,
     ) -> ApiResult<(Vec<D1Result>, Vec<jobs::JobRow>)> {
         let open: Vec<usize> = (0..self.ranges.len())
             .filter(|&i| !self.ranges[i].done)
             .collect();
-        let riders = usize::from(first.is_some());
-        let mut statements: Vec<D1PreparedStatement> = first.into_iter().collect();
+        let riders_count = riders.len();
+        let mut statements: Vec<D1PreparedStatement> = riders;
         statements.extend(
             open.iter()
                 .map(|&i| {
@@ -317,7 +340,7 @@ impl Ranges {
             return Ok((Vec::new(), Vec::new()));
         }
         let mut results = crate::store::read_batch(db, statements).await?;
-        let ranges = results.split_off(riders.min(results.len()));
+        let ranges = results.split_off(riders_count.min(results.len()));
         let mut page = Vec::new();
         for (&i, result) in open.iter().zip(ranges) {
             let rows = result.results::<jobs::JobRow>()?;

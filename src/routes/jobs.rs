@@ -513,15 +513,44 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let credential = auth::runner_credential(&req, ctx)?;
     let claims = credential.claims();
     let body = json_object_capped(&mut req, CLAIM_BODY_BYTES).await?;
-    refuse_unknown(&body, &["servedTargets"])?;
+    refuse_unknown(&body, &["servedTargets", "requestId"])?;
     let op = RunnerOp::Claim {
         organization_id: claims.organization_id.clone(),
         runner_id: claims.runner_id.clone(),
         generation: i64::try_from(claims.generation).map_err(ApiError::internal)?,
         served_targets: body.get("servedTargets").cloned(),
+        request_id: request_id(&body)?,
     };
     let reply = objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
     reply.into_response()
+}
+
+/// Longest claim `requestId` (migration 0008 holds the same bound).
+const MAX_REQUEST_ID_CHARS: usize = 64;
+
+/// A claim's optional `requestId`: the runner's idempotency key, 1–64 characters of
+/// `A–Z a–z 0–9 . _ : -`.
+fn request_id(body: &Map<String, Value>) -> ApiResult<Option<String>> {
+    let refused = || {
+        ApiError::unprocessable(
+            "INVALID_REQUEST_ID",
+            format!(
+                "requestId must be 1 to {MAX_REQUEST_ID_CHARS} characters of A-Z a-z 0-9 . _ : -"
+            ),
+        )
+    };
+    match body.get("requestId") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id))
+            if (1..=MAX_REQUEST_ID_CHARS).contains(&id.len())
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')) =>
+        {
+            Ok(Some(id.clone()))
+        }
+        Some(_) => Err(refused()),
+    }
 }
 
 /// Claim ids are `<job id>-a<attempt>`, so a heartbeat (which names only the claim) reaches

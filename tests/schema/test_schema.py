@@ -2262,3 +2262,50 @@ class BatchAssertionTests(SchemaTest):
         batch(self.conn, [(self.RUNNER_AS_KNOWN, (other, org, "active")),
                           (tags[0], (NOW, other, org))])
         self.assertEqual(self.w.one("SELECT tags FROM runners WHERE id = ?", other)[0], '["gpu"]')
+
+
+# =============================================================================================
+# Claim request ids (migration 0008): a retried claim finds the claim it was granted
+# =============================================================================================
+
+
+class ClaimRequestIdTests(SchemaTest):
+    CLAIM_BY_REQUEST = (QUERIES / "claim_by_request.sql").read_text()
+
+    def granted_with(self, org, runner, request_id):
+        job = self.w.job(org)
+        claim = self.w.grant(job, runner)
+        self.execute("UPDATE job_claims SET request_id = ? WHERE id = ?", request_id, claim)
+        return job, claim
+
+    def test_a_retried_request_finds_its_active_claim_and_only_that(self):
+        org = self.w.org()
+        runner = self.w.runner(org)
+        job, claim = self.granted_with(org, runner, "req-1")
+        rows = self.execute(self.CLAIM_BY_REQUEST, runner, "req-1").fetchall()
+        self.assertEqual([r[0] for r in rows], [claim])
+        self.assertEqual(self.execute(self.CLAIM_BY_REQUEST, runner, "req-2").fetchall(), [])
+        other = self.w.runner(org)
+        self.assertEqual(self.execute(self.CLAIM_BY_REQUEST, other, "req-1").fetchall(), [])
+
+    def test_a_request_id_is_unique_among_the_runners_active_claims_only(self):
+        org = self.w.org()
+        runner = self.w.runner(org, max_concurrent_jobs=5)
+        job, claim = self.granted_with(org, runner, "req-1")
+        self.assertRefused(self.granted_with, org, runner, "req-1", message="UNIQUE")
+        # Another runner may use the same key.
+        self.granted_with(org, self.w.runner(org), "req-1")
+        # Once the claim ended, the key asks for a new job like any other claim.
+        self.execute("UPDATE job_claims SET state = 'released', ended_at = ? WHERE id = ?", NOW, claim)
+        self.execute("UPDATE jobs SET state = 'queued', active_claim_id = NULL, lease_expires_at = NULL"
+                     " WHERE id = ?", job)
+        self.granted_with(org, runner, "req-1")
+        self.assertEqual(len(self.execute(self.CLAIM_BY_REQUEST, runner, "req-1").fetchall()), 1)
+
+    def test_a_request_id_is_a_short_plain_token(self):
+        org = self.w.org()
+        runner = self.w.runner(org, max_concurrent_jobs=5)
+        for bad in ("", "has space", "a" * 65, "emoji-\u00e9"):
+            with self.subTest(bad=bad):
+                self.assertRefused(self.granted_with, org, runner, bad, message="CHECK")
+        self.granted_with(org, runner, "A1" * 30 + ".:_-")

@@ -236,13 +236,18 @@ impl RunnerClient {
     /// verified before it is returned; a refusal is [`ClientError::Refused`] and the job must
     /// not run (its claim lapses on the server and the job is requeued).
     pub async fn claim(&self) -> Result<Option<Assignment>, ClientError> {
-        let body = if self.served_targets.is_empty() {
-            json!({})
-        } else {
-            json!({ "servedTargets": self.served_targets.iter().map(ServedTarget::to_json).collect::<Vec<_>>() })
-        };
-        // Only a request that never left is repeated: a claim whose answer was lost holds a job.
-        let (session, answer) = retry(self.retry, ClientError::never_sent, || {
+        let mut body = json!({ "requestId": claim_request_id()? });
+        if !self.served_targets.is_empty() {
+            body["servedTargets"] = self
+                .served_targets
+                .iter()
+                .map(ServedTarget::to_json)
+                .collect::<Vec<_>>()
+                .into();
+        }
+        // A claim whose answer was lost holds a job: asked again with the same requestId, the
+        // server answers that same claim (API.md), so any transient failure is repeated.
+        let (session, answer) = retry(self.retry, ClientError::is_transient, || {
             self.runner_request(Method::POST, CLAIM, Some(&body))
         })
         .await?;
@@ -415,6 +420,14 @@ impl RunnerClient {
 
 /// `POST /api/remote-runners/enroll` (no credential): registers a key-pair runner, which
 /// waits in `pending_approval` until an admin approves its fingerprint.
+/// A fresh idempotency key for one claim: 128 random bits as 32 hex digits.
+fn claim_request_id() -> Result<String, ClientError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|error| ClientError::Config(format!("no randomness for a claim: {error}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 pub async fn enroll(http: &Http, body: &Value) -> Result<Value, ClientError> {
     let answer = http
         .send(Method::POST, "/api/remote-runners/enroll", None, Some(body))

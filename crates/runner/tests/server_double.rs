@@ -930,14 +930,55 @@ async fn a_completion_is_resent_unchanged_and_a_duplicate_decision_settles_it() 
 }
 
 #[tokio::test]
-async fn a_claim_that_may_have_reached_the_server_is_not_repeated() {
-    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+async fn a_claim_without_an_answer_is_asked_again_with_the_same_request_id() {
+    // Two tries get no answer (the grant may have happened); the third is answered. The server
+    // answers a repeated requestId with the claim it granted, so repeating is safe.
+    let double = Double::start(Box::new(|request, nth| match request.path.as_str() {
         "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
-        _ => (502, None),
+        "/api/remote-runners/claim" if nth < 2 => (502, None),
+        _ => (204, None),
     }));
     let client = client(&double);
-    let error = client.claim().await.expect_err("no answer");
-    assert_eq!(error.status(), Some(502));
+    assert!(client
+        .claim()
+        .await
+        .expect("answered on the third try")
+        .is_none());
+    let request_ids = |double: &Double| -> Vec<Value> {
+        double
+            .received()
+            .into_iter()
+            .filter(|r| r.path == "/api/remote-runners/claim")
+            .map(|r| serde_json::from_str::<Value>(&r.body).expect("JSON")["requestId"].clone())
+            .collect()
+    };
+    let ids = request_ids(&double);
+    assert_eq!(ids.len(), 3);
+    let first = ids[0].as_str().expect("a requestId");
+    assert!(
+        first.len() == 32 && first.chars().all(|c| c.is_ascii_hexdigit()),
+        "{first}"
+    );
+    assert!(ids.iter().all(|id| id == &ids[0]), "{ids:?}");
+    // The next claim is a new request with a key of its own.
+    assert!(client.claim().await.expect("answered").is_none());
+    let ids = request_ids(&double);
+    assert_eq!(ids.len(), 4);
+    assert_ne!(ids[3], ids[0]);
+}
+
+#[tokio::test]
+async fn a_claim_refused_for_good_is_not_repeated() {
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        _ => (
+            422,
+            Some(json!({"error": {"code": "INVALID_SERVED_TARGETS", "message": "no"}})),
+        ),
+    }));
+    let client = client(&double);
+    let error = client.claim().await.expect_err("refused");
+    assert_eq!(error.status(), Some(422));
     assert_eq!(double.count("/api/remote-runners/claim"), 1);
 }
 

@@ -181,3 +181,103 @@ async fn a_status_and_tags_change_racing_a_revocation_changes_all_or_nothing() {
     }
     eprintln!("patch race: the change was refused in {refused} of {PATCH_RACE_ROUNDS} rounds");
 }
+
+/// Sends a claim over a connection of its own and hangs up without reading the answer: the
+/// request reached the server whole, and its answer is lost.
+fn claim_and_hang_up(token: &str, body: &Value) {
+    use std::io::Write;
+    let url = base_url();
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&authority).expect("connect to the server");
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST /api/remote-runners/claim HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send the claim");
+    stream.flush().expect("flush the claim");
+    stream.shutdown(std::net::Shutdown::Both).expect("hang up");
+}
+
+#[tokio::test]
+async fn a_claim_whose_answer_is_lost_is_recovered_by_asking_again_with_its_request_id() {
+    let f = Fixture::new("hot-request-id").await;
+    let first = enqueue_job(
+        f.key(),
+        &f.release,
+        &json!({ "n": 1 }),
+        &requirements("prompt"),
+    )
+    .await;
+    let second = enqueue_job(
+        f.key(),
+        &f.release,
+        &json!({ "n": 2 }),
+        &requirements("prompt"),
+    )
+    .await;
+    let mut runner = Runner::simple(&f.org, &["prompt"], 2).await;
+    let ask = json!({ "requestId": "claim-1" });
+
+    claim_and_hang_up(&runner.token, &ask);
+    let again = runner.claim_with(&ask).await;
+    let claimed = runner
+        .verify(&again, &[])
+        .unwrap_or_else(|e| panic!("assignment refused by verification ({e}): {again:?}"));
+    assert_eq!(claimed.job_id(), text(&first, "id"));
+    assert_eq!(claimed.attempt().get(), 1);
+
+    // Asked once more: the very same answer (claim, attempt, nonce, signature), no new grant.
+    let once_more = runner.claim_with(&ask).await.expect(200);
+    let answered = again.json();
+    assert_eq!(once_more["signedJob"], answered["signedJob"]);
+    assert_eq!(once_more["claim"]["id"], answered["claim"]["id"]);
+    let shown = get_job(f.key(), text(&first, "id")).await.expect(200);
+    assert_eq!(array_of(&shown, "claims").len(), 1, "{shown}");
+    assert_eq!(shown["dispatchAttempt"], 1, "{shown}");
+
+    // Another requestId is another claim: the next job.
+    let other = runner.claim_with(&json!({ "requestId": "claim-2" })).await;
+    let next = runner
+        .verify(&other, &[])
+        .unwrap_or_else(|e| panic!("assignment refused by verification ({e}): {other:?}"));
+    assert_eq!(next.job_id(), text(&second, "id"));
+
+    // Without a requestId (the published SDK), a claim is a new claim: none is left to grant.
+    assert_eq!(runner.claim().await.status, 204);
+}
+
+#[tokio::test]
+async fn a_request_id_must_be_a_short_plain_token() {
+    let f = Fixture::new("hot-request-id-shape").await;
+    let runner = Runner::simple(&f.org, &["prompt"], 1).await;
+    for bad in [
+        json!(""),
+        json!("has space"),
+        json!("a".repeat(65)),
+        json!(7),
+        json!(["x"]),
+    ] {
+        runner
+            .claim_with(&json!({ "requestId": bad }))
+            .await
+            .expect_error(422, "INVALID_REQUEST_ID");
+    }
+    // Control: 64 characters of the allowed set, and null, are accepted (nothing is queued).
+    let longest = format!("{}.:_-", "A1".repeat(30));
+    assert_eq!(longest.len(), 64);
+    for good in [json!(longest), Value::Null] {
+        assert_eq!(
+            runner
+                .claim_with(&json!({ "requestId": good }))
+                .await
+                .status,
+            204
+        );
+    }
+}
