@@ -219,6 +219,8 @@ async fn dispatch(
             wrote: Cell::new(false),
             learned: RefCell::new(None),
         };
+        // A fresh read that the operation then does not write over stays what the object knows.
+        let fresh = (!warm && holder.is_some()).then(|| snapshot.clone());
         let result = run_op(&op_ctx, &op, snapshot).await;
         // A warm answer stands only on its committed write, or on the holder's credential
         // found revoked by it; any other warm outcome (a refusal, a replay that wrote nothing,
@@ -236,7 +238,8 @@ async fn dispatch(
             continue;
         }
         let reply = result?;
-        *known.borrow_mut() = op_ctx.learned.take();
+        let learned = op_ctx.learned.take();
+        *known.borrow_mut() = if op_ctx.wrote.get() { learned } else { fresh };
         return Ok(match op_ctx.alarm.get() {
             AlarmChange::Keep => reply.into(),
             AlarmChange::At(at) => OpOutcome {

@@ -281,3 +281,73 @@ async fn a_request_id_must_be_a_short_plain_token() {
         );
     }
 }
+
+#[tokio::test]
+async fn two_concurrent_claims_of_one_runner_get_two_jobs_or_meet_its_capacity() {
+    let f = Fixture::new("hot-two-claims").await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let job = enqueue_job(
+            f.key(),
+            &f.release,
+            &json!({ "n": n }),
+            &requirements("prompt"),
+        )
+        .await;
+        ids.push(text(&job, "id").to_owned());
+    }
+    // Capacity 2: both claims are granted, each its own job.
+    let two = Runner::simple(&f.org, &["prompt"], 2).await;
+    let (a, b) = tokio::join!(two.claim(), two.claim());
+    let (a, b) = (a.expect(200), b.expect(200));
+    assert_ne!(a["claim"]["jobId"], b["claim"]["jobId"], "{a} {b}");
+    for answer in [&a, &b] {
+        assert_eq!(answer["claim"]["dispatchAttempt"], 1, "{answer}");
+        assert!(ids.iter().any(|id| answer["claim"]["jobId"] == id.as_str()));
+    }
+    // Capacity 1: one is granted, the other meets the runner's capacity; the third job is left.
+    let one = Runner::simple(&f.org, &["prompt"], 1).await;
+    let (c, d) = tokio::join!(one.claim(), one.claim());
+    let mut statuses = [c.status, d.status];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 503], "{c:?} {d:?}");
+    let refused = if c.status == 503 { &c } else { &d };
+    refused.expect_error(503, "RUNNER_AT_CAPACITY");
+    for id in &ids {
+        let shown = get_job(f.key(), id).await.expect(200);
+        assert_eq!(array_of(&shown, "claims").len(), 1, "claimed once: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_racing_a_completion_ends_the_job_once() {
+    let f = Fixture::new("hot-cancel-race").await;
+    let (runner, claimed) = f.warm_job().await;
+    let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
+    let job_id = claimed.job_id();
+    let (cancelled, completed) = tokio::join!(
+        cancel_job(f.key(), &job_id, "race: cancel"),
+        runner.complete(&completion),
+    );
+    // The completion always wins: a cancel requested before it is answered by it (the runner
+    // finished), and a cancel after it finds the job finished.
+    let done = completed.expect(200);
+    assert_eq!(done["decision"], "accepted", "{done}");
+    assert_eq!(done["jobState"], "succeeded", "{done}");
+    match cancelled.status {
+        200 => assert_eq!(
+            cancelled.json()["state"],
+            "cancel_requested",
+            "{cancelled:?}"
+        ),
+        409 => cancelled.expect_error(409, "JOB_FINISHED"),
+        _ => panic!("{cancelled:?}"),
+    }
+    let shown = get_job(f.key(), &claimed.job_id()).await.expect(200);
+    assert_eq!(shown["state"], "succeeded", "{shown}");
+    let accepted = array_of(&shown, "completions")
+        .iter()
+        .filter(|c| c["decision"] == "accepted")
+        .count();
+    assert_eq!(accepted, 1, "{shown}");
+}
