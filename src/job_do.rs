@@ -604,9 +604,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResu
         // Order matters (see the migration): the claim first, while the job is still queued.
         store::stmt(
             ctx.db,
-            "INSERT INTO job_claims (id, job_id, organization_id, runner_id, dispatch_attempt, nonce, key_id, \
-               issued_at, expires_at, lease_expires_at, signed_job, request_id) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            include_str!("store/queries/grant_claim.sql"),
             &[
                 claim_id.as_str().into(),
                 job.id.as_str().into(),
@@ -624,8 +622,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResu
         )?,
         store::stmt(
             ctx.db,
-            "UPDATE jobs SET state = 'claimed', dispatch_attempt = ?3, active_claim_id = ?4, lease_expires_at = ?5, \
-               updated_at = ?6 WHERE id = ?1 AND organization_id = ?2 AND state = 'queued' AND dispatch_attempt = ?3 - 1",
+            include_str!("store/queries/grant_job.sql"),
             &[
                 job.id.as_str().into(),
                 org.into(),
@@ -638,7 +635,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResu
         // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
         store::stmt(
             ctx.db,
-            "UPDATE runners SET active_claims = active_claims + 1, last_seen_at = ?2 WHERE id = ?1 AND state = 'active'",
+            include_str!("store/queries/grant_runner.sql"),
             &[runner.into(), ctx.now.into()],
         )?,
         events::insert(ctx.db, &claimed)?,
@@ -786,8 +783,7 @@ async fn heartbeat(
     let mut statements = vec![
         store::stmt(
             ctx.db,
-            "UPDATE jobs SET lease_expires_at = ?4, state = ?5, updated_at = ?6 \
-             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?7",
+            include_str!("store/queries/heartbeat_job.sql"),
             &[
                 job.id.as_str().into(),
                 claim_id.into(),
@@ -800,12 +796,12 @@ async fn heartbeat(
         )?,
         store::stmt(
             ctx.db,
-            "UPDATE job_claims SET lease_expires_at = ?2, started_at = COALESCE(started_at, ?3), last_heartbeat_at = ?3 WHERE id = ?1 AND state = 'active'",
+            include_str!("store/queries/heartbeat_claim.sql"),
             &[claim_id.into(), lease.into(), ctx.now.into()],
         )?,
         store::stmt(
             ctx.db,
-            "UPDATE runners SET last_heartbeat_at = ?2, last_seen_at = ?2 WHERE id = ?1",
+            include_str!("store/queries/heartbeat_runner.sql"),
             &[runner.into(), ctx.now.into()],
         )?,
     ];
@@ -1034,10 +1030,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
     let outcome = decision.outcome;
     let insert_completion = store::stmt(
         ctx.db,
-        "INSERT INTO job_completions (id, job_id, organization_id, claim_id, runner_id, dispatch_attempt, decision, \
-           rationale, completion_checksum, status, input_hash, result_hash, final_stream_checksum, evaluation_run_id, \
-           evidence, reported_costs, completed_at, received_at, received) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+        include_str!("store/queries/completion_insert.sql"),
         &[
             completion_id.as_str().into(),
             job.id.as_str().into(),
@@ -1051,7 +1044,11 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
             fields.status.as_str().into(),
             fields.input_hash.as_str().into(),
             fields.result_hash.as_ref().map(Sha256Hex::as_str).into(),
-            fields.final_stream_checksum.as_ref().map(Sha256Hex::as_str).into(),
+            fields
+                .final_stream_checksum
+                .as_ref()
+                .map(Sha256Hex::as_str)
+                .into(),
             Some(evidence.evaluation_run_id.key().as_str()).into(),
             evidence_json.to_string().as_str().into(),
             reported_costs.as_deref().into(),
@@ -1144,8 +1141,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
         insert_completion,
         store::stmt(
             ctx.db,
-            "UPDATE jobs SET state = ?4, active_claim_id = NULL, lease_expires_at = NULL, finished_at = ?5, updated_at = ?5 \
-             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state IN ('claimed', 'running', 'cancel_requested')",
+            include_str!("store/queries/complete_job.sql"),
             &[
                 job.id.as_str().into(),
                 claim.id.as_str().into(),
@@ -1156,12 +1152,12 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
         )?,
         store::stmt(
             ctx.db,
-            "UPDATE job_claims SET state = 'released', ended_at = ?2, end_reason = 'completed' WHERE id = ?1 AND state = 'active'",
+            include_str!("store/queries/complete_claim.sql"),
             &[claim.id.as_str().into(), ctx.now.into()],
         )?,
         store::stmt(
             ctx.db,
-            "UPDATE runners SET active_claims = active_claims - 1, completed_jobs = completed_jobs + 1, last_seen_at = ?2 WHERE id = ?1",
+            include_str!("store/queries/complete_runner.sql"),
             &[runner.into(), ctx.now.into()],
         )?,
         events::insert(ctx.db, &recorded)?,
@@ -1190,8 +1186,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
     for (kind, id) in &attachments {
         statements.push(store::stmt(
             ctx.db,
-            "INSERT INTO completion_evidence (evidence_kind, evidence_id, completion_id, job_id, organization_id, attached_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            include_str!("store/queries/completion_evidence_insert.sql"),
             &[
                 (*kind).into(),
                 id.as_str().into(),
@@ -1248,36 +1243,19 @@ async fn explain_attached(
         evidence_id: String,
         job_id: String,
     }
-    let mut holders: Vec<Holder> = Vec::new();
-    // One read per bounded page of ids (attachments are ≤ 1,000 + 1 by EVIDENCE_LIMIT).
-    for page in attachments.chunks(90) {
-        let mut sql = String::from(
-            "SELECT evidence_kind, evidence_id, job_id FROM completion_evidence WHERE organization_id = ?1 AND (",
-        );
-        let mut args: Vec<store::Arg<'_>> = vec![org.into()];
-        for (i, (kind, id)) in page.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(" OR ");
-            }
-            sql.push_str(&format!(
-                "(evidence_kind = ?{} AND evidence_id = ?{})",
-                args.len() + 1,
-                args.len() + 2
-            ));
-            args.push((*kind).into());
-            args.push(id.as_str().into());
-        }
-        // The run first: when it is taken, that is the whole story.
-        sql.push_str(") ORDER BY evidence_kind = 'evaluation_run' DESC LIMIT 1");
-        let found: Vec<Holder> = store::rows_of(
-            &store::read_batch(ctx.db, vec![store::stmt(ctx.db, &sql, &args)?]).await?,
-            0,
-        )?;
-        holders.extend(found);
-        if !holders.is_empty() {
-            break;
-        }
-    }
+    let wanted = Value::Array(
+        attachments
+            .iter()
+            .map(|(kind, id)| json!([kind, id]))
+            .collect(),
+    )
+    .to_string();
+    let holders: Vec<Holder> = store::all(
+        ctx.db,
+        include_str!("store/queries/evidence_holder.sql"),
+        &[org.into(), wanted.as_str().into()],
+    )
+    .await?;
     let message = match holders.first() {
         Some(h) if h.evidence_kind == "evaluation_run" => format!(
             "evaluation run {} is already in the custody of job {}'s accepted completion; a completion names a run of its own",
@@ -1341,16 +1319,26 @@ async fn cancel(
     let update = if next == JobState::Cancelled {
         store::stmt(
             ctx.db,
-            "UPDATE jobs SET state = 'cancelled', cancel_reason = ?4, cancel_requested_at = ?5, finished_at = ?5, updated_at = ?5 \
-             WHERE id = ?1 AND organization_id = ?2 AND state = ?3 AND active_claim_id IS NULL",
-            &[job.id.as_str().into(), org.into(), state.as_str().into(), reason.into(), ctx.now.into()],
+            include_str!("store/queries/cancel_queued_job.sql"),
+            &[
+                job.id.as_str().into(),
+                org.into(),
+                state.as_str().into(),
+                reason.into(),
+                ctx.now.into(),
+            ],
         )?
     } else {
         store::stmt(
             ctx.db,
-            "UPDATE jobs SET state = 'cancel_requested', cancel_reason = ?4, cancel_requested_at = ?5, updated_at = ?5 \
-             WHERE id = ?1 AND organization_id = ?2 AND state = ?3",
-            &[job.id.as_str().into(), org.into(), state.as_str().into(), reason.into(), ctx.now.into()],
+            include_str!("store/queries/cancel_request_job.sql"),
+            &[
+                job.id.as_str().into(),
+                org.into(),
+                state.as_str().into(),
+                reason.into(),
+                ctx.now.into(),
+            ],
         )?
     };
     let changed = ctx
@@ -1447,11 +1435,7 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> ApiResult<Repl
         // and that fresh session is what brings a lost runner back to active.
         store::stmt(
             ctx.db,
-            "UPDATE runners SET active_claims = active_claims - 1, \
-               state = CASE WHEN state = 'active' THEN 'lost' ELSE state END, \
-               state_reason = CASE WHEN state = 'active' THEN ?3 ELSE state_reason END, \
-               credential_generation = credential_generation + CASE WHEN state = 'active' THEN 1 ELSE 0 END, \
-               updated_at = ?2 WHERE id = ?1",
+            include_str!("store/queries/recover_runner.sql"),
             &[
                 claim.runner_id.as_str().into(),
                 ctx.now.into(),
@@ -1494,15 +1478,17 @@ fn release_job(
     Ok([
         store::stmt(
             ctx.db,
-            "UPDATE job_claims SET state = ?3, ended_at = ?2, end_reason = ?4 WHERE id = ?1 AND state = 'active'",
-            &[claim.id.as_str().into(), ctx.now.into(), claim_end.0.into(), claim_end.1.into()],
+            include_str!("store/queries/end_claim.sql"),
+            &[
+                claim.id.as_str().into(),
+                ctx.now.into(),
+                claim_end.0.into(),
+                claim_end.1.into(),
+            ],
         )?,
         store::stmt(
             ctx.db,
-            "UPDATE jobs SET state = ?5, active_claim_id = NULL, lease_expires_at = NULL, updated_at = ?6, \
-               finished_at = ?7, cancel_reason = COALESCE(cancel_reason, CASE WHEN ?5 = 'cancelled' THEN ?8 END), \
-               released_attempts = released_attempts + ?9 \
-             WHERE id = ?1 AND active_claim_id = ?2 AND dispatch_attempt = ?3 AND state = ?4",
+            include_str!("store/queries/free_job.sql"),
             &[
                 job.id.as_str().into(),
                 claim.id.as_str().into(),
@@ -1610,7 +1596,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
         // said what it is doing, it is not presumed dead).
         store::stmt(
             ctx.db,
-            "UPDATE runners SET active_claims = active_claims - 1, last_seen_at = ?2, updated_at = ?2 WHERE id = ?1",
+            include_str!("store/queries/release_runner.sql"),
             &[runner.into(), ctx.now.into()],
         )?,
         events::insert(ctx.db, &released)?,

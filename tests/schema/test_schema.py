@@ -2309,3 +2309,140 @@ class ClaimRequestIdTests(SchemaTest):
             with self.subTest(bad=bad):
                 self.assertRefused(self.granted_with, org, runner, bad, message="CHECK")
         self.granted_with(org, runner, "A1" * 30 + ".:_-")
+
+
+# =============================================================================================
+# The job object's own statements (src/store/queries, compiled into the worker), through a
+# whole lifecycle: what the schema tests prove is what production runs
+# =============================================================================================
+
+
+def query(name):
+    return (QUERIES / f"{name}.sql").read_text()
+
+
+class ProductionStatementTests(SchemaTest):
+    def setUp(self):
+        super().setUp()
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org)
+        self.job = self.w.job(self.org)
+
+    def known(self, state, attempt, claim, now=None):
+        return (query("assert_job_as_known"), (self.job, state, attempt, claim, now))
+
+    def credential(self, generation=1):
+        return (query("assert_credential_current"), (self.runner, self.org, generation))
+
+    def grant(self, attempt, at=NOW, request_id=None):
+        claim = f"{self.job}-a{attempt}"
+        lease = at + LEASE_MS
+        batch(self.conn, [
+            self.known("queued", attempt - 1, None),
+            (query("grant_claim"), (claim, self.job, self.org, self.runner, attempt, sha("nonce" + claim),
+                                    "kid", at, at + 300_000, lease, '{"signed": true}', request_id)),
+            (query("grant_job"), (self.job, self.org, attempt, claim, lease, at)),
+            (query("grant_runner"), (self.runner, at)),
+        ])
+        return claim
+
+    def heartbeat(self, claim, attempt, state, at, generation=1):
+        lease = at + 2 * LEASE_MS
+        batch(self.conn, [
+            self.credential(generation),
+            self.known(state, attempt, claim, at),
+            (query("heartbeat_job"), (self.job, claim, attempt, lease, "running", at, state)),
+            (query("heartbeat_claim"), (claim, lease, at)),
+            (query("heartbeat_runner"), (self.runner, at)),
+        ])
+        return lease
+
+    def end(self, claim, attempt, state, to, how, runner_statement, free=0, at=NOW):
+        batch(self.conn, [
+            self.known(state, attempt, claim),
+            (query("end_claim"), (claim, at, how[0], how[1])),
+            (query("free_job"), (self.job, claim, attempt, state, to, at, at if to == "cancelled" else None,
+                                 "reason", free)),
+            runner_statement,
+        ])
+
+    def active_claims(self):
+        return self.w.active_claims(self.runner)
+
+    def test_grant_heartbeat_recovery_hand_back_and_completion_in_production_statements(self):
+        claim = self.grant(1)
+        self.assertEqual(self.w.job_row(self.job)[:3], ("claimed", 1, claim))
+        self.assertEqual(self.active_claims(), 1)
+        # The same attempt cannot be granted twice.
+        self.assertRefused(self.grant, 1, message="job_moved")
+        self.heartbeat(claim, 1, "claimed", NOW + 1_000)
+        self.assertEqual(self.w.job_row(self.job)[0], "running")
+
+        # The lease lapses: recovery ends the claim, requeues the job, marks the runner lost.
+        self.end(claim, 1, "running", "queued", ("lost", "lease expired"),
+                 (query("recover_runner"), (self.runner, NOW, "job: lease expired")))
+        self.assertEqual(self.w.job_row(self.job)[:3], ("queued", 1, None))
+        state, generation = self.w.one(
+            "SELECT state, credential_generation FROM runners WHERE id = ?", self.runner)
+        self.assertEqual((state, generation, self.active_claims()), ("lost", 2, 0))
+        # Its old credential no longer passes; a fresh session brings it back.
+        self.execute("UPDATE runners SET state = 'active' WHERE id = ?", self.runner)
+
+        # Attempt 2, handed back (free): queued again with the hand-back counted as free.
+        claim = self.grant(2, request_id="req-2")
+        self.end(claim, 2, "claimed", "queued", ("released", "handed back: stopping"),
+                 (query("release_runner"), (self.runner, NOW)), free=1)
+        self.assertEqual(self.w.one("SELECT released_attempts FROM jobs WHERE id = ?", self.job)[0], 1)
+        self.assertEqual(self.active_claims(), 0)
+
+        # Attempt 3, completed and accepted, with its evidence in custody.
+        claim = self.grant(3)
+        self.heartbeat(claim, 3, "claimed", NOW + 2_000, generation=2)
+        run = self.w.evaluation_run(self.org)
+        row = self.w.completion_row(self.job, claim, self.runner, 3, evaluation_run_id=run)
+        completion = (query("completion_insert"), (
+            row["id"], self.job, self.org, claim, self.runner, 3, "accepted", "accepted",
+            row["completion_checksum"], "succeeded", row["input_hash"], row["result_hash"], None, run,
+            row["evidence"], None, row["completed_at"], NOW, stable_json({"completion": True})))
+        batch(self.conn, [
+            self.credential(generation=2),
+            self.known("running", 3, claim, NOW + 3_000),
+            completion,
+            (query("complete_job"), (self.job, claim, 3, "succeeded", NOW + 3_000)),
+            (query("complete_claim"), (claim, NOW + 3_000)),
+            (query("complete_runner"), (self.runner, NOW + 3_000)),
+            (query("completion_evidence_insert"), ("evaluation_run", run, row["id"], self.job, self.org,
+                                                   NOW + 3_000)),
+        ])
+        self.assertEqual(self.w.job_row(self.job)[:3], ("succeeded", 3, None))
+        self.assertEqual(self.active_claims(), 0)
+        # Whose custody the run is in, as a later completion naming it is told.
+        holder = self.execute(query("evidence_holder"), self.org,
+                              json.dumps([["test_result", "tr_x"], ["evaluation_run", run]])).fetchall()
+        self.assertEqual(holder, [("evaluation_run", run, self.job)])
+        self.assertEqual(self.execute(query("evidence_holder"), self.org, json.dumps([["evaluation_run", "evr_none"]]))
+                         .fetchall(), [])
+
+    def test_a_heartbeat_of_a_rotated_credential_changes_nothing(self):
+        claim = self.grant(1)
+        before = self.w.job_row(self.job)
+        self.execute("UPDATE runners SET credential_generation = 2 WHERE id = ?", self.runner)
+        self.assertRefused(self.heartbeat, claim, 1, "claimed", NOW + 1_000, message="credential_revoked")
+        self.assertEqual(self.w.job_row(self.job), before)
+
+    def test_cancel_statements(self):
+        batch(self.conn, [self.known("queued", 0, None),
+                          (query("cancel_queued_job"), (self.job, self.org, "queued", "no longer needed", NOW))])
+        self.assertEqual(self.w.job_row(self.job)[0], "cancelled")
+        other = self.w.job(self.org)
+        self.job = other
+        claim = self.grant(1)
+        batch(self.conn, [self.known("claimed", 1, claim),
+                          (query("cancel_request_job"), (self.job, self.org, "claimed", "stop", NOW))])
+        self.assertEqual(self.w.job_row(self.job)[0], "cancel_requested")
+
+    def test_every_statement_file_is_exercised_by_these_tests(self):
+        text = pathlib.Path(__file__).read_text()
+        for path in sorted(QUERIES.glob("*.sql")):
+            with self.subTest(query=path.name):
+                self.assertTrue(f'query("{path.stem}")' in text or f'"{path.name}"' in text, path.name)
