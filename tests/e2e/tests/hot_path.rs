@@ -221,7 +221,8 @@ async fn a_claim_whose_answer_is_lost_is_recovered_by_asking_again_with_its_requ
         &requirements("prompt"),
     )
     .await;
-    let mut runner = Runner::simple(&f.org, &["prompt"], 2).await;
+    // Room for a third claim, so that the last one below shows the queue empty, not the runner full.
+    let mut runner = Runner::simple(&f.org, &["prompt"], 3).await;
     let ask = json!({ "requestId": "claim-1" });
 
     claim_and_hang_up(&runner.token, &ask);
