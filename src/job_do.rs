@@ -143,6 +143,10 @@ impl JobObject {
             // Committed already: the earlier alarm (or the cron pass) still covers the lease.
             worker::console_error!("job object: moving the alarm after a commit failed: {err:?}");
         }
+        if let Some(org) = &outcome.touched {
+            // Never fails: a lost touch costs at most the runners' quiet time.
+            crate::dispatch_do::touch(&self.env, org).await;
+        }
         Ok(outcome.reply)
     }
 }
@@ -160,16 +164,8 @@ struct OpOutcome {
     alarm_at: Option<i64>,
     /// The job holds no lease any more.
     clear_alarm: bool,
-}
-
-impl From<Reply> for OpOutcome {
-    fn from(reply: Reply) -> Self {
-        Self {
-            reply,
-            alarm_at: None,
-            clear_alarm: false,
-        }
-    }
+    /// The organization whose dispatcher is to be told (see `OpCtx::touched`).
+    touched: Option<String>,
 }
 
 /// Runs `op` on the job, from what the object already knows when it can.
@@ -218,6 +214,7 @@ async fn dispatch(
             alarm: Cell::new(AlarmChange::Keep),
             wrote: Cell::new(false),
             learned: RefCell::new(None),
+            touched: RefCell::new(None),
         };
         // A fresh read that the operation then does not write over stays what the object knows.
         let fresh = (!warm && holder.is_some()).then(|| snapshot.clone());
@@ -240,18 +237,16 @@ async fn dispatch(
         let reply = result?;
         let learned = op_ctx.learned.take();
         *known.borrow_mut() = if op_ctx.wrote.get() { learned } else { fresh };
-        return Ok(match op_ctx.alarm.get() {
-            AlarmChange::Keep => reply.into(),
-            AlarmChange::At(at) => OpOutcome {
-                reply,
-                alarm_at: Some(at),
-                clear_alarm: false,
-            },
-            AlarmChange::Clear => OpOutcome {
-                reply,
-                alarm_at: None,
-                clear_alarm: true,
-            },
+        let (alarm_at, clear_alarm) = match op_ctx.alarm.get() {
+            AlarmChange::Keep => (None, false),
+            AlarmChange::At(at) => (Some(at), false),
+            AlarmChange::Clear => (None, true),
+        };
+        return Ok(OpOutcome {
+            reply,
+            alarm_at,
+            clear_alarm,
+            touched: op_ctx.touched.take(),
         });
     }
     Err(ApiError::internal(format!(
@@ -317,6 +312,9 @@ struct OpCtx<'a> {
     wrote: Cell<bool>,
     /// The job as the committed write left it, for the object to remember; `None` forgets.
     learned: RefCell<Option<Snapshot>>,
+    /// The organization whose claimable work the committed write changed (a job queued again,
+    /// a runner marked lost): its dispatcher is told once the operation is done.
+    touched: RefCell<Option<String>>,
 }
 
 impl OpCtx<'_> {
@@ -1452,6 +1450,8 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> ApiResult<Repl
         )));
     }
     ctx.alarm.set(AlarmChange::Clear);
+    // The job is queued again (or finished), and its runner lost: claims must read D1.
+    ctx.touched.replace(Some(job.organization_id.clone()));
     Ok(Reply::ok(json!({
         "jobId": job.id,
         "decision": decision.code(),
@@ -1616,6 +1616,9 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
         )));
     }
     ctx.alarm.set(AlarmChange::Clear);
+    if next == JobState::Queued {
+        ctx.touched.replace(Some(job.organization_id.clone()));
+    }
     let mut answer = json!({ "jobId": job.id, "claimId": claim_id, "state": next.as_str() });
     if let (Some(answer), Value::Object(outcome)) = (answer.as_object_mut(), outcome) {
         answer.extend(outcome);

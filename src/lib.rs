@@ -25,6 +25,7 @@ use worker::{
 };
 
 mod auth;
+mod dispatch_do;
 mod error;
 mod gate_do;
 mod http;
@@ -39,6 +40,7 @@ mod routes;
 mod runner_do;
 mod store;
 
+pub use dispatch_do::Dispatcher;
 pub use gate_do::AddressGate;
 pub use job_do::JobObject;
 pub use runner_do::RunnerObject;

@@ -4,7 +4,7 @@
 //! unchanged, so an object's refusal reaches the client with the object's own code. Objects are
 //! addressed by name (`id_from_name`): the job id for `JobObject`, the runner id for
 //! `RunnerObject`, so every request about one job (or one runner) meets the same single writer;
-//! the client address for `AddressGate`.
+//! the client address for `AddressGate`; the organization id for `Dispatcher`.
 
 use serde_json::Value;
 use worker::{Env, Method, Request, RequestInit, Response};
@@ -16,6 +16,7 @@ use crate::store::RoundTrips;
 pub(crate) const JOBS: &str = "JOBS";
 pub(crate) const RUNNERS: &str = "RUNNERS";
 pub(crate) const GATES: &str = "GATES";
+pub(crate) const DISPATCHERS: &str = "DISPATCHERS";
 
 /// The header in which an object tells its caller how many D1 round trips its operation made
 /// (and the bench build tells the client the request's total).
@@ -29,6 +30,13 @@ pub(crate) struct Reply {
 impl Reply {
     pub(crate) fn ok(body: Value) -> Self {
         Self { status: 200, body }
+    }
+
+    pub(crate) fn no_content() -> Self {
+        Self {
+            status: 204,
+            body: Value::Null,
+        }
     }
 
     pub(crate) fn is_success(&self) -> bool {

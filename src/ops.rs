@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::dispatch_do::Stamp;
 use crate::store::jobs::JobRow;
 
 /// An operation of a job's object (`JobObject`).
@@ -117,6 +118,9 @@ pub(crate) enum RunnerOp {
         served_targets: Option<Value>,
         /// The runner's idempotency key: the same key again answers the same claim.
         request_id: Option<String>,
+        /// How long the claim may wait for a job (the body's `waitSeconds`), 0 to answer at once.
+        #[serde(default)]
+        wait_ms: u32,
     },
     /// The benchmark floor (the `bench-floor` build only).
     Floor,
@@ -127,6 +131,38 @@ impl RunnerOp {
         match self {
             RunnerOp::Claim { .. } => "claim",
             RunnerOp::Floor => "floor",
+        }
+    }
+}
+
+/// An operation of an organization's dispatcher (`Dispatcher`).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub(crate) enum DispatchOp {
+    /// The organization's claimable work may have changed.
+    Touch { organization_id: String },
+    /// The stamp now, or once it is no longer `known` (at most `wait_ms` later).
+    Look {
+        organization_id: String,
+        known: Option<Stamp>,
+        wait_ms: u32,
+    },
+}
+
+impl DispatchOp {
+    pub(crate) fn organization_id(&self) -> &str {
+        match self {
+            DispatchOp::Touch { organization_id }
+            | DispatchOp::Look {
+                organization_id, ..
+            } => organization_id,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            DispatchOp::Touch { .. } => "touch",
+            DispatchOp::Look { .. } => "look",
         }
     }
 }

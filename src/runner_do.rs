@@ -12,6 +12,7 @@ use edgerunner_protocol::capability::{
 };
 use serde_json::{json, Value};
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use worker::{
@@ -19,9 +20,11 @@ use worker::{
     State,
 };
 
+use crate::dispatch_do::{self, Stamp};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::{self, read_op, respond, Reply};
 use crate::ops::{JobOp, RunnerOp};
+use crate::platform::now_ms;
 use crate::store::{self, jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
@@ -30,12 +33,44 @@ const CANDIDATES_PER_RANGE: i64 = 16;
 /// Pages per claim: how far behind incompatible jobs a compatible one is still found.
 const MAX_PAGES: usize = 8;
 
+/// How long a remembered "nothing" is used without reading D1 again: the bound on what a touch
+/// that never arrived (its caller crashed after committing) can delay.
+const QUIET_MILLIS: i64 = 30_000;
+/// Rounds of one long poll (a wake, a read that found nothing, waiting again): a bound on the
+/// reads one claim makes when its organization's queue keeps moving with nothing for it.
+const MAX_ROUNDS: usize = 16;
+/// Claims granted with a `requestId` that the object remembers (its runner's latest ones).
+const GRANTED_REQUESTS: usize = 64;
+
 #[durable_object]
 pub struct RunnerObject {
     state: State,
     env: Env,
     /// The runner's capabilities and tags as its last claim read them (see [`claim`]).
     profile: Rc<RefCell<Option<Profile>>>,
+    /// The runner's last claim found nothing: when, and at which queue stamp (see [`Quiet`]).
+    quiet: Rc<RefCell<Option<Quiet>>>,
+    /// The `requestId`s of this object's latest grants: a repeat of one is never answered from
+    /// [`Quiet`] (its claim exists; D1 answers it).
+    granted: Rc<RefCell<VecDeque<String>>>,
+}
+
+/// "A claim with this credential and these served targets found nothing": a D1 read that
+/// began when the organization's dispatcher showed `stamp` found no job for the runner. Until
+/// the stamp moves (a job became queued, or the runner's row changed), the same claim finds
+/// nothing again, so it is answered without a D1 query.
+///
+/// When the stamp was learned only *after* the read (the read had no stamp before it), the
+/// memory is not `confirmed`: something may have been queued between the read and the look, so
+/// the next claim reads D1 once more, with the stamp it looks at first. A confirmed memory older
+/// than [`QUIET_MILLIS`] counts as unconfirmed.
+#[derive(Clone)]
+struct Quiet {
+    stamp: Stamp,
+    confirmed: bool,
+    generation: i64,
+    served: Option<String>,
+    since: i64,
 }
 
 impl DurableObject for RunnerObject {
@@ -44,6 +79,8 @@ impl DurableObject for RunnerObject {
             state,
             env,
             profile: Rc::default(),
+            quiet: Rc::default(),
+            granted: Rc::default(),
         }
     }
 
@@ -52,45 +89,194 @@ impl DurableObject for RunnerObject {
             Ok(op) => op,
             Err(err) => return err.into_response(),
         };
-        let env = self.env.clone();
         let trips = RoundTrips::default();
+        let outcome = match op {
+            RunnerOp::Claim {
+                organization_id,
+                runner_id,
+                generation,
+                served_targets,
+                request_id,
+                wait_ms,
+            } => {
+                let request = ClaimRequest {
+                    org: organization_id,
+                    runner_id,
+                    generation,
+                    served_targets,
+                    request_id,
+                };
+                self.claim_waiting(&request, wait_ms, &trips).await
+            }
+            RunnerOp::Floor => self.floor(&trips).await,
+        };
+        respond(outcome, &trips)
+    }
+}
+
+/// A runner's claim as the edge passed it on.
+#[derive(Clone)]
+struct ClaimRequest {
+    org: String,
+    runner_id: String,
+    generation: i64,
+    served_targets: Option<Value>,
+    request_id: Option<String>,
+}
+
+impl ClaimRequest {
+    fn served(&self) -> Option<String> {
+        self.served_targets
+            .as_ref()
+            .filter(|v| !v.is_null())
+            .map(Value::to_string)
+    }
+}
+
+impl RunnerObject {
+    /// A claim that may wait `wait_ms` for a job: rounds of "look at the queue stamp (waiting
+    /// while it has not moved), then claim from D1 if it moved", until a job is granted, the
+    /// wait ends, or the claim is refused. Waiting holds no lock: the runner's other claims go
+    /// on meanwhile.
+    async fn claim_waiting(
+        &self,
+        request: &ClaimRequest,
+        wait_ms: u32,
+        trips: &RoundTrips,
+    ) -> ApiResult<Reply> {
+        let deadline = now_ms() + i64::from(wait_ms);
+        let left = || u32::try_from((deadline - now_ms()).max(0)).unwrap_or(0);
+        for _ in 0..MAX_ROUNDS {
+            let before = match self.quiet_for(request, now_ms()) {
+                None => None,
+                Some(quiet) => {
+                    let wait = if quiet.confirmed { left() } else { 0 };
+                    match dispatch_do::look(&self.env, &request.org, Some(&quiet.stamp), wait).await
+                    {
+                        // Nothing was queued (nor the runner changed) since it found nothing.
+                        Ok(stamp) if quiet.confirmed && stamp == quiet.stamp => {
+                            return Ok(Reply::no_content());
+                        }
+                        Ok(stamp) => Some(stamp),
+                        Err(err) => {
+                            worker::console_error!("runner object: no queue stamp: {err:?}");
+                            self.quiet.borrow_mut().take();
+                            None
+                        }
+                    }
+                }
+            };
+            let reply = self.claim_locked(request, before, trips).await?;
+            if reply.status != 204 || left() == 0 {
+                return Ok(reply);
+            }
+        }
+        Ok(Reply::no_content())
+    }
+
+    /// The remembered "nothing" that applies to `request`, if any.
+    fn quiet_for(&self, request: &ClaimRequest, now: i64) -> Option<Quiet> {
+        if let Some(id) = &request.request_id {
+            if self.granted.borrow().contains(id) {
+                return None;
+            }
+        }
+        let served = request.served();
+        let mut quiet = self
+            .quiet
+            .borrow()
+            .clone()
+            .filter(|q| q.generation == request.generation && q.served == served)?;
+        if now - quiet.since > QUIET_MILLIS {
+            quiet.confirmed = false;
+        }
+        Some(quiet)
+    }
+
+    /// One claim from D1, under the object's lock, and what it teaches the object: a grant or
+    /// a refusal forgets the remembered "nothing"; finding nothing remembers it, at `before` (the
+    /// stamp looked at before the read), or unconfirmed at the stamp looked at after it.
+    async fn claim_locked(
+        &self,
+        request: &ClaimRequest,
+        before: Option<Stamp>,
+        trips: &RoundTrips,
+    ) -> ApiResult<Reply> {
+        let env = self.env.clone();
         let counted = trips.clone();
         let profile = Rc::clone(&self.profile);
-        let outcome = self
-            .state
+        let quiet = Rc::clone(&self.quiet);
+        let granted = Rc::clone(&self.granted);
+        let request = request.clone();
+        self.state
             .block_concurrency_while(async move {
-                let db = match Db::of(&env, counted) {
-                    Ok(db) => db,
-                    Err(err) => return Ok(Err(err)),
+                let outcome = async {
+                    let db = Db::of(&env, counted)?;
+                    let claimant = Claimant {
+                        org: &request.org,
+                        runner_id: &request.runner_id,
+                        generation: request.generation,
+                        served_targets: request.served_targets.as_ref(),
+                        request_id: request.request_id.as_deref(),
+                    };
+                    claim(&env, &db, &profile, claimant).await
+                }
+                .await;
+                let found_nothing = matches!(&outcome, Ok(reply) if reply.status == 204);
+                let remembered = if found_nothing {
+                    let (stamp, confirmed) = match before {
+                        Some(stamp) => (Some(stamp), true),
+                        None => (
+                            dispatch_do::look(&env, &request.org, None, 0).await.ok(),
+                            false,
+                        ),
+                    };
+                    stamp.map(|stamp| Quiet {
+                        stamp,
+                        confirmed,
+                        generation: request.generation,
+                        served: request.served(),
+                        since: now_ms(),
+                    })
+                } else {
+                    None
                 };
-                Ok(match op {
-                    RunnerOp::Claim {
-                        organization_id,
-                        runner_id,
-                        generation,
-                        served_targets,
-                        request_id,
-                    } => {
-                        let claimant = Claimant {
-                            org: &organization_id,
-                            runner_id: &runner_id,
-                            generation,
-                            served_targets: served_targets.as_ref(),
-                            request_id: request_id.as_deref(),
-                        };
-                        claim(&env, &db, &profile, claimant).await
+                *quiet.borrow_mut() = remembered;
+                if let (Ok(reply), Some(id)) = (&outcome, &request.request_id) {
+                    if reply.is_success() && reply.status != 204 {
+                        let mut granted = granted.borrow_mut();
+                        if !granted.contains(id) {
+                            if granted.len() == GRANTED_REQUESTS {
+                                granted.pop_front();
+                            }
+                            granted.push_back(id.clone());
+                        }
                     }
-                    #[cfg(feature = "bench-floor")]
-                    RunnerOp::Floor => floor(&db).await,
-                    #[cfg(not(feature = "bench-floor"))]
-                    RunnerOp::Floor => Err(ApiError::not_found("no such route")),
+                }
+                Ok(outcome)
+            })
+            .await
+            .map_err(ApiError::internal)?
+    }
+
+    #[cfg(feature = "bench-floor")]
+    async fn floor(&self, trips: &RoundTrips) -> ApiResult<Reply> {
+        let env = self.env.clone();
+        let counted = trips.clone();
+        self.state
+            .block_concurrency_while(async move {
+                Ok(match Db::of(&env, counted) {
+                    Ok(db) => floor(&db).await,
+                    Err(err) => Err(err),
                 })
             })
-            .await;
-        match outcome {
-            Ok(outcome) => respond(outcome, &trips),
-            Err(err) => respond(Err(ApiError::internal(err)), &trips),
-        }
+            .await
+            .map_err(ApiError::internal)?
+    }
+
+    #[cfg(not(feature = "bench-floor"))]
+    async fn floor(&self, _trips: &RoundTrips) -> ApiResult<Reply> {
+        Err(ApiError::not_found("no such route"))
     }
 }
 
@@ -264,10 +450,7 @@ async fn claim(
         }
         page = ranges.next_page(db, org, Vec::new()).await?.1;
     }
-    Ok(Reply {
-        status: 204,
-        body: Value::Null,
-    })
+    Ok(Reply::no_content())
 }
 
 /// The index ranges a runner's claim reads: one per (execution kind, runtime) it declares,

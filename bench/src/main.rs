@@ -93,6 +93,8 @@ struct Sizes {
     lifecycle: [(usize, usize); 3],
     stream: [(usize, usize); 3],
     recovery: usize,
+    /// Jobs timed by scenario 9 (pickup latency).
+    pickup: usize,
     /// Chatty jobs: (what, shell command).
     chatty: [(&'static str, &'static str); 2],
 }
@@ -103,7 +105,8 @@ const FULL: Sizes = Sizes {
     claim_reps: 60,
     lifecycle: [(1, 20), (8, 5), (32, 2)],
     stream: [(0, 200), (4096, 100), (65536, 40)],
-    recovery: 1000,
+    recovery: 10_000,
+    pickup: 100,
     chatty: [
         ("`seq 1 200000` (short lines)", "seq 1 200000"),
         (
@@ -120,6 +123,7 @@ const SMOKE: Sizes = Sizes {
     lifecycle: [(1, 2), (8, 1), (32, 1)],
     stream: [(0, 10), (4096, 5), (65536, 3)],
     recovery: 20,
+    pickup: 6,
     chatty: [
         ("`seq 1 2000` (short lines)", "seq 1 2000"),
         (
@@ -617,8 +621,10 @@ async fn floor_throughput(bench: &Bench, concurrency: usize, each: usize) -> Res
     Ok((concurrency * each) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Scenario 3: appends into one job's stream, one after another (the chain is sequential).
-async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
+/// Scenario 3: appends into one job's stream, one after another (the chain is sequential);
+/// before them, warm heartbeats of the same claim, each after one floor request (interleaved,
+/// as the claims are). Answers (appends, heartbeats).
+async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
     let runner = bench.register_runners(1, 1).await?;
     let client = bench.client(&runner[0])?;
     let assignment = client
@@ -628,6 +634,27 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
         .ok_or("no job to claim")?;
     let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
     let floor_http = reqwest::Client::new();
+    // The first heartbeat moves the job to running and warms its object; the rest are timed.
+    client
+        .heartbeat(assignment.claim_id(), 120)
+        .await
+        .map_err(err("heartbeat"))?;
+    let (mut beats, mut beat_floors) = (Vec::new(), Vec::new());
+    for _ in 0..sizes.claim_reps {
+        beat_floors.push(ms(Bench::floor(&floor_http, &bench.server).await?));
+        let start = Instant::now();
+        client
+            .heartbeat(assignment.claim_id(), 120)
+            .await
+            .map_err(err("heartbeat"))?;
+        beats.push(ms(start.elapsed()));
+    }
+    let heartbeats = json!({
+        "heartbeat": stats(&beats),
+        "floor": stats(&beat_floors),
+        "p50Ratio": round(percentile(&beats, 50.0) / percentile(&beat_floors, 50.0)),
+        "p99Ratio": round(percentile(&beats, 99.0) / percentile(&beat_floors, 99.0)),
+    });
     let mut out = Vec::new();
     for (size, count) in sizes.stream {
         client
@@ -677,7 +704,7 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<Value> {
         evidence(runs.into_iter().next().ok_or("no run")?),
     );
     client.complete(&done).await.map_err(err("complete"))?;
-    Ok(Value::Array(out))
+    Ok((Value::Array(out), heartbeats))
 }
 
 /// Scenario 7: chatty jobs through the runner itself ([`Worker`]: claim, input, heartbeat, the
@@ -735,6 +762,7 @@ async fn chatty(
                 exec_dir: std::env::temp_dir(),
                 capacity: 1,
                 poll_interval: Duration::from_millis(200),
+                claim_wait: 0,
                 heartbeat: HeartbeatConfig::DEFAULT,
                 grace: Duration::from_secs(5),
                 max_jobs: Some(1),
@@ -848,8 +876,16 @@ const COUNTED_OPERATIONS: &[(&str, &str)] = &[
         "claimNothingQueuedAgain",
         "claim, nothing queued, again (nothing changed since)",
     ),
+    (
+        "claimIdle",
+        "claim, idle (nothing queued since its last claims found nothing)",
+    ),
+    (
+        "claimLongPoll",
+        "claim with a 1 s long poll, nothing queued",
+    ),
     ("enqueue", "enqueue (admin)"),
-    ("claimFound", "claim, a job found"),
+    ("claimFound", "claim, a job found (after the idle claims)"),
     ("heartbeatFirst", "first heartbeat"),
     ("heartbeatWarm", "heartbeat, warm"),
     ("chunkFirst", "first chunk"),
@@ -873,7 +909,11 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
     tally.mark(bench, Some("claimNothingQueued")).await?;
     let again = client.claim().await.map_err(err("claim"))?;
     tally.mark(bench, Some("claimNothingQueuedAgain")).await?;
-    if none.is_some() || again.is_some() {
+    let idle = client.claim().await.map_err(err("claim"))?;
+    tally.mark(bench, Some("claimIdle")).await?;
+    let waited = client.claim_waiting(1).await.map_err(err("claim"))?;
+    tally.mark(bench, Some("claimLongPoll")).await?;
+    if none.is_some() || again.is_some() || idle.is_some() || waited.is_some() {
         return Err("round trips: the queue was not empty".to_owned());
     }
     let job = bench_job("bench-trips", artifact_id, version_id, "round trips");
@@ -934,6 +974,193 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
         .map_err(err("cancel"))?;
     tally.mark(bench, Some("cancelQueued")).await?;
     Ok(Value::Object(tally.counts))
+}
+
+/// Runners that long-poll in scenario 9, and the CLI's default wait they use.
+const PICKUP_RUNNERS: usize = 32;
+const PICKUP_WAIT_SECONDS: u32 = 10;
+
+/// Scenario 9: job pickup latency. 32 runners long-poll (`waitSeconds` 10, the CLI's default)
+/// on an empty queue; jobs are enqueued one at a time, each once the previous one was picked
+/// up, and the latency is from just before the enqueue request to the moment a runner holds
+/// the claim's answer. Each runner completes what it gets and long-polls again. The first jobs
+/// warm the objects and are not counted.
+async fn pickup(bench: &Bench, artifact_id: &str, version_id: u64, jobs: usize) -> Res<Value> {
+    const WARM_UP: usize = 4;
+    let total = jobs + WARM_UP;
+    let runs = bench.evaluation_runs(total).await?;
+    let runs = Arc::new(std::sync::Mutex::new(runs));
+    let runners = bench.register_runners(PICKUP_RUNNERS, 4).await?;
+    let (picked, mut pickups) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for credentials in &runners {
+        let client = bench.client(credentials)?;
+        let (picked, runs, stop) = (picked.clone(), Arc::clone(&runs), Arc::clone(&stop));
+        tasks.push(tokio::spawn(async move {
+            let mut errors = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let assignment = match client.claim_waiting(PICKUP_WAIT_SECONDS).await {
+                    Ok(Some(assignment)) => assignment,
+                    Ok(None) => continue,
+                    Err(error) if errors < 20 => {
+                        errors += 1;
+                        eprintln!("pickup: claim failed: {error}");
+                        continue;
+                    }
+                    Err(error) => return Err(format!("pickup claim: {error}")),
+                };
+                let at = Instant::now();
+                let _ = picked.send((assignment.job_id().as_str().to_owned(), at));
+                let run = runs
+                    .lock()
+                    .map_err(|_| "runs lock".to_owned())?
+                    .pop()
+                    .ok_or("pickup: more jobs picked up than enqueued")?;
+                let stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
+                let done = assignment.completion(
+                    CompletionStatus::Succeeded,
+                    Some(stable_json::hash(&json!({ "ok": true }))),
+                    stream.final_checksum(),
+                    evidence(run),
+                );
+                client
+                    .complete(&done)
+                    .await
+                    .map_err(err("pickup complete"))?;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut enqueue_ms = Vec::new();
+    for i in 0..total {
+        let job = bench_job(
+            "bench-pickup",
+            artifact_id,
+            version_id,
+            &format!("pickup {i}"),
+        );
+        let start = Instant::now();
+        let enqueued = bench.admin.enqueue(&job).await.map_err(err("enqueue"))?;
+        enqueue_ms.push(ms(start.elapsed()));
+        let id = enqueued["id"].as_str().ok_or("job id")?.to_owned();
+        let (got, at) = tokio::time::timeout(Duration::from_secs(30), pickups.recv())
+            .await
+            .map_err(|_| format!("pickup: job {i} was not picked up within 30 s"))?
+            .ok_or("pickup: every runner stopped")?;
+        if got != id {
+            return Err(format!("pickup: {got} was picked up, not {id}"));
+        }
+        if i >= WARM_UP {
+            latencies.push(ms(at.duration_since(start)));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    // The runners are in waits that nothing will end early now: stop them where they are.
+    for task in &tasks {
+        task.abort();
+    }
+    for task in tasks {
+        if let Ok(Err(error)) = task.await {
+            return Err(error);
+        }
+    }
+    Ok(json!({
+        "runners": PICKUP_RUNNERS,
+        "waitSeconds": PICKUP_WAIT_SECONDS,
+        "jobs": jobs,
+        "pickupMs": stats(&latencies),
+        "enqueueMs": stats(&enqueue_ms),
+    }))
+}
+
+fn pickup_markdown(r: &Value) -> String {
+    let p = &r["pickup"];
+    if !p.is_object() {
+        return String::new();
+    }
+    let goal = f(&p["pickupMs"]["p50Ms"]) <= 50.0;
+    format!(
+        "\n## 9. Job pickup latency\n\n{} runners long-poll (`waitSeconds` {}, the runner CLI's default) on an empty queue; {} jobs are enqueued one at a time, each after the previous one was picked up, and each is timed from just before its enqueue request to the moment a runner holds the claim's answer (the first 4 jobs warm the objects and are not counted).\n\n| | p50 | p99 |\n|---|---|---|\n| enqueue → claim held (ms) | {} | {} |\n| the enqueue request alone (ms) | {} | {} |\n\nGoal p50 ≤ 50 ms: **{}**.\n",
+        p["runners"],
+        p["waitSeconds"],
+        p["jobs"],
+        p["pickupMs"]["p50Ms"],
+        p["pickupMs"]["p99Ms"],
+        p["enqueueMs"]["p50Ms"],
+        p["enqueueMs"]["p99Ms"],
+        verdict(goal),
+    )
+}
+
+/// The capacity model's workload: what an idle and a busy runner send.
+const MODEL_POLL_SECONDS: f64 = 2.0;
+const MODEL_QUIET_SECONDS: f64 = 30.0;
+const MODEL_HEARTBEAT_SECONDS: f64 = 5.0;
+const MODEL_CHUNK_SECONDS: f64 = 1.0;
+/// D1 queries/s one database is taken to serve.
+const MODEL_D1_QPS: f64 = 1000.0;
+/// Scenario 8's counts before the hot-path work (commit 7b0ce23, the same scenario): a claim
+/// that found nothing, a warm heartbeat, a warm chunk. There was no long poll.
+const BEFORE_CLAIM_NOTHING: f64 = 2.0;
+const BEFORE_HEARTBEAT: f64 = 3.0;
+const BEFORE_CHUNK: f64 = 3.0;
+
+/// D1 queries per second of (an idle runner polling, an idle runner long-polling, a busy
+/// runner), from scenario 8's counts. An idle runner's claims cost `claimIdle` each, plus one
+/// confirming read (`claimNothingQueuedAgain`) per quiet period.
+fn capacity(r: &Value) -> Option<(f64, f64, f64)> {
+    let c = &r["roundTrips"];
+    let n = |k: &str| c[k].as_f64();
+    let refresh = n("claimNothingQueuedAgain")? / MODEL_QUIET_SECONDS;
+    let polling = n("claimIdle")? / MODEL_POLL_SECONDS + refresh;
+    let long_polling = n("claimLongPoll")? / f64::from(PICKUP_WAIT_SECONDS) + refresh;
+    let busy =
+        n("heartbeatWarm")? / MODEL_HEARTBEAT_SECONDS + n("chunkWarm")? / MODEL_CHUNK_SECONDS;
+    Some((polling, long_polling, busy))
+}
+
+fn capacity_markdown(r: &Value) -> String {
+    let Some((polling, long_polling, busy)) = capacity(r) else {
+        return String::new();
+    };
+    let runners = |qps: f64| {
+        if qps > 0.0 {
+            format!("{:.0}", MODEL_D1_QPS / qps)
+        } else {
+            "unbounded by D1".to_owned()
+        }
+    };
+    let before_idle = BEFORE_CLAIM_NOTHING / MODEL_POLL_SECONDS;
+    let before_busy =
+        BEFORE_HEARTBEAT / MODEL_HEARTBEAT_SECONDS + BEFORE_CHUNK / MODEL_CHUNK_SECONDS;
+    format!(
+        "\n## 10. Capacity model\n\nD1 queries per second per runner, from the counts of section 8, and the runners one D1 database carries at {:.0} queries/s. An idle runner polls every {:.0} s (the published SDK's loop and the CLI's `--poll-interval`) or long-polls {} s per claim (the CLI's default); its object re-reads D1 once per {:.0} s quiet period. A busy runner holds one job, heartbeats every {:.0} s and sends one chunk per {:.0} s. \"Before\" is the same scenario at commit 7b0ce23 (a claim that found nothing: {:.0} round trips; warm heartbeat and chunk: {:.0} each; no long poll).\n\n| runner | q/s before | runners before | q/s now | runners now | goal |\n|---|---|---|---|---|---|\n| idle, polling every {:.0} s | {:.3} | {} | {:.3} | {} | ≥ 10,000: **{}** |\n| idle, long-polling {} s | – | – | {:.3} | {} | ≥ 10,000: **{}** |\n| busy | {:.2} | {} | {:.2} | {} | ≥ 800: **{}** |\n\nNot in the per-runner figures: each job enqueued or requeued wakes up to 32 waiting claims, each of which reads D1 once (and one of them writes the grant). A fleet whose organizations queue J jobs/s adds up to 33·J queries/s, whatever its size.\n",
+        MODEL_D1_QPS,
+        MODEL_POLL_SECONDS,
+        PICKUP_WAIT_SECONDS,
+        MODEL_QUIET_SECONDS,
+        MODEL_HEARTBEAT_SECONDS,
+        MODEL_CHUNK_SECONDS,
+        BEFORE_CLAIM_NOTHING,
+        BEFORE_HEARTBEAT,
+        MODEL_POLL_SECONDS,
+        before_idle,
+        runners(before_idle),
+        polling,
+        runners(polling),
+        verdict(polling <= MODEL_D1_QPS / 10_000.0),
+        PICKUP_WAIT_SECONDS,
+        long_polling,
+        runners(long_polling),
+        verdict(long_polling <= MODEL_D1_QPS / 10_000.0),
+        before_busy,
+        runners(before_busy),
+        busy,
+        runners(busy),
+        verdict(busy <= MODEL_D1_QPS / 800.0),
+    )
 }
 
 /// Differences of the bench build's round-trip total between marks.
@@ -1371,6 +1598,32 @@ fn markdown(report: &Value, analysis: &str) -> String {
         verdict(f(&first["p99Ratio"]) <= 3.0)
     ));
     md.push_str(&format!(
+        "| claim p50 ≤ 2.0× floor, the hot path's bound (at {} queued) | {:.2}× | {} |\n",
+        first["depth"],
+        f(&first["p50Ratio"]),
+        verdict(f(&first["p50Ratio"]) <= 2.0)
+    ));
+    let beats = &r["heartbeats"];
+    md.push_str(&format!(
+        "| warm heartbeat p50 ≤ 1.3× floor | {:.2}× ({} ms vs {} ms) | {} |\n",
+        f(&beats["p50Ratio"]),
+        beats["heartbeat"]["p50Ms"],
+        beats["floor"]["p50Ms"],
+        verdict(f(&beats["p50Ratio"]) <= 1.3)
+    ));
+    let line = r["stream"]
+        .as_array()
+        .and_then(|a| a.first())
+        .cloned()
+        .unwrap_or(Value::Null);
+    md.push_str(&format!(
+        "| warm chunk p50 ≤ 1.3× floor (one log line) | {:.2}× ({} ms vs {} ms) | {} |\n",
+        f(&line["p50Ratio"]),
+        line["append"]["p50Ms"],
+        line["floor"]["p50Ms"],
+        verdict(f(&line["p50Ratio"]) <= 1.3)
+    ));
+    md.push_str(&format!(
         "| claim p50 at {} queued ≤ 1.2× at {} | {:.2}× (each divided by its own floor: {:.2}×) | {} |\n",
         last["depth"],
         first["depth"],
@@ -1382,6 +1635,38 @@ fn markdown(report: &Value, analysis: &str) -> String {
         "| lifecycle throughput at {} runners ≥ 0.7× floor | {:.2}× ({} req/s vs {} req/s) | {} |\n",
         lc32["runners"], f(&lc32["throughputRatio"]), lc32["requestsPerSecond"],
         lc32["floorRequestsPerSecond"], verdict(f(&lc32["throughputRatio"]) >= 0.7)
+    ));
+    md.push_str(&format!(
+        "| lifecycle throughput at {} runners ≥ 0.8× floor, the hot path's bound | {:.2}× | {} |\n",
+        lc32["runners"],
+        f(&lc32["throughputRatio"]),
+        verdict(f(&lc32["throughputRatio"]) >= 0.8)
+    ));
+    let pickup = &r["pickup"]["pickupMs"];
+    md.push_str(&format!(
+        "| job pickup p50 ≤ 50 ms, 32 runners long-polling (section 9) | {} ms (p99 {} ms) | {} |\n",
+        pickup["p50Ms"],
+        pickup["p99Ms"],
+        verdict(f(&pickup["p50Ms"]) <= 50.0)
+    ));
+    if let Some((polling, long_polling, busy)) = capacity(r) {
+        md.push_str(&format!(
+            "| one D1 database carries ≥ 10,000 idle runners and ≥ 800 busy ones (section 10) | idle {:.0} polling, {:.0} long-polling; busy {:.0} | {} |\n",
+            MODEL_D1_QPS / polling.max(1e-9),
+            MODEL_D1_QPS / long_polling.max(1e-9),
+            MODEL_D1_QPS / busy.max(1e-9),
+            verdict(polling.max(long_polling) <= MODEL_D1_QPS / 10_000.0 && busy <= MODEL_D1_QPS / 800.0)
+        ));
+    }
+    let rec = &r["recovery"];
+    let failed = rec["failedPasses"].as_array().map_or(0, Vec::len);
+    md.push_str(&format!(
+        "| recovery of {} expired leases with no failed pass (section 4) | {} requeued, {} still leased, {} failed passes | {} |\n",
+        rec["leases"],
+        rec["requeued"],
+        rec["stillLeased"],
+        failed,
+        verdict(failed == 0 && rec["stillLeased"].as_u64() == Some(0))
     ));
     md.push_str(&format!(
         "| wasm ≤ 1 MiB gzip | {:.0} KiB gzip ({:.0} KiB raw) | {} |\n\n",
@@ -1476,6 +1761,8 @@ fn markdown(report: &Value, analysis: &str) -> String {
     md.push_str(&memory_markdown(r));
     md.push_str(&chatty_markdown(r));
     md.push_str(&round_trips_markdown(r));
+    md.push_str(&pickup_markdown(r));
+    md.push_str(&capacity_markdown(r));
     md.push_str(&format!(
         "\n## Claim query plan on local D1\n\n`EXPLAIN QUERY PLAN` of src/store/queries/claim_candidates.sql (literal values) through `wrangler d1 execute --local`; the run fails unless it searches `jobs_queue` and never scans `jobs`:\n\n```\n{}\n```\n",
         r["explain"]["plan"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n")).unwrap_or_default()
@@ -1621,6 +1908,8 @@ async fn run(args: Args) -> Res<()> {
     // First, while the queue is empty (the template is cancelled).
     let trips = round_trips(&bench, &artifact_id, version_id).await?;
     eprintln!("D1 round trips per operation: {trips}");
+    let pickup = pickup(&bench, &artifact_id, version_id, sizes.pickup).await?;
+    eprintln!("pickup latency: {}", pickup["pickupMs"]);
     let probe = args.memory_probe.as_deref();
     let mut memory = vec![memory_reading(probe, "start")?];
     let big_body = oversized_session_body(&bench).await?;
@@ -1659,7 +1948,7 @@ async fn run(args: Args) -> Res<()> {
     bench.seed(needed.saturating_sub(queued))?;
     let lifecycle = lifecycle(&bench, sizes).await?;
     memory.push(memory_reading(probe, "after 2. lifecycle throughput")?);
-    let stream = stream_rate(&bench, sizes).await?;
+    let (stream, heartbeats) = stream_rate(&bench, sizes).await?;
     memory.push(memory_reading(probe, "after 3. stream appends")?);
     let recovery = recovery(&bench, sizes.recovery).await?;
     memory.push(memory_reading(probe, "after 4. recovery")?);
@@ -1689,7 +1978,9 @@ async fn run(args: Args) -> Res<()> {
         "claim": claim,
         "lifecycle": lifecycle,
         "stream": stream,
+        "heartbeats": heartbeats,
         "recovery": recovery,
+        "pickup": pickup,
         "chatty": chatty,
         "roundTrips": trips,
         "bigBundle": big,

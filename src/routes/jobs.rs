@@ -12,6 +12,7 @@ use worker::{Request, Response};
 
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, Scope};
+use crate::dispatch_do;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{
     json_body, json_body_capped, json_object, json_object_capped, CLAIM_BODY_BYTES,
@@ -157,6 +158,8 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         }
         return Err(err);
     }
+    // Waiting claims wake, and idle runners' next claims read D1 again.
+    dispatch_do::touch(&ctx.env, &caller.organization_id).await;
     let job = jobs::get(&ctx.db, &caller.organization_id, &id)
         .await?
         .ok_or_else(|| ApiError::internal("enqueued job vanished"))?;
@@ -513,16 +516,38 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let credential = auth::runner_credential(&req, ctx)?;
     let claims = credential.claims();
     let body = json_object_capped(&mut req, CLAIM_BODY_BYTES).await?;
-    refuse_unknown(&body, &["servedTargets", "requestId"])?;
+    refuse_unknown(&body, &["servedTargets", "requestId", "waitSeconds"])?;
     let op = RunnerOp::Claim {
         organization_id: claims.organization_id.clone(),
         runner_id: claims.runner_id.clone(),
         generation: i64::try_from(claims.generation).map_err(ApiError::internal)?,
         served_targets: body.get("servedTargets").cloned(),
         request_id: request_id(&body)?,
+        wait_ms: wait_seconds(&body)? * 1000,
     };
     let reply = objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
     reply.into_response()
+}
+
+/// The longest a claim may wait for a job (`waitSeconds`).
+const MAX_WAIT_SECONDS: u32 = dispatch_do::MAX_WAIT_MILLIS / 1000;
+
+/// A claim's optional `waitSeconds`: an integer from 0 to 25; without it the claim answers at
+/// once, as the published SDK expects.
+fn wait_seconds(body: &Map<String, Value>) -> ApiResult<u32> {
+    match body.get("waitSeconds") {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => v
+            .as_u64()
+            .filter(|s| *s <= u64::from(MAX_WAIT_SECONDS))
+            .and_then(|s| u32::try_from(s).ok())
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    "INVALID_WAIT",
+                    format!("waitSeconds must be an integer from 0 to {MAX_WAIT_SECONDS}"),
+                )
+            }),
+    }
 }
 
 /// Longest claim `requestId` (migration 0008 holds the same bound).

@@ -7,6 +7,7 @@ use worker::{Request, Response};
 
 use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
+use crate::dispatch_do;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
 use crate::platform::{random_id, random_secret, secret_hash};
@@ -404,6 +405,8 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
                 )
             })?;
         }
+        // What the runner's claims may get changed: its object must not answer from memory.
+        dispatch_do::touch(&ctx.env, &caller.organization_id).await;
     }
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::files(&ctx.db, &caller.organization_id, id).await?;
@@ -468,6 +471,8 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
             "the runner changed while rotating; reload and retry",
         )
     })?;
+    // The old credential's claims must be refused, not answered from the runner object's memory.
+    dispatch_do::touch(&ctx.env, &caller.organization_id).await;
     let runner = load(ctx, &caller.organization_id, id).await?;
     json_response(
         200,

@@ -42,6 +42,9 @@ const RELEASE: &str = "/api/remote-runners/release";
 const SELF_CLAIMS: &str = "/api/remote-runners/self/claims";
 const COMPLETE: &str = "/api/remote-runners/complete";
 
+/// The longest long poll the server accepts (`waitSeconds`).
+pub const MAX_CLAIM_WAIT_SECONDS: u32 = 25;
+
 /// A runner's connection to the control plane. Share it as `Arc<RunnerClient>`: the session
 /// and the nonces seen are kept inside.
 pub struct RunnerClient {
@@ -236,7 +239,19 @@ impl RunnerClient {
     /// verified before it is returned; a refusal is [`ClientError::Refused`] and the job must
     /// not run (its claim lapses on the server and the job is requeued).
     pub async fn claim(&self) -> Result<Option<Assignment>, ClientError> {
+        self.claim_waiting(0).await
+    }
+
+    /// [`RunnerClient::claim`] as a long poll: the server holds the claim until a compatible
+    /// job is queued or `wait_seconds` (at most 25) pass; 0 answers at once.
+    pub async fn claim_waiting(
+        &self,
+        wait_seconds: u32,
+    ) -> Result<Option<Assignment>, ClientError> {
         let mut body = json!({ "requestId": claim_request_id()? });
+        if wait_seconds > 0 {
+            body["waitSeconds"] = wait_seconds.min(MAX_CLAIM_WAIT_SECONDS).into();
+        }
         if !self.served_targets.is_empty() {
             body["servedTargets"] = self
                 .served_targets

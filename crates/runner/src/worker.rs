@@ -82,6 +82,8 @@ pub struct WorkerConfig {
     pub capacity: usize,
     /// Wait between claims that found no job.
     pub poll_interval: Duration,
+    /// Seconds the server may hold each claim until a job is queued (a long poll); 0 polls.
+    pub claim_wait: u32,
     pub heartbeat: HeartbeatConfig,
     /// Between `SIGTERM` and `SIGKILL` when a command is stopped.
     pub grace: Duration,
@@ -303,7 +305,14 @@ impl Worker {
                 },
                 () = changed(&mut shutdown) => continue,
             };
-            match self.client.claim().await {
+            // A long poll, unless the runner is to stop at the first "nothing queued".
+            let wait = if self.config.exit_when_idle && jobs.is_empty() {
+                0
+            } else {
+                self.config.claim_wait
+            };
+            let asked = tokio::time::Instant::now();
+            match self.client.claim_waiting(wait).await {
                 Ok(Some(assignment)) => {
                     summary.claimed += 1;
                     backoff = None;
@@ -337,7 +346,12 @@ impl Worker {
                         );
                         break;
                     }
-                    pause(self.config.poll_interval, &mut shutdown).await;
+                    // A long poll that waited has already spent the pause; one that came back
+                    // early (the server was not waiting) must not make this loop spin.
+                    let waited = asked.elapsed() >= Duration::from_secs(u64::from(wait)) / 2;
+                    if wait == 0 || !waited {
+                        pause(self.config.poll_interval, &mut shutdown).await;
+                    }
                 }
                 Err(ClientError::Refused(error)) => {
                     drop(permit);

@@ -968,6 +968,26 @@ async fn a_claim_without_an_answer_is_asked_again_with_the_same_request_id() {
 }
 
 #[tokio::test]
+async fn a_long_poll_sends_its_wait_and_a_plain_claim_sends_none() {
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+        _ => (204, None),
+    }));
+    let client = client(&double);
+    assert!(client.claim_waiting(10).await.expect("answered").is_none());
+    assert!(client.claim_waiting(99).await.expect("answered").is_none());
+    assert!(client.claim().await.expect("answered").is_none());
+    let waits: Vec<Value> = double
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/api/remote-runners/claim")
+        .map(|r| serde_json::from_str::<Value>(&r.body).expect("JSON")["waitSeconds"].clone())
+        .collect();
+    // Capped at the server's 25 s; absent (not 0) without a wait, as the published SDK sends.
+    assert_eq!(waits, [json!(10), json!(25), Value::Null]);
+}
+
+#[tokio::test]
 async fn a_claim_refused_for_good_is_not_repeated() {
     let double = Double::start(Box::new(|request, _| match request.path.as_str() {
         "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),

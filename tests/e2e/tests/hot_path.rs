@@ -352,3 +352,162 @@ async fn a_cancel_racing_a_completion_ends_the_job_once() {
         .count();
     assert_eq!(accepted, 1, "{shown}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Idle runners and the long poll (`waitSeconds`)
+// ---------------------------------------------------------------------------------------------
+
+/// How long a test lets a long-polling claim stand before it queues work: the claim must still be
+/// unanswered then (it is waiting). Whatever the order on the server, the claim must get the job.
+const STILL_WAITING: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A runner whose last claims found nothing (its object remembers so).
+async fn idle_runner(org: &Org, max_concurrent_jobs: u32) -> Runner {
+    let runner = Runner::simple(org, &["prompt"], max_concurrent_jobs).await;
+    for _ in 0..3 {
+        assert_eq!(runner.claim().await.status, 204);
+    }
+    runner
+}
+
+/// Sends a long-polling claim and checks that it is still unanswered after [`STILL_WAITING`].
+async fn waiting_claim<'a>(
+    runner: &'a Runner,
+    wait_seconds: u64,
+) -> std::pin::Pin<Box<impl std::future::Future<Output = Reply> + 'a>> {
+    let body = json!({ "waitSeconds": wait_seconds });
+    let mut claim = Box::pin(async move { runner.claim_with(&body).await });
+    tokio::select! {
+        early = &mut claim => panic!("the long poll answered before any job was queued: {early:?}"),
+        () = tokio::time::sleep(STILL_WAITING) => {}
+    }
+    claim
+}
+
+#[tokio::test]
+async fn a_long_poll_answers_204_when_its_wait_ends_and_wait_seconds_is_bounded() {
+    let f = Fixture::new("hot-long-poll-empty").await;
+    let runner = idle_runner(&f.org, 1).await;
+    for bad in [json!(26), json!(-1), json!("5"), json!(1.5), json!(true)] {
+        runner
+            .claim_with(&json!({ "waitSeconds": bad }))
+            .await
+            .expect_error(422, "INVALID_WAIT");
+    }
+    for immediate in [json!(0), Value::Null] {
+        let reply = runner
+            .claim_with(&json!({ "waitSeconds": immediate }))
+            .await;
+        assert_eq!(reply.status, 204, "{reply:?}");
+    }
+    let started = std::time::Instant::now();
+    let reply = runner.claim_with(&json!({ "waitSeconds": 2 })).await;
+    let waited = started.elapsed();
+    assert_eq!(reply.status, 204, "{reply:?}");
+    assert!(
+        waited >= std::time::Duration::from_millis(1_900),
+        "a 2 s long poll answered after {waited:?}"
+    );
+    // Another organization's work does not end it: a job queued elsewhere leaves it waiting.
+    let other = Fixture::new("hot-long-poll-other").await;
+    let claim = waiting_claim(&runner, 3).await;
+    enqueue_job(
+        other.key(),
+        &other.release,
+        &json!({ "elsewhere": unique("job") }),
+        &requirements("prompt"),
+    )
+    .await;
+    assert_eq!(claim.await.status, 204);
+}
+
+#[tokio::test]
+async fn a_long_poll_wakes_when_a_job_is_enqueued() {
+    let f = Fixture::new("hot-long-poll-enqueue").await;
+    let mut runner = idle_runner(&f.org, 1).await;
+    let started = std::time::Instant::now();
+    let claim = waiting_claim(&runner, 20).await;
+    let job = enqueue_job(
+        f.key(),
+        &f.release,
+        &json!({ "woken": unique("job") }),
+        &requirements("prompt"),
+    )
+    .await;
+    let reply = claim.await;
+    let waited = started.elapsed();
+    let claimed = runner
+        .verify(&reply, &[])
+        .unwrap_or_else(|e| panic!("{e}: {reply:?}"));
+    assert_eq!(claimed.job_id(), text(&job, "id"));
+    assert!(
+        waited < std::time::Duration::from_secs(20),
+        "woken by the enqueue, not by the end of its wait: {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_long_poll_wakes_when_a_job_is_handed_back() {
+    let f = Fixture::new("hot-long-poll-requeue").await;
+    let job = enqueue_job(
+        f.key(),
+        &f.release,
+        &json!({ "requeued": unique("job") }),
+        &requirements("prompt"),
+    )
+    .await;
+    let mut holder = Runner::simple(&f.org, &["prompt"], 1).await;
+    let first = holder.claim_job().await;
+    assert_eq!(first.job_id(), text(&job, "id"));
+    let mut waiter = idle_runner(&f.org, 1).await;
+    let started = std::time::Instant::now();
+    let claim = waiting_claim(&waiter, 20).await;
+    post(
+        "/api/remote-runners/release",
+        Some(&holder.token),
+        &json!({ "claimId": first.claim_id(), "reason": "stopping" }),
+    )
+    .await
+    .expect(200);
+    let reply = claim.await;
+    let waited = started.elapsed();
+    let second = waiter
+        .verify(&reply, &[])
+        .unwrap_or_else(|e| panic!("{e}: {reply:?}"));
+    assert_eq!(second.job_id(), first.job_id());
+    assert_eq!(second.attempt().get(), 2, "{:?}", second.assignment);
+    assert!(
+        waited < std::time::Duration::from_secs(20),
+        "woken by the requeue: {waited:?}"
+    );
+}
+
+/// An idle runner's object answers from memory only while nothing changed: a change to the
+/// runner itself (drained, active again, rotated) is answered as D1 would answer it.
+#[tokio::test]
+async fn an_idle_runner_that_changes_is_answered_from_its_row() {
+    let f = Fixture::new("hot-idle-change").await;
+    let runner = idle_runner(&f.org, 1).await;
+    set_status(f.key(), &runner.id, "draining", "maintenance").await;
+    runner.claim().await.expect_error(503, "RUNNER_NOT_ACTIVE");
+    set_status(f.key(), &runner.id, "active", "back").await;
+    for _ in 0..3 {
+        assert_eq!(runner.claim().await.status, 204);
+    }
+    rotate(f.key(), &runner.id).await.expect(200);
+    runner
+        .claim()
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    // A quiet runner still gets a job queued for it, without waiting.
+    let fresh = idle_runner(&f.org, 1).await;
+    let job = enqueue_job(
+        f.key(),
+        &f.release,
+        &json!({ "after-idle": unique("job") }),
+        &requirements("prompt"),
+    )
+    .await;
+    let reply = fresh.claim().await.expect(200);
+    assert_eq!(reply["claim"]["jobId"], job["id"], "{reply}");
+}

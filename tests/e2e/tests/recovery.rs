@@ -1073,3 +1073,44 @@ async fn a_live_runner_keeps_its_job() {
     assert_eq!(done["state"], "succeeded", "{done}");
     assert!(events_of(&done, "job.lease_lost").is_empty(), "{done}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// A long-polling claim and recovery
+// ---------------------------------------------------------------------------------------------
+
+/// A runner waiting in a long poll (`waitSeconds`) gets a job the moment recovery requeues it,
+/// not at the end of its wait.
+#[tokio::test]
+async fn a_long_polling_claim_wakes_when_recovery_requeues_a_job() {
+    let f = Fixture::new("recovery-long-poll").await;
+    let job_id = f.enqueue().await;
+    let mut a = f.runner(1).await;
+    let mut b = f.runner(1).await;
+    let passes = global_passes_allowed().await;
+    let (claimed_a, _) = claim_running(&mut a, 60).await;
+    // B finds nothing (A holds the only job), so its object remembers that.
+    for _ in 0..3 {
+        assert_eq!(b.claim().await.status, 204);
+    }
+    let started = std::time::Instant::now();
+    let body = json!({ "waitSeconds": 20 });
+    let mut claim = Box::pin(b.claim_with(&body));
+    tokio::select! {
+        early = &mut claim => panic!("the long poll answered before the requeue: {early:?}"),
+        () = tokio::time::sleep(Duration::from_millis(500)) => {}
+    }
+    expire(&claimed_a).await;
+    fire_cron().await;
+    drop(passes);
+    let reply = claim.await;
+    let waited = started.elapsed();
+    let claimed_b = b
+        .verify(&reply, &[])
+        .unwrap_or_else(|e| panic!("{e}: {reply:?}"));
+    assert_eq!(claimed_b.job_id(), job_id);
+    assert_eq!(claimed_b.attempt().get(), 2, "{:?}", claimed_b.assignment);
+    assert!(
+        waited < Duration::from_secs(20),
+        "woken by the requeue, not by the end of its wait: {waited:?}"
+    );
+}

@@ -171,7 +171,11 @@ pub struct StartArgs {
     /// Jobs at once [default: the runner's maxConcurrentJobs]
     #[arg(long)]
     pub capacity: Option<usize>,
-    /// Seconds between claims that found no job
+    /// Seconds the server may hold a claim until a job is queued (a long poll, 0-25; 0 polls
+    /// every --poll-interval instead)
+    #[arg(long, default_value = "10", value_parser = clap::value_parser!(u32).range(0..=25))]
+    pub wait_seconds: u32,
+    /// Seconds between claims that found no job (after a long poll: only when it came back early)
     #[arg(long, default_value = "2", value_parser = seconds)]
     pub poll_interval: Duration,
     /// Seconds between heartbeats (how soon a cancellation is seen)
@@ -517,6 +521,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             exec_dir,
             capacity,
             poll_interval: args.poll_interval,
+            claim_wait: args.wait_seconds,
             heartbeat: HeartbeatConfig {
                 interval: args.heartbeat_interval,
                 extend_seconds: args.lease_seconds,
