@@ -7,7 +7,8 @@
 //! A runner's object that read D1 and found nothing for the runner remembers the stamp it saw
 //! *before* that read; while the stamp has not moved, a claim with the same credential and the
 //! same served targets would find nothing again, so it answers `204` without a D1 query (see
-//! `runner_do.rs`). A long-polling claim waits here for the stamp to move.
+//! `runner_do.rs`). A long-polling claim waits here for the stamp to move (the edge waits, see
+//! `routes::jobs::claim`).
 //!
 //! The stamp lives in memory only: a write per enqueue would cost more than it saves, and an
 //! object that was evicted starts a new **epoch** (a random id), so every stamp it handed out
@@ -39,7 +40,7 @@ use crate::ops::DispatchOp;
 use crate::store::RoundTrips;
 
 /// Waiters woken by one touch.
-pub(crate) const WAKE_PER_TOUCH: usize = 32;
+pub(crate) const WAKE_PER_TOUCH: usize = 8;
 /// Claims that may wait in one organization's dispatcher at once.
 pub(crate) const MAX_WAITERS: usize = 10_000;
 /// The longest wait a dispatcher holds (the claim's `waitSeconds` bound).

@@ -187,6 +187,24 @@ async fn dispatch(
     let db = Db::of(&env, trips)?;
     let job_id = op.job_id();
     let holder = op.holder();
+    // A grant from a candidate row older than this object's last write (it granted the job
+    // since the row was read: claims that raced for it) is refused without D1. The object is
+    // its job's only writer, and it forgets the job on every write that could queue it again.
+    if let JobOp::Grant { job: Some(row), .. } = &op {
+        let granted_since = known
+            .borrow()
+            .as_ref()
+            .filter(|known| known.job.id == job_id)
+            .is_some_and(|known| known.job.dispatch_attempt > row.dispatch_attempt);
+        if granted_since {
+            return Ok(OpOutcome {
+                reply: refuse(409, "JOB_NOT_QUEUED", "job was claimed")?,
+                alarm_at: None,
+                clear_alarm: false,
+                touched: None,
+            });
+        }
+    }
     let cached = known
         .borrow_mut()
         .take()

@@ -261,6 +261,7 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
             &ops::RunnerOp::Floor,
         )
         .await?
+        .0
         .into_response(),
         #[cfg(feature = "bench-floor")]
         (Get, ["__bench", "round-trips"]) => json_response(

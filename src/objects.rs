@@ -22,6 +22,10 @@ pub(crate) const DISPATCHERS: &str = "DISPATCHERS";
 /// (and the bench build tells the client the request's total).
 pub(crate) const ROUND_TRIPS_HEADER: &str = "x-edgerunner-d1-round-trips";
 
+/// The header in which a runner's object tells the edge the queue stamp of a confirmed
+/// "nothing" (`runner_do::Quiet`), for a long poll to wait on. Never sent to a client.
+pub(crate) const QUIET_STAMP_HEADER: &str = "x-edgerunner-quiet-stamp";
+
 pub(crate) struct Reply {
     pub(crate) status: u16,
     pub(crate) body: Value,
@@ -66,6 +70,20 @@ pub(crate) async fn call(
     op: &str,
     body: &impl serde::Serialize,
 ) -> ApiResult<Reply> {
+    Ok(call_with_headers(env, trips, binding, name, op, body)
+        .await?
+        .0)
+}
+
+/// [`call`], with the headers of the object's answer.
+async fn call_with_headers(
+    env: &Env,
+    trips: &RoundTrips,
+    binding: &str,
+    name: &str,
+    op: &str,
+    body: &impl serde::Serialize,
+) -> ApiResult<(Reply, worker::Headers)> {
     let namespace = env.durable_object(binding)?;
     let stub = namespace.id_from_name(name)?.get_stub()?;
     let mut init = RequestInit::new();
@@ -84,6 +102,7 @@ pub(crate) async fn call(
         trips.add(n);
     }
     let status = res.status_code();
+    let headers = res.headers().clone();
     let text = res.text().await?;
     let body = if text.is_empty() {
         Value::Null
@@ -92,7 +111,7 @@ pub(crate) async fn call(
             ApiError::internal(format!("object {binding}/{op} replied non-JSON: {e}"))
         })?
     };
-    Ok(Reply { status, body })
+    Ok((Reply { status, body }, headers))
 }
 
 /// Calls a job's object: `op` on the object of the job it names.
@@ -100,14 +119,19 @@ pub(crate) async fn call_job(env: &Env, trips: &RoundTrips, op: &JobOp) -> ApiRe
     call(env, trips, JOBS, op.job_id(), op.name(), op).await
 }
 
-/// Calls runner `runner_id`'s object.
+/// Calls runner `runner_id`'s object: its answer, and (for a claim that found nothing) the queue
+/// stamp of its confirmed "nothing".
 pub(crate) async fn call_runner(
     env: &Env,
     trips: &RoundTrips,
     runner_id: &str,
     op: &RunnerOp,
-) -> ApiResult<Reply> {
-    call(env, trips, RUNNERS, runner_id, op.name(), op).await
+) -> ApiResult<(Reply, Option<crate::dispatch_do::Stamp>)> {
+    let (reply, headers) = call_with_headers(env, trips, RUNNERS, runner_id, op.name(), op).await?;
+    let stamp = headers
+        .get(QUIET_STAMP_HEADER)?
+        .and_then(|stamp| serde_json::from_str(&stamp).ok());
+    Ok((reply, stamp))
 }
 
 /// Reads an object request whose body is a typed operation ([`crate::ops`]).

@@ -119,8 +119,12 @@ pub(crate) enum RunnerOp {
         /// The runner's idempotency key: the same key again answers the same claim.
         request_id: Option<String>,
         /// How long the claim may wait for a job (the body's `waitSeconds`), 0 to answer at once.
+        /// The edge does the waiting; the object only makes sure a long poll has a stamp to wait on.
         #[serde(default)]
         wait_ms: u32,
+        /// The organization's queue stamp as the edge just looked at it (a woken long poll).
+        #[serde(default)]
+        stamp: Option<Stamp>,
     },
     /// The benchmark floor (the `bench-floor` build only).
     Floor,

@@ -36,9 +36,6 @@ const MAX_PAGES: usize = 8;
 /// How long a remembered "nothing" is used without reading D1 again: the bound on what a touch
 /// that never arrived (its caller crashed after committing) can delay.
 const QUIET_MILLIS: i64 = 30_000;
-/// Rounds of one long poll (a wake, a read that found nothing, waiting again): a bound on the
-/// reads one claim makes when its organization's queue keeps moving with nothing for it.
-const MAX_ROUNDS: usize = 16;
 /// Claims granted with a `requestId` that the object remembers (its runner's latest ones).
 const GRANTED_REQUESTS: usize = 64;
 
@@ -90,7 +87,7 @@ impl DurableObject for RunnerObject {
             Err(err) => return err.into_response(),
         };
         let trips = RoundTrips::default();
-        let outcome = match op {
+        let (outcome, request) = match op {
             RunnerOp::Claim {
                 organization_id,
                 runner_id,
@@ -98,6 +95,7 @@ impl DurableObject for RunnerObject {
                 served_targets,
                 request_id,
                 wait_ms,
+                stamp,
             } => {
                 let request = ClaimRequest {
                     org: organization_id,
@@ -106,11 +104,23 @@ impl DurableObject for RunnerObject {
                     served_targets,
                     request_id,
                 };
-                self.claim_waiting(&request, wait_ms, &trips).await
+                let outcome = self.claim_once(&request, stamp, wait_ms > 0, &trips).await;
+                (outcome, Some(request))
             }
-            RunnerOp::Floor => self.floor(&trips).await,
+            RunnerOp::Floor => (self.floor(&trips).await, None),
         };
-        respond(outcome, &trips)
+        let mut res = respond(outcome, &trips)?;
+        // A long poll waits (at the edge, in the dispatcher) on the stamp of a confirmed "nothing".
+        let quiet = request.and_then(|request| {
+            self.quiet_for(&request, now_ms())
+                .filter(|quiet| quiet.confirmed)
+        });
+        if let (204, Some(quiet)) = (res.status_code(), quiet) {
+            if let Ok(stamp) = serde_json::to_string(&quiet.stamp) {
+                res.headers_mut().set(objects::QUIET_STAMP_HEADER, &stamp)?;
+            }
+        }
+        Ok(res)
     }
 }
 
@@ -134,25 +144,24 @@ impl ClaimRequest {
 }
 
 impl RunnerObject {
-    /// A claim that may wait `wait_ms` for a job: rounds of "look at the queue stamp (waiting
-    /// while it has not moved), then claim from D1 if it moved", until a job is granted, the
-    /// wait ends, or the claim is refused. Waiting holds no lock: the runner's other claims go
-    /// on meanwhile.
-    async fn claim_waiting(
+    /// A claim, from memory when the runner's last claims found nothing and nothing changed
+    /// since, else from D1. `given` is a queue stamp the caller looked at just before (a long
+    /// poll woken by it): a D1 read that follows it may remember its "nothing" at that stamp.
+    /// For a long poll (`long`), a "nothing" that is not confirmed yet is read once more, so
+    /// that the caller has a stamp to wait on.
+    async fn claim_once(
         &self,
         request: &ClaimRequest,
-        wait_ms: u32,
+        mut given: Option<Stamp>,
+        long: bool,
         trips: &RoundTrips,
     ) -> ApiResult<Reply> {
-        let deadline = now_ms() + i64::from(wait_ms);
-        let left = || u32::try_from((deadline - now_ms()).max(0)).unwrap_or(0);
-        for _ in 0..MAX_ROUNDS {
-            let before = match self.quiet_for(request, now_ms()) {
-                None => None,
-                Some(quiet) => {
-                    let wait = if quiet.confirmed { left() } else { 0 };
-                    match dispatch_do::look(&self.env, &request.org, Some(&quiet.stamp), wait).await
-                    {
+        for _ in 0..2 {
+            let before = match (given.take(), self.quiet_for(request, now_ms())) {
+                (Some(stamp), _) => Some(stamp),
+                (None, None) => None,
+                (None, Some(quiet)) => {
+                    match dispatch_do::look(&self.env, &request.org, Some(&quiet.stamp), 0).await {
                         // Nothing was queued (nor the runner changed) since it found nothing.
                         Ok(stamp) if quiet.confirmed && stamp == quiet.stamp => {
                             return Ok(Reply::no_content());
@@ -167,7 +176,8 @@ impl RunnerObject {
                 }
             };
             let reply = self.claim_locked(request, before, trips).await?;
-            if reply.status != 204 || left() == 0 {
+            let confirmed = self.quiet.borrow().as_ref().is_some_and(|q| q.confirmed);
+            if reply.status != 204 || !long || confirmed {
                 return Ok(reply);
             }
         }

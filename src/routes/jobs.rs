@@ -18,9 +18,9 @@ use crate::http::{
     json_body, json_body_capped, json_object, json_object_capped, CLAIM_BODY_BYTES,
     SMALL_BODY_BYTES,
 };
-use crate::objects;
+use crate::objects::{self, Reply};
 use crate::ops::{Holder, JobOp, RunnerOp};
-use crate::platform::random_id;
+use crate::platform::{now_ms, random_id};
 use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 use crate::Ctx;
 
@@ -517,17 +517,47 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let claims = credential.claims();
     let body = json_object_capped(&mut req, CLAIM_BODY_BYTES).await?;
     refuse_unknown(&body, &["servedTargets", "requestId", "waitSeconds"])?;
-    let op = RunnerOp::Claim {
+    let wait_ms = wait_seconds(&body)? * 1000;
+    let mut op = RunnerOp::Claim {
         organization_id: claims.organization_id.clone(),
         runner_id: claims.runner_id.clone(),
         generation: i64::try_from(claims.generation).map_err(ApiError::internal)?,
         served_targets: body.get("servedTargets").cloned(),
         request_id: request_id(&body)?,
-        wait_ms: wait_seconds(&body)? * 1000,
+        wait_ms,
+        stamp: None,
     };
-    let reply = objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
-    reply.into_response()
+    // A long poll waits here, at the edge, in the organization's dispatcher, and asks the
+    // runner's object again when the queue moved. Here, because a runner that stops waiting (it
+    // drops the connection) ends this invocation: no claim is made for it after it left.
+    let deadline = now_ms() + i64::from(wait_ms);
+    for _ in 0..MAX_WAIT_ROUNDS {
+        let (reply, quiet) =
+            objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
+        let left = u32::try_from(deadline - now_ms()).unwrap_or(0);
+        let Some(quiet) = quiet.filter(|_| reply.status == 204 && left > 0) else {
+            return reply.into_response();
+        };
+        match dispatch_do::look(&ctx.env, &claims.organization_id, Some(&quiet), left).await {
+            Ok(moved) if moved != quiet => {
+                if let RunnerOp::Claim { stamp, .. } = &mut op {
+                    *stamp = Some(moved);
+                }
+            }
+            // The wait ended with nothing queued, or the dispatcher failed: nothing, now.
+            Ok(_) => return reply.into_response(),
+            Err(err) => {
+                worker::console_error!("claim: waiting in the dispatcher failed: {err:?}");
+                return reply.into_response();
+            }
+        }
+    }
+    Reply::no_content().into_response()
 }
+
+/// Wakes of one long poll (a job queued that another runner took or this one cannot run):
+/// a bound on the reads one claim makes while its organization's queue keeps moving.
+const MAX_WAIT_ROUNDS: usize = 16;
 
 /// The longest a claim may wait for a job (`waitSeconds`).
 const MAX_WAIT_SECONDS: u32 = dispatch_do::MAX_WAIT_MILLIS / 1000;
