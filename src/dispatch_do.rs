@@ -40,7 +40,7 @@ use crate::ops::DispatchOp;
 use crate::store::RoundTrips;
 
 /// Waiters woken by one touch.
-pub(crate) const WAKE_PER_TOUCH: usize = 8;
+pub(crate) const WAKE_PER_TOUCH: usize = 4;
 /// Claims that may wait in one organization's dispatcher at once.
 pub(crate) const MAX_WAITERS: usize = 10_000;
 /// The longest wait a dispatcher holds (the claim's `waitSeconds` bound).
