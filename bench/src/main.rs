@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use edgerunner::admin::AdminClient;
-use edgerunner::client::RunnerClient;
+use edgerunner::client::{Assignment, CompletionAnswer, RunnerClient};
 use edgerunner::evidence::EvidenceSource;
 use edgerunner::heartbeat::HeartbeatConfig;
 use edgerunner::http::Http;
@@ -25,7 +25,7 @@ use edgerunner::worker::{JobOutcome, ShutdownState, Worker, WorkerConfig};
 use edgerunner_protocol::chunk::ChunkKind;
 use edgerunner_protocol::completion::{Evidence, EvidenceId};
 use edgerunner_protocol::envelope::RunnerId;
-use edgerunner_protocol::stable_json;
+use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use edgerunner_protocol::state::CompletionStatus;
 use serde_json::{json, Map, Value};
 
@@ -478,13 +478,7 @@ async fn claim_latency(bench: &mut Bench, sizes: &Sizes) -> Res<Value> {
                 .map_err(err("claim"))?
                 .ok_or("no job to claim")?;
             claims.push(ms(start.elapsed()));
-            let done = assignment.completion(
-                CompletionStatus::Succeeded,
-                Some(stable_json::hash(&json!({ "ok": true }))),
-                None,
-                evidence(run),
-            );
-            client.complete(&done).await.map_err(err("complete"))?;
+            succeed(&client, &assignment, None, run, "complete").await?;
         }
         let (wall, cpu) = phase.end();
         levels.push(json!({
@@ -588,13 +582,14 @@ async fn one_lifecycle(server: &str, credentials: &Credentials, run: EvidenceId)
             .await
             .map_err(err("stream"))?;
     }
-    let done = assignment.completion(
-        CompletionStatus::Succeeded,
-        Some(stable_json::hash(&json!({ "ok": true }))),
+    let answer = succeed(
+        &client,
+        &assignment,
         stream.final_checksum(),
-        evidence(run),
-    );
-    let answer = client.complete(&done).await.map_err(err("complete"))?;
+        run,
+        "complete",
+    )
+    .await?;
     if !answer.is_settled() {
         return Err(format!("completion not accepted: {}", answer.rationale));
     }
@@ -697,13 +692,14 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
         }));
     }
     let runs = bench.evaluation_runs(1).await?;
-    let done = assignment.completion(
-        CompletionStatus::Succeeded,
-        Some(stable_json::hash(&json!({ "ok": true }))),
+    succeed(
+        &client,
+        &assignment,
         stream.final_checksum(),
-        evidence(runs.into_iter().next().ok_or("no run")?),
-    );
-    client.complete(&done).await.map_err(err("complete"))?;
+        runs.into_iter().next().ok_or("no run")?,
+        "complete",
+    )
+    .await?;
     Ok((Value::Array(out), heartbeats))
 }
 
@@ -941,13 +937,14 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
             .map_err(err("stream"))?;
         tally.mark(bench, Some(name)).await?;
     }
-    let done = assignment.completion(
-        CompletionStatus::Succeeded,
-        Some(stable_json::hash(&json!({ "ok": true }))),
+    let answer = succeed(
+        &client,
+        &assignment,
         stream.final_checksum(),
-        evidence(run),
-    );
-    let answer = client.complete(&done).await.map_err(err("complete"))?;
+        run,
+        "complete",
+    )
+    .await?;
     tally.mark(bench, Some("completion")).await?;
     if !answer.is_settled() {
         return Err(format!(
@@ -974,6 +971,24 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
         .map_err(err("cancel"))?;
     tally.mark(bench, Some("cancelQueued")).await?;
     Ok(Value::Object(tally.counts))
+}
+
+/// Completes `assignment` as succeeded (the bench's one result), with its stream's final
+/// checksum and one evaluation run as evidence: the server's answer.
+async fn succeed(
+    client: &RunnerClient,
+    assignment: &Assignment,
+    final_checksum: Option<Sha256Hex>,
+    run: EvidenceId,
+    what: &str,
+) -> Res<CompletionAnswer> {
+    let done = assignment.completion(
+        CompletionStatus::Succeeded,
+        Some(stable_json::hash(&json!({ "ok": true }))),
+        final_checksum,
+        evidence(run),
+    );
+    client.complete(&done).await.map_err(err(what))
 }
 
 /// Runners that long-poll in scenario 9, and the CLI's default wait they use.
@@ -1020,16 +1035,14 @@ async fn pickup(bench: &Bench, artifact_id: &str, version_id: u64, jobs: usize) 
                     .pop()
                     .ok_or("pickup: more jobs picked up than enqueued")?;
                 let stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
-                let done = assignment.completion(
-                    CompletionStatus::Succeeded,
-                    Some(stable_json::hash(&json!({ "ok": true }))),
+                succeed(
+                    &client,
+                    &assignment,
                     stream.final_checksum(),
-                    evidence(run),
-                );
-                client
-                    .complete(&done)
-                    .await
-                    .map_err(err("pickup complete"))?;
+                    run,
+                    "pickup complete",
+                )
+                .await?;
             }
             Ok::<_, String>(())
         }));
@@ -1290,13 +1303,14 @@ async fn big_bundle(bench: &Bench, chunks: usize) -> Res<Value> {
     }
     let (stream_wall, _) = phase.end();
     let runs = bench.evaluation_runs(1).await?;
-    let done = assignment.completion(
-        CompletionStatus::Succeeded,
-        Some(stable_json::hash(&json!({ "ok": true }))),
+    succeed(
+        &client,
+        &assignment,
         stream.final_checksum(),
-        evidence(runs.into_iter().next().ok_or("no run")?),
-    );
-    client.complete(&done).await.map_err(err("complete"))?;
+        runs.into_iter().next().ok_or("no run")?,
+        "complete",
+    )
+    .await?;
     let job_id = assignment.identity().job_id.as_str().to_owned();
     let path = format!("/api/remote-runners/jobs/{job_id}/bundle");
     let start = Instant::now();
@@ -1361,13 +1375,25 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
     // Claiming thousands of jobs here takes longer than a first lease (60 s): every 15 s the
     // leases granted so far move an hour ahead, so none lapses before the measurement (their
     // alarms, finding them alive, re-arm there).
+    // The UPDATE shares the local database file with the server, which may hold its lock
+    // (SQLITE_BUSY): it is tried again, a bounded number of times.
     let keep_alive = |bench: &Bench| -> Res<()> {
         let ahead = now_ms() + 3_600_000;
-        bench.d1_rows(&format!(
+        let sql = format!(
             "UPDATE jobs SET lease_expires_at = {ahead} WHERE organization_id = '{}' AND state IN ('claimed', 'running', 'cancel_requested')",
             bench.org
-        ))?;
-        Ok(())
+        );
+        let mut tries = 0;
+        loop {
+            match bench.d1_rows(&sql) {
+                Ok(_) => return Ok(()),
+                Err(error) if tries < 20 && error.contains("SQLITE_BUSY") => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(error) => return Err(error),
+            }
+        }
     };
     let mut claim_errors = 0;
     let mut tick = tokio::time::interval(Duration::from_secs(15));

@@ -1114,3 +1114,82 @@ async fn a_long_polling_claim_wakes_when_recovery_requeues_a_job() {
         "woken by the requeue, not by the end of its wait: {waited:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A completion at the lease instant
+// ---------------------------------------------------------------------------------------------
+
+/// Completions sent 20 ms before, at, and 20 ms after their lease's expiry, each racing its
+/// job's alarm: every one is decided once. Either the completion is accepted (the job
+/// succeeded and was not lost), or it is refused because the lease lapsed and recovery requeues
+/// the job; never both, never neither.
+#[tokio::test]
+async fn a_completion_at_the_lease_instant_is_decided_once() {
+    let f = Fixture::new("recovery-instant").await;
+    let mut cases = Vec::new();
+    for offset in [-20i64, 0, 20] {
+        f.enqueue().await;
+        let mut runner = f.runner(1).await;
+        let (claimed, lease) = claim_running(&mut runner, 15).await;
+        let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
+        cases.push((offset, runner, claimed, lease, completion));
+    }
+    // Each request is aimed at its instant; which side of it the server sees does not matter.
+    let send_at = |i: usize| {
+        let (offset, runner, _, lease, completion) = &cases[i];
+        let at = lease + offset;
+        async move {
+            tokio::time::sleep(Duration::from_millis(
+                u64::try_from(at - now_ms()).unwrap_or(0),
+            ))
+            .await;
+            runner.complete(completion).await
+        }
+    };
+    let (first, second, third) = tokio::join!(send_at(0), send_at(1), send_at(2));
+    let replies = [first, second, third];
+    for ((offset, runner, claimed, lease, _), reply) in cases.iter().zip(replies) {
+        let job_id = claimed.job_id();
+        let accepted = match reply.status {
+            200 => {
+                let answer = reply.json();
+                assert_eq!(answer["decision"], "accepted", "{offset} ms: {answer}");
+                true
+            }
+            409 => {
+                let code = reply.json()["error"]["code"].clone();
+                assert!(
+                    code == "COMPLETION_STALE" || code == "LEASE_EXPIRED",
+                    "{offset} ms: {reply:?}"
+                );
+                false
+            }
+            _ => panic!("{offset} ms: {reply:?}"),
+        };
+        // Recovery (the alarm, or cron) settles a refused one; a bounded wait for it.
+        let deadline = lease + RECOVERY_GRACE_MS;
+        let settled = loop {
+            let view = f.job(&job_id).await;
+            if view["state"] != "running" {
+                break view;
+            }
+            assert!(now_ms() < deadline, "{offset} ms: never settled: {view}");
+            tokio::time::sleep(POLL).await;
+        };
+        let lost = events_of(&settled, "job.lease_lost").len();
+        let accepted_completions = array_of(&settled, "completions")
+            .iter()
+            .filter(|c| c["decision"] == "accepted")
+            .count();
+        if accepted {
+            assert_eq!(settled["state"], "succeeded", "{offset} ms: {settled}");
+            assert_eq!(lost, 0, "accepted and lost ({offset} ms): {settled}");
+            assert_eq!(accepted_completions, 1, "{offset} ms: {settled}");
+            assert_eq!(f.runner_record(&runner.id).await["state"], "active");
+        } else {
+            assert_eq!(lost, 1, "refused and not lost ({offset} ms): {settled}");
+            assert_eq!(accepted_completions, 0, "{offset} ms: {settled}");
+            assert_requeued(&settled, 1);
+        }
+    }
+}
