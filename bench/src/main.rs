@@ -1107,7 +1107,7 @@ fn pickup_markdown(r: &Value) -> String {
     }
     let goal = f(&p["pickupMs"]["p50Ms"]) <= 50.0;
     format!(
-        "\n## 9. Job pickup latency\n\n{} runners long-poll (`waitSeconds` {}, the runner CLI's default) on an empty queue; {} jobs are enqueued one at a time, each after the previous one was picked up (the first 4 warm the objects and are not counted). **Enqueued → claim held** runs from the job's `createdAt` (the server's clock when the enqueue wrote it) to the moment a runner holds the claim's answer (the load generator's clock; both clocks are this machine's). The second row runs from just before the enqueue request instead, so it includes the enqueue's own work (its authentication, release and idempotency reads, the write and the answer).\n\n| | p50 | p99 |\n|---|---|---|\n| enqueued → claim held (ms) | {} | {} |\n| enqueue request sent → claim held (ms) | {} | {} |\n| the enqueue request alone (ms) | {} | {} |\n\nGoal p50 ≤ 50 ms (enqueued → claim held): **{}**.\n",
+        "\n## 9. Job pickup latency\n\n{} runners long-poll (`waitSeconds` {}, the runner CLI's default) on an empty queue; {} jobs are enqueued one at a time, each after the previous one was picked up (the first 4 warm the objects and are not counted). **Enqueued → claim held** runs from the job's `createdAt` (the server's clock when it began to handle the enqueue request, before its reads and its write) to the moment a runner holds the claim's answer (the load generator's clock; both clocks are this machine's). The second row runs from just before the enqueue request instead, so it includes the enqueue's own work (its authentication, release and idempotency reads, the write and the answer).\n\n| | p50 | p99 |\n|---|---|---|\n| enqueued → claim held (ms) | {} | {} |\n| enqueue request sent → claim held (ms) | {} | {} |\n| the enqueue request alone (ms) | {} | {} |\n\nGoal p50 ≤ 50 ms (enqueued → claim held): {}.\n",
         p["runners"],
         p["waitSeconds"],
         p["jobs"],
@@ -2032,7 +2032,7 @@ async fn run(args: Args) -> Res<()> {
         "machine": machine(),
         "versions": versions(),
         "loadAverage": { "start": load_start, "end": loadavg() },
-        "sizesNote": if args.smoke { "smoke sizes (tiny)" } else { "claim: 60 claims per depth; lifecycle: 20 at 1 runner, 40 at 8, 64 at 32; stream: 200 / 100 / 40 appends; recovery: 1,000 leases; chatty: `seq 1 200000` and 20 MB of 100-byte lines" },
+        "sizesNote": if args.smoke { "smoke sizes (tiny)" } else { "claim: 60 claims per depth; lifecycle: 20 at 1 runner, 40 at 8, 64 at 32; stream: 200 / 100 / 40 appends; recovery: 10,000 leases; pickup: 100 jobs, 32 runners; chatty: `seq 1 200000` and 20 MB of 100-byte lines" },
         "wallSeconds": round(wall),
         "clientCpu": round(cpu),
         "explain": explain,
