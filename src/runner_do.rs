@@ -396,7 +396,8 @@ async fn claim(
         profile = read;
     };
     *remembered.borrow_mut() = Some(profile);
-    if runner.credential_generation != generation || runner.state == "revoked" {
+    let state = runner.state()?;
+    if runner.credential_generation != generation || !state.can_authenticate() {
         return Err(ApiError::unauthorized(
             "credential was revoked; exchange a new one",
         ));
@@ -406,7 +407,7 @@ async fn claim(
     if let Some(granted) = granted {
         return Ok(Reply::ok(granted.answer()?));
     }
-    if runner.state != "active" {
+    if !state.can_claim() {
         return refuse(
             503,
             "RUNNER_NOT_ACTIVE",

@@ -408,7 +408,7 @@ async fn bootstrap_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<run
     {
         return Err(refused());
     }
-    if !matches!(runner.state.as_str(), "active" | "draining" | "lost") {
+    if !runner.state()?.can_authenticate() {
         return Err(refused());
     }
     Ok(runner)
@@ -429,7 +429,7 @@ async fn keypair_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<runne
     let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
         .await?
         .ok_or_else(denied)?;
-    if !matches!(runner.state.as_str(), "active" | "draining" | "lost") {
+    if !runner.state()?.can_authenticate() {
         return Err(denied());
     }
     let public_key = PublicKey::from_base64(runner.public_key.as_deref().unwrap_or_default())

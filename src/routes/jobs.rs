@@ -50,21 +50,32 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     })?;
     let requirements = Requirements::parse(body.get("requirements").unwrap_or(&Value::Null))?;
 
-    let bound = jobs::bindable_version(
+    // The version the job binds and an earlier job under the same key: one read.
+    let read = store::read_batch(
         &ctx.db,
-        &caller.organization_id,
-        artifact,
-        version,
-        environment,
+        vec![
+            jobs::select_bindable_version(
+                &ctx.db,
+                &caller.organization_id,
+                artifact,
+                version,
+                environment,
+            )?,
+            jobs::select_by_idempotency_key(&ctx.db, &caller.organization_id, key)?,
+        ],
     )
-    .await?
-    .ok_or_else(|| {
-        ApiError::new(
-            404,
-            "VERSION_NOT_FOUND",
-            "no such artifact version in this organization",
-        )
-    })?;
+    .await?;
+    let earlier = store::rows_of::<jobs::JobRow>(&read, 1)?.into_iter().next();
+    let bound = store::rows_of::<jobs::BindableVersion>(&read, 0)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            ApiError::new(
+                404,
+                "VERSION_NOT_FOUND",
+                "no such artifact version in this organization",
+            )
+        })?;
     if bound.kind != kind {
         return Err(ApiError::unprocessable(
             "INVALID_SUBJECT",
@@ -90,7 +101,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         "requirements": requirements_value,
     }));
 
-    if let Some(existing) = jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await? {
+    if let Some(existing) = earlier {
         return same_intent(existing, intent_hash.as_str());
     }
     let id = random_id("job")?;
@@ -139,7 +150,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         detail_json: Some(&detail),
         at: ctx.now,
     };
-    let written = store::batch(
+    let written = store::write_batch(
         &ctx.db,
         vec![
             jobs::insert(&ctx.db, &new_job)?,
@@ -147,22 +158,26 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         ],
     )
     .await;
-    if let Err(err) = written {
-        // Two enqueues with one key raced; the loser answers as a replay would.
-        if err.guard() == Some(guards::UNIQUE_IDEMPOTENCY_KEY) {
-            if let Some(existing) =
-                jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await?
-            {
-                return same_intent(existing, intent_hash.as_str());
+    let results = match written {
+        Ok(results) => results,
+        Err(err) => {
+            // Two enqueues with one key raced; the loser answers as a replay would.
+            if err.guard() == Some(guards::UNIQUE_IDEMPOTENCY_KEY) {
+                if let Some(existing) =
+                    jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await?
+                {
+                    return same_intent(existing, intent_hash.as_str());
+                }
             }
+            return Err(err);
         }
-        return Err(err);
-    }
+    };
     // Waiting claims wake, and idle runners' next claims read D1 again.
     dispatch_do::touch(&ctx.env, &caller.organization_id).await;
-    let job = jobs::get(&ctx.db, &caller.organization_id, &id)
-        .await?
-        .ok_or_else(|| ApiError::internal("enqueued job vanished"))?;
+    let job = store::rows_of::<jobs::JobRow>(&results, 0)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("the enqueue's insert answered no row"))?;
     json_response(201, &job.to_json()).map_err(ApiError::from)
 }
 

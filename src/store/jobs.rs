@@ -121,6 +121,21 @@ pub(crate) async fn by_idempotency_key(db: &Db, org: &str, key: &str) -> ApiResu
     .await
 }
 
+/// [`by_idempotency_key`] as a statement, to ride in a read batch.
+pub(crate) fn select_by_idempotency_key(
+    db: &Db,
+    org: &str,
+    key: &str,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        &format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = ?1 AND idempotency_key = ?2"
+        ),
+        &[org.into(), key.into()],
+    )
+}
+
 /// One page of the organization's jobs ([`JobRow`]s), newest first, after `cursor`
 /// (`(created_at, id)` of the last job of the previous page), of one state when `state` is given.
 pub(crate) fn select_page(
@@ -267,13 +282,18 @@ pub(crate) struct NewJob<'a> {
     pub(crate) now: i64,
 }
 
+/// The new job's row, answered by the insert itself ([`JobRow`], `RETURNING`): the enqueue's
+/// answer costs no read of its own.
 pub(crate) fn insert(db: &Db, j: &NewJob<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "INSERT INTO jobs (id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, \
-           subject_version_id, subject_content_hash, subject_environment, input, input_hash, requirements, \
-           execution_kind, runtime, external, problem_type, tags, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?18)",
+        &format!(
+            "INSERT INTO jobs (id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, \
+               subject_version_id, subject_content_hash, subject_environment, input, input_hash, requirements, \
+               execution_kind, runtime, external, problem_type, tags, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?18) \
+             RETURNING {JOB_COLUMNS}"
+        ),
         &[
             j.id.into(),
             j.organization_id.into(),
@@ -306,14 +326,14 @@ pub(crate) struct BindableVersion {
     pub(crate) promoted: i64,
 }
 
-pub(crate) async fn bindable_version(
+pub(crate) fn select_bindable_version(
     db: &Db,
     org: &str,
     artifact: &str,
     version: i64,
     environment: &str,
-) -> ApiResult<Option<BindableVersion>> {
-    first(
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         "SELECT v.content_hash, a.kind, \
            EXISTS (SELECT 1 FROM release_promotions p WHERE p.version_id = v.id AND p.environment = ?4) AS promoted \
@@ -321,7 +341,6 @@ pub(crate) async fn bindable_version(
          WHERE v.id = ?3 AND v.organization_id = ?1 AND v.artifact_id = ?2",
         &[org.into(), artifact.into(), version.into(), environment.into()],
     )
-    .await
 }
 
 // ------------------------------------------------------------------------------------------

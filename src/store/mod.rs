@@ -155,10 +155,21 @@ pub(crate) async fn run(db: &Db, sql: &str, args: &[Arg<'_>]) -> ApiResult<usize
 
 /// Runs statements as one transaction (D1 `batch`): all commit or none do.
 pub(crate) async fn batch(db: &Db, statements: Vec<D1PreparedStatement>) -> ApiResult<Vec<usize>> {
-    let results = read_batch(db, statements)
+    write_batch(db, statements)
+        .await?
+        .iter()
+        .map(changes)
+        .collect()
+}
+
+/// [`batch`], answering each statement's result (the rows a `RETURNING` gives back).
+pub(crate) async fn write_batch(
+    db: &Db,
+    statements: Vec<D1PreparedStatement>,
+) -> ApiResult<Vec<D1Result>> {
+    read_batch(db, statements)
         .await
-        .map_err(constraint_or_internal)?;
-    results.iter().map(changes).collect()
+        .map_err(constraint_or_internal)
 }
 
 /// `db.batch` (one transaction), retried like every statement here when the database is busy.

@@ -6,7 +6,9 @@ use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
 use super::{all, first, run, stmt, Arg, Db};
-use crate::error::ApiResult;
+use edgerunner_protocol::state::RunnerState;
+
+use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
 
 #[derive(Deserialize)]
@@ -56,6 +58,12 @@ fn parse_json(text: &str) -> Value {
 }
 
 impl RunnerRow {
+    /// The runner's state, as the protocol crate's machine knows it (the schema's CHECK allows
+    /// no other value; one would be an internal error, never a guess).
+    pub(crate) fn state(&self) -> ApiResult<RunnerState> {
+        RunnerState::parse(&self.state).map_err(ApiError::internal)
+    }
+
     /// The record as admins and the runner itself see it. Never a secret or a secret's hash.
     pub(crate) fn to_json(&self, files: &[FileMeta]) -> Value {
         json!({
