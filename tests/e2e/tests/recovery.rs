@@ -1122,7 +1122,9 @@ async fn a_long_polling_claim_wakes_when_recovery_requeues_a_job() {
 /// Completions sent 20 ms before, at, and 20 ms after their lease's expiry, each racing its
 /// job's alarm: every one is decided once. Either the completion is accepted (the job
 /// succeeded and was not lost), or it is refused because the lease lapsed and recovery requeues
-/// the job; never both, never neither.
+/// the job; never both, never neither. A refusal is `409` (the lease lapsed, or the completion is
+/// stale), or `401` when recovery came first: losing the lease marks the runner lost and moves
+/// its credential on, so its next call exchanges a new one (the SDK does so at once).
 #[tokio::test]
 async fn a_completion_at_the_lease_instant_is_decided_once() {
     let f = Fixture::new("recovery-instant").await;
@@ -1156,10 +1158,12 @@ async fn a_completion_at_the_lease_instant_is_decided_once() {
                 assert_eq!(answer["decision"], "accepted", "{offset} ms: {answer}");
                 true
             }
-            409 => {
+            401 | 409 => {
                 let code = reply.json()["error"]["code"].clone();
                 assert!(
-                    code == "COMPLETION_STALE" || code == "LEASE_EXPIRED",
+                    code == "COMPLETION_STALE"
+                        || code == "LEASE_EXPIRED"
+                        || code == "AUTHENTICATION_FAILED",
                     "{offset} ms: {reply:?}"
                 );
                 false
