@@ -1332,31 +1332,23 @@ async fn cancel(
     recorded.reason = Some(reason);
     recorded.attempt = Some(job.dispatch_attempt);
     recorded.at = ctx.now;
-    let update = if next == JobState::Cancelled {
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/cancel_queued_job.sql"),
-            &[
-                job.id.as_str().into(),
-                org.into(),
-                state.as_str().into(),
-                reason.into(),
-                ctx.now.into(),
-            ],
-        )?
+    // A queued job ends at once; a held one is asked to stop (its holder completes it).
+    let sql = if next == JobState::Cancelled {
+        include_str!("store/queries/cancel_queued_job.sql")
     } else {
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/cancel_request_job.sql"),
-            &[
-                job.id.as_str().into(),
-                org.into(),
-                state.as_str().into(),
-                reason.into(),
-                ctx.now.into(),
-            ],
-        )?
+        include_str!("store/queries/cancel_request_job.sql")
     };
+    let update = store::stmt(
+        ctx.db,
+        sql,
+        &[
+            job.id.as_str().into(),
+            org.into(),
+            state.as_str().into(),
+            reason.into(),
+            ctx.now.into(),
+        ],
+    )?;
     let changed = ctx
         .commit(
             &snap,
