@@ -74,7 +74,21 @@ impl AdminClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
-        let safe: fn(&ClientError) -> bool = if method == Method::GET {
+        let repeatable = method == Method::GET;
+        self.call_as(method, path, body, repeatable).await
+    }
+
+    /// `repeatable`: the request may be sent again after an answer that was lost, not only
+    /// after one that certainly never left (a read, or a write whose repetition changes
+    /// nothing more than the first did).
+    async fn call_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        repeatable: bool,
+    ) -> Result<Value, ClientError> {
+        let safe: fn(&ClientError) -> bool = if repeatable {
             ClientError::is_transient
         } else {
             ClientError::never_sent
@@ -237,8 +251,15 @@ impl AdminClient {
             Some(limit) => json!({ "limit": limit }),
             None => json!({}),
         };
-        self.call(Method::POST, "/api/remote-runners/jobs/reap", Some(&body))
-            .await
+        // A pass is safe to repeat: each job's recovery decides from its state and the lease's
+        // expiry, so a pass whose answer was lost has nothing left to do twice.
+        self.call_as(
+            Method::POST,
+            "/api/remote-runners/jobs/reap",
+            Some(&body),
+            true,
+        )
+        .await
     }
 
     /// `POST /api/releases/artifacts` `{"kind", "name"}`.

@@ -166,7 +166,13 @@ pub fn check(what: &str, answer: Answer) -> Result<Answer, ClientError> {
                 .ok()
                 .and_then(|status| status.canonical_reason())
                 .unwrap_or("error");
-            format!("{} {reason}", answer.status)
+            // Not our JSON (a proxy's or the runtime's own page): its first words say whose.
+            let text: String = answer.text.trim().chars().take(200).collect();
+            if text.is_empty() {
+                format!("{} {reason}", answer.status)
+            } else {
+                format!("{} {reason}: {text}", answer.status)
+            }
         });
     Err(ClientError::Api {
         what: what.to_owned(),
@@ -397,6 +403,31 @@ mod tests {
             },
         )
         .expect_err("an error");
-        assert_eq!(error.to_string(), "GET /x: 502: 502 Bad Gateway");
+        assert_eq!(error.to_string(), "GET /x: 502: 502 Bad Gateway: <html>");
+        // A body that is not ours says whose it is; an empty one leaves the status alone.
+        let proxy = "Your worker restarted mid-request. Please try sending the request again.";
+        let error = check(
+            "POST /y",
+            Answer {
+                status: 503,
+                text: format!("{proxy}{}", " x".repeat(300)),
+            },
+        )
+        .expect_err("an error");
+        let shown = error.to_string();
+        assert!(shown.starts_with(&format!("POST /y: 503: 503 Service Unavailable: {proxy}")));
+        assert_eq!(
+            shown.chars().count(),
+            "POST /y: 503: 503 Service Unavailable: ".len() + 200
+        );
+        let error = check(
+            "GET /z",
+            Answer {
+                status: 504,
+                text: " \n".into(),
+            },
+        )
+        .expect_err("an error");
+        assert_eq!(error.to_string(), "GET /z: 504: 504 Gateway Timeout");
     }
 }

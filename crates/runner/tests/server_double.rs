@@ -10,7 +10,8 @@
 //! - Retries happen only where they are safe, and re-send exactly the same bytes: a chunk whose
 //!   answer was lost counts as stored when the server says it already has it; a completion
 //!   re-sent after a transient failure is the same completion; a claim that may have reached
-//!   the server is never repeated.
+//!   the server is never repeated. Of the admin's writes, only a reap pass (safe to repeat) is
+//!   sent again after a lost answer.
 //! - A genuine job runs only with the artifact its envelope signs: one that cannot be read or
 //!   does not match completes `failed` and the command never runs; its files are owner-only in
 //!   a fresh private directory.
@@ -1249,4 +1250,45 @@ async fn once_the_server_says_the_stream_is_full_no_more_log_chunks_are_sent() {
         Some("STREAM_BYTES_LIMIT")
     );
     assert_eq!(stream.len(), 2, "the refused chunk left the chain");
+}
+
+/// A reap pass whose answer was lost (a proxy's bare `503`) is sent again: a pass is safe to
+/// repeat. A cancel whose answer was lost is not: it may have reached the server.
+#[tokio::test]
+async fn a_reap_pass_whose_answer_was_lost_is_repeated_and_a_cancel_is_not() {
+    let double = Double::start(Box::new(|request, nth| {
+        match (request.path.as_str(), nth) {
+            (_, 0) => (503, None),
+            ("/api/remote-runners/jobs/reap", _) => (
+                200,
+                Some(
+                    json!({"examined": 1, "requeued": 1, "ended": 0, "unchanged": 0, "failed": 0, "more": false}),
+                ),
+            ),
+            _ => (200, Some(json!({}))),
+        }
+    }));
+    let admin =
+        edgerunner::admin::AdminClient::new(Http::new(&double.url).expect("http"), "erk_double")
+            .expect("admin");
+    let report = admin
+        .reap(Some(10))
+        .await
+        .expect("the repeated pass answers");
+    assert_eq!(report["requeued"], 1);
+    assert_eq!(double.count("/api/remote-runners/jobs/reap"), 2);
+    let received = double.received();
+    let bodies: Vec<&str> = received
+        .iter()
+        .filter(|r| r.path == "/api/remote-runners/jobs/reap")
+        .map(|r| r.body.as_str())
+        .collect();
+    assert_eq!(bodies, [r#"{"limit":10}"#; 2]);
+
+    let error = admin
+        .cancel_job("job_1", "not needed")
+        .await
+        .expect_err("a lost cancel answer is an error");
+    assert_eq!(error.status(), Some(503));
+    assert_eq!(double.count("/api/remote-runners/jobs/job_1/cancel"), 1);
 }
