@@ -44,12 +44,17 @@ impl ApiError {
                     guard.code,
                     first_sentence(detail)
                 );
-                Self {
-                    guard: Some(guard.name),
-                    ..Self::new(guard.status, guard.code, guard.message)
-                }
+                Self::guarded(guard)
             }
             None => Self::internal(format!("constraint not in the guard table: {detail}")),
+        }
+    }
+
+    /// The answer the guard table gives for `guard`.
+    pub(crate) fn guarded(guard: &'static crate::store::guards::Guard) -> Self {
+        Self {
+            guard: Some(guard.name),
+            ..Self::new(guard.status, guard.code, guard.message)
         }
     }
 
@@ -89,6 +94,11 @@ impl ApiError {
     /// A failure of ours, not the client's: the detail goes to the log only.
     pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
         console_error!("internal error: {detail}");
+        Self::failed_elsewhere()
+    }
+
+    /// The answer to a failure already logged where it happened (in a Durable Object).
+    pub(crate) fn failed_elsewhere() -> Self {
         Self::new(500, "INTERNAL", "internal error")
     }
 
@@ -152,6 +162,8 @@ macro_rules! from_protocol_error {
 
 from_protocol_error!(
     edgerunner_protocol::capability::CapabilityError,
+    edgerunner_protocol::chunk::ChunkError,
+    edgerunner_protocol::completion::CompletionError,
     edgerunner_protocol::state::StateError,
     edgerunner_protocol::keypair::KeyError,
     edgerunner_protocol::envelope::EnvelopeError,

@@ -261,16 +261,20 @@ pub(crate) const GUARDS: &[Guard] = &[
 ];
 
 impl Guard {
+    /// The guard of [`GUARDS`] called `name`.
+    pub(crate) fn named(name: &str) -> Option<&'static Guard> {
+        GUARDS.iter().find(|g| g.name == name)
+    }
+
     /// The guard named in a database error text, if it is one of [`GUARDS`].
     pub(crate) fn reported(text: &str) -> Option<&'static Guard> {
         if let Some(columns) = reported_list(text, "UNIQUE constraint failed: ") {
-            let name = format!("UNIQUE {columns}");
-            return GUARDS.iter().find(|g| g.name == name);
+            return Guard::named(&format!("UNIQUE {columns}"));
         }
         // A trigger's code is one whole snake_case word of the text.
         text.split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
             .filter(|word| word.contains('_'))
-            .find_map(|word| GUARDS.iter().find(|g| g.name == word))
+            .find_map(Guard::named)
     }
 }
 
