@@ -15,6 +15,9 @@ pub(crate) struct ApiError {
     guard: Option<&'static str>,
     /// For a `429`: seconds until the caller may try again (`Retry-After`).
     retry_after: Option<u64>,
+    /// Members of the body beside `error`, for a refusal that says more than why (a refused
+    /// completion carries its `decision`).
+    beside: Vec<(&'static str, serde_json::Value)>,
 }
 
 pub(crate) type ApiResult<T> = std::result::Result<T, ApiError>;
@@ -27,6 +30,7 @@ impl ApiError {
             message: message.into(),
             guard: None,
             retry_after: None,
+            beside: Vec::new(),
         }
     }
 
@@ -107,6 +111,12 @@ impl ApiError {
         self
     }
 
+    /// The body's member `name` beside `error`.
+    pub(crate) fn with_member(mut self, name: &'static str, value: serde_json::Value) -> Self {
+        self.beside.push((name, value));
+        self
+    }
+
     pub(crate) fn status(&self) -> u16 {
         self.status
     }
@@ -115,16 +125,17 @@ impl ApiError {
         self.code
     }
 
-    /// The answer a Durable Object sends back to the edge for this error.
-    pub(crate) fn into_reply(self) -> crate::objects::Reply {
-        crate::objects::Reply {
-            status: self.status,
-            body: self.body(),
+    /// The JSON body of the answer.
+    pub(crate) fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::Map::new();
+        body.insert(
+            "error".to_owned(),
+            serde_json::json!({ "code": self.code, "message": self.message }),
+        );
+        for (name, value) in &self.beside {
+            body.insert((*name).to_owned(), value.clone());
         }
-    }
-
-    fn body(&self) -> serde_json::Value {
-        serde_json::json!({ "error": { "code": self.code, "message": self.message } })
+        serde_json::Value::Object(body)
     }
 
     pub(crate) fn into_response(self) -> worker::Result<Response> {

@@ -12,7 +12,8 @@
 //! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
-//! - [`objects`]: how the edge and the Durable Objects talk.
+//! - [`objects`]: how the edge and the Durable Objects talk; [`ops`]: what an object is asked;
+//!   [`replies`]: what a job's object answers, and the one mapping of its refusals to HTTP.
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
 //!   path, which the router enforces (`405`) before the route table.
 //! - [`http`], [`platform`]: request parsing; the clock and randomness.
@@ -36,6 +37,7 @@ mod ops;
 mod panel;
 mod platform;
 mod reaper;
+mod replies;
 mod routes;
 mod runner_do;
 mod store;

@@ -1,16 +1,19 @@
 //! How the edge and the Durable Objects talk: one JSON request per operation, one JSON reply.
 //!
-//! A reply carries its HTTP status and body as the object decided them; the edge forwards it
-//! unchanged, so an object's refusal reaches the client with the object's own code. Objects are
-//! addressed by name (`id_from_name`): the job id for `JobObject`, the runner id for
-//! `RunnerObject`, so every request about one job (or one runner) meets the same single writer;
-//! the client address for `AddressGate`; the organization id for `Dispatcher`.
+//! A job's object answers in types ([`crate::replies`]): the edge decodes its answer here, in
+//! [`call_job`], and a refusal becomes the client's answer through the one mapping beside the
+//! refusal type. The other objects' replies carry their HTTP status and body as the object
+//! decided them ([`Reply`]); the edge forwards those unchanged. Objects are addressed by name
+//! (`id_from_name`): the job id for `JobObject`, the runner id for `RunnerObject`, so every
+//! request about one job (or one runner) meets the same single writer; the client address for
+//! `AddressGate`; the organization id for `Dispatcher`.
 
 use serde_json::Value;
 use worker::{Env, Method, Request, RequestInit, Response};
 
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::ops::{JobOp, RunnerOp};
+use crate::replies::{JobRefusal, JobReply};
 use crate::store::RoundTrips;
 
 pub(crate) const JOBS: &str = "JOBS";
@@ -47,11 +50,6 @@ impl Reply {
         (200..300).contains(&self.status)
     }
 
-    /// The `error.code` of a refusal.
-    pub(crate) fn error_code(&self) -> Option<&str> {
-        self.body.get("error")?.get("code")?.as_str()
-    }
-
     pub(crate) fn into_response(self) -> ApiResult<Response> {
         if self.status == 204 {
             return Ok(Response::empty()?.with_status(204));
@@ -84,6 +82,27 @@ async fn call_with_headers(
     op: &str,
     body: &impl serde::Serialize,
 ) -> ApiResult<(Reply, worker::Headers)> {
+    let (status, headers, text) = send(env, trips, binding, name, op, body).await?;
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).map_err(|e| {
+            ApiError::internal(format!("object {binding}/{op} replied non-JSON: {e}"))
+        })?
+    };
+    Ok((Reply { status, body }, headers))
+}
+
+/// Sends `op` with `body` to the object named `name` in namespace `binding`: the status,
+/// headers and text of its answer. The D1 round trips the object made are added to `trips`.
+async fn send(
+    env: &Env,
+    trips: &RoundTrips,
+    binding: &str,
+    name: &str,
+    op: &str,
+    body: &impl serde::Serialize,
+) -> ApiResult<(u16, worker::Headers, String)> {
     let namespace = env.durable_object(binding)?;
     let stub = namespace.id_from_name(name)?.get_stub()?;
     let mut init = RequestInit::new();
@@ -104,19 +123,37 @@ async fn call_with_headers(
     let status = res.status_code();
     let headers = res.headers().clone();
     let text = res.text().await?;
-    let body = if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).map_err(|e| {
-            ApiError::internal(format!("object {binding}/{op} replied non-JSON: {e}"))
-        })?
-    };
-    Ok((Reply { status, body }, headers))
+    Ok((status, headers, text))
 }
 
-/// Calls a job's object: `op` on the object of the job it names.
-pub(crate) async fn call_job(env: &Env, trips: &RoundTrips, op: &JobOp) -> ApiResult<Reply> {
-    call(env, trips, JOBS, op.job_id(), op.name(), op).await
+/// Calls a job's object: `op` on the object of the job it names. Its answer, with a refusal
+/// as the client's answer to it (`From<JobRefusal> for ApiError`).
+pub(crate) async fn call_job(env: &Env, trips: &RoundTrips, op: &JobOp) -> ApiResult<JobReply> {
+    ask_job(env, trips, op).await?.map_err(ApiError::from)
+}
+
+/// [`call_job`] for a caller that acts on a refusal itself (a runner's claim moves on to its
+/// next candidate when one is taken): the object's answer as it decided it.
+pub(crate) async fn ask_job(
+    env: &Env,
+    trips: &RoundTrips,
+    op: &JobOp,
+) -> ApiResult<Result<JobReply, JobRefusal>> {
+    let (status, _, text) = send(env, trips, JOBS, op.job_id(), op.name(), op).await?;
+    // The object answers every operation `200` with its decision; anything else is the
+    // runtime's (an exception, a limit), not the object's.
+    if status != 200 {
+        return Err(ApiError::internal(format!(
+            "job object {} answered {status}: {text}",
+            op.name()
+        )));
+    }
+    serde_json::from_str(&text).map_err(|e| {
+        ApiError::internal(format!(
+            "job object {} answered what does not decode: {e}",
+            op.name()
+        ))
+    })
 }
 
 /// Calls runner `runner_id`'s object: its answer, and (for a claim that found nothing) the queue
@@ -152,6 +189,21 @@ pub(crate) async fn read_request(mut req: Request) -> ApiResult<(String, Value)>
     let body = serde_json::from_str(&text)
         .map_err(|e| ApiError::internal(format!("bad object request: {e}")))?;
     Ok((op, body))
+}
+
+/// A job's object's answer on its wire: `200` with its decision, with the D1 round trips the
+/// operation made.
+pub(crate) fn answer_job(
+    answer: &Result<JobReply, JobRefusal>,
+    trips: &RoundTrips,
+) -> worker::Result<Response> {
+    let text = serde_json::to_string(answer)
+        .map_err(|e| worker::Error::RustError(format!("a job answer did not serialize: {e}")))?;
+    let mut res = Response::ok(text)?;
+    res.headers_mut().set("content-type", "application/json")?;
+    res.headers_mut()
+        .set(ROUND_TRIPS_HEADER, &trips.count().to_string())?;
+    Ok(res)
 }
 
 /// Turns an operation's outcome into the object's HTTP reply, with the D1 round trips the

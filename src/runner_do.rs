@@ -25,6 +25,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::objects::{self, read_op, respond, Reply};
 use crate::ops::{JobOp, RunnerOp};
 use crate::platform::now_ms;
+use crate::replies::{ClaimGrant, JobRefusal, JobReply};
 use crate::store::{self, jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
@@ -405,7 +406,7 @@ async fn claim(
     // The same request again: the claim it was granted, answered as it was (its answer was
     // lost on the way back), never a second grant.
     if let Some(granted) = granted {
-        return Ok(Reply::ok(granted.answer()?));
+        return granted_reply(ClaimGrant::replayed(granted)?);
     }
     if !state.can_claim() {
         return refuse(
@@ -449,11 +450,12 @@ async fn claim(
                 job: Some(Box::new(candidate)),
                 request_id: request_id.map(str::to_owned),
             };
-            let reply = objects::call_job(env, db.trips(), &op).await?;
-            match reply.error_code() {
+            match objects::ask_job(env, db.trips(), &op).await? {
+                Ok(JobReply::Granted(grant)) => return granted_reply(grant),
+                Ok(other) => return Err(ApiError::internal(format!("a grant answered {other:?}"))),
                 // Another runner got there first, or it changed: try the next candidate.
-                Some("JOB_NOT_QUEUED") => continue,
-                _ => return Ok(reply),
+                Err(JobRefusal::NotQueued { .. }) => continue,
+                Err(refusal) => return Err(refusal.into()),
             }
         }
         if pages == MAX_PAGES {
@@ -462,6 +464,13 @@ async fn claim(
         page = ranges.next_page(db, org, Vec::new()).await?.1;
     }
     Ok(Reply::no_content())
+}
+
+/// A granted claim as the runner's answer.
+fn granted_reply(grant: ClaimGrant) -> ApiResult<Reply> {
+    Ok(Reply::ok(
+        serde_json::to_value(grant).map_err(ApiError::internal)?,
+    ))
 }
 
 /// The index ranges a runner's claim reads: one per (execution kind, runtime) it declares,

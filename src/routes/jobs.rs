@@ -512,10 +512,8 @@ pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         actor: caller.actor(),
         reason: reason.to_owned(),
     };
-    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
-    if !reply.is_success() {
-        return reply.into_response();
-    }
+    // A refusal is the answer; otherwise the job as D1 now holds it.
+    objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
     let job = jobs::get(&ctx.db, &caller.organization_id, id)
         .await?
         .ok_or_else(|| ApiError::internal("cancelled job vanished"))?;
@@ -665,8 +663,9 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
         claim_id: claim_id.to_owned(),
         extend_seconds,
     };
-    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
-    reply.into_response()
+    objects::call_job(&ctx.env, ctx.db.trips(), &op)
+        .await?
+        .into_response()
 }
 
 /// The holder hands its claim back: the job is free at once and the runner is not marked lost
@@ -684,8 +683,9 @@ pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         claim_id: claim_id.to_owned(),
         reason: reason.to_owned(),
     };
-    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
-    reply.into_response()
+    objects::call_job(&ctx.env, ctx.db.trips(), &op)
+        .await?
+        .into_response()
 }
 
 pub(crate) async fn stream(req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -719,7 +719,7 @@ pub(crate) async fn complete(req: Request, ctx: &Ctx) -> ApiResult<Response> {
 }
 
 /// A runner's chunk or completion: authenticated here, then handed whole (number lexemes
-/// intact) to the object of the job it names, whose reply goes back unchanged.
+/// intact) to the object of the job it names, whose answer is the runner's.
 async fn forward_named_job(
     mut req: Request,
     ctx: &Ctx,

@@ -278,6 +278,29 @@ impl Guard {
     }
 }
 
+/// A guard crosses a Durable Object's wire by its name, and comes back as the table's entry
+/// (a name not in the table does not deserialize): `#[serde(with = "guards::by_name")]`.
+pub(crate) mod by_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Guard;
+
+    pub(crate) fn serialize<S: Serializer>(
+        guard: &&'static Guard,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(guard.name)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<&'static Guard, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Guard::named(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("{name:?} is not a guard")))
+    }
+}
+
 /// The constraint's column list after `label`, up to D1's `: SQLITE_…` suffix or the end.
 fn reported_list<'a>(text: &'a str, label: &str) -> Option<&'a str> {
     let rest = &text[text.find(label)? + label.len()..];
