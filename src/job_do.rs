@@ -35,7 +35,7 @@ use worker::{durable_object, DurableObject, Env, Request, Response, Result, Stat
 
 use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
-use crate::objects::{answer_job, read_op};
+use crate::objects::{answer, read_op};
 use crate::ops::{Holder, JobOp};
 use crate::platform::{now_ms, random_bytes, rfc3339};
 use crate::replies::{
@@ -80,14 +80,14 @@ impl DurableObject for JobObject {
         let trips = RoundTrips::default();
         let op: JobOp = match read_op(req).await {
             Ok(op) => op,
-            Err(err) => return answer_job(&Err(err.into()), &trips),
+            Err(err) => return answer(&Err::<JobReply, JobRefusal>(err.into()), &trips),
         };
         if let JobOp::Grant { job_id, .. } = &op {
             // The alarm has no request to name its job; a lease starts here, so remember it.
             self.state.storage().put(JOB_ID_KEY, job_id).await?;
         }
-        let answer = self.run(op, &trips).await;
-        answer_job(&answer, &trips)
+        let decided = self.run(op, &trips).await;
+        answer(&decided, &trips)
     }
 
     /// The lease's own alarm: the exact-expiry half of recovery (cron is the safety net).

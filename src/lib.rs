@@ -13,7 +13,8 @@
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
 //! - [`objects`]: how the edge and the Durable Objects talk; [`ops`]: what an object is asked;
-//!   [`replies`]: what a job's object answers, and the one mapping of its refusals to HTTP.
+//!   [`replies`]: what the job's and runner's objects answer, and the one mapping of their
+//!   refusals to HTTP.
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
 //!   path, which the router enforces (`405`) before the route table.
 //! - [`http`], [`platform`]: request parsing; the clock and randomness.

@@ -1,12 +1,14 @@
 //! What a job's Durable Object answers the edge: a [`JobReply`], one variant per kind of
-//! success, or a [`JobRefusal`], one variant per reason it says no.
+//! success, or a [`JobRefusal`], one variant per reason it says no; and a runner's object, a
+//! [`RunnerReply`] or a [`RunnerRefusal`].
 //!
 //! Both cross the object's wire as serde enums inside a `Result` (`{"Ok": {"heartbeat": …}}`,
 //! `{"Err": {"claimNotActive": …}}`), externally tagged so the variant is read before its fields
 //! and a signed job's number lexemes reach the edge unbuffered. The edge decodes an answer in
-//! one place ([`crate::objects::call_job`]), and a refusal becomes its HTTP answer in one place:
-//! `From<JobRefusal> for ApiError`, below, which holds every refusal's status, code and text.
-//! Callers match on variants; no one reads a key or an error code out of an object's JSON.
+//! one place ([`crate::objects::call_job`], [`crate::objects::call_runner`]), and a refusal
+//! becomes its HTTP answer in one place: `From<JobRefusal> for ApiError` (and the runner's),
+//! below, which holds every refusal's status, code and text. Callers match on variants; no one
+//! reads a key, a status or an error code out of an object's answer.
 
 use edgerunner_protocol::chunk::ChunkError;
 use edgerunner_protocol::completion::CompletionError;
@@ -405,6 +407,99 @@ impl From<ApiError> for JobRefusal {
     }
 }
 
+/// A runner's object's answer to a claim it carried out.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum RunnerReply {
+    /// A job granted to the runner, or the grant a retried request already had.
+    Granted(ClaimGrant),
+    /// No job for the runner now (`204`).
+    Nothing,
+    /// The benchmark floor's write (the `bench-floor` build only).
+    Floor,
+}
+
+impl RunnerReply {
+    /// What the runner gets.
+    pub(crate) fn into_response(self) -> ApiResult<Response> {
+        match self {
+            RunnerReply::Granted(grant) => JobReply::Granted(grant).into_response(),
+            RunnerReply::Nothing => Ok(Response::empty()?.with_status(204)),
+            RunnerReply::Floor => {
+                json_response(200, &serde_json::json!({ "ok": true })).map_err(ApiError::from)
+            }
+        }
+    }
+}
+
+/// Why a runner's object did not carry out a claim.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum RunnerRefusal {
+    /// The runner is `pending_approval`, `draining` or `lost` (the state named).
+    NotActive(String),
+    /// The runner holds as many claims as it may.
+    AtCapacity,
+    /// The credential's generation moved on, or the runner may no longer call.
+    CredentialRevoked,
+    /// The credential's runner no longer exists.
+    RunnerGone,
+    /// The job's object refused the grant.
+    Job(JobRefusal),
+    /// The benchmark floor asked of a build without it.
+    NoSuchRoute,
+    /// The object failed; its log has the detail.
+    Internal,
+}
+
+impl RunnerRefusal {
+    /// An internal failure: the detail is logged here, the answer is a bare `500`.
+    pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
+        ApiError::internal(detail).into()
+    }
+}
+
+impl From<RunnerRefusal> for ApiError {
+    fn from(refusal: RunnerRefusal) -> Self {
+        use RunnerRefusal as R;
+        match refusal {
+            R::NotActive(state) => {
+                ApiError::unavailable("RUNNER_NOT_ACTIVE", format!("the runner is {state}"))
+            }
+            R::AtCapacity => ApiError::unavailable(
+                "RUNNER_AT_CAPACITY",
+                "the runner holds as many claims as it may",
+            ),
+            R::CredentialRevoked => JobRefusal::CredentialRevoked.into(),
+            R::RunnerGone => ApiError::unauthorized("the credential's runner no longer exists"),
+            R::Job(refusal) => refusal.into(),
+            R::NoSuchRoute => ApiError::not_found("no such route"),
+            R::Internal => ApiError::failed_elsewhere(),
+        }
+    }
+}
+
+/// What the runner's object meets through the helpers it shares with the edge: a failure
+/// (it writes nothing a guard watches).
+impl From<ApiError> for RunnerRefusal {
+    fn from(err: ApiError) -> Self {
+        if err.status() != 500 {
+            worker::console_error!(
+                "runner object: {} {} has no refusal of its own; answered as internal",
+                err.status(),
+                err.code()
+            );
+        }
+        RunnerRefusal::Internal
+    }
+}
+
+impl From<worker::Error> for RunnerRefusal {
+    fn from(err: worker::Error) -> Self {
+        ApiError::from(err).into()
+    }
+}
+
 impl From<worker::Error> for JobRefusal {
     fn from(err: worker::Error) -> Self {
         ApiError::from(err).into()
@@ -594,6 +689,46 @@ mod tests {
             let what = format!("{refusal:?}");
             assert_eq!(answered(refusal), (status, body), "{what}");
         }
+    }
+
+    #[test]
+    fn a_runners_object_refuses_a_claim_with_the_answers_clients_always_read() {
+        let answered = |refusal: RunnerRefusal| {
+            let wire = serde_json::to_string(&Err::<RunnerReply, _>(refusal)).unwrap();
+            let back: Result<RunnerReply, RunnerRefusal> = serde_json::from_str(&wire).unwrap();
+            let err = ApiError::from(back.unwrap_err());
+            (err.status(), err.body())
+        };
+        assert_eq!(
+            answered(RunnerRefusal::NotActive("draining".into())),
+            (503, error("RUNNER_NOT_ACTIVE", "the runner is draining"))
+        );
+        assert_eq!(
+            answered(RunnerRefusal::AtCapacity),
+            (
+                503,
+                error(
+                    "RUNNER_AT_CAPACITY",
+                    "the runner holds as many claims as it may"
+                )
+            )
+        );
+        assert_eq!(
+            answered(RunnerRefusal::RunnerGone),
+            (
+                401,
+                error(
+                    "AUTHENTICATION_FAILED",
+                    "the credential's runner no longer exists"
+                )
+            )
+        );
+        // A grant the job's object refused is answered as the job's object refused it.
+        let capacity = Guard::named(guards::RUNNER_AT_CAPACITY).unwrap();
+        assert_eq!(
+            answered(RunnerRefusal::Job(JobRefusal::Guard(capacity))),
+            answered(RunnerRefusal::AtCapacity)
+        );
     }
 
     #[test]
