@@ -6,6 +6,7 @@
 
 use edgerunner_protocol::credential::{self, CredentialError, VerifiedCredential};
 use edgerunner_protocol::envelope::MasterSigningSecret;
+use serde::{Deserialize, Serialize};
 use worker::{Env, Request};
 
 use crate::error::{ApiError, ApiResult};
@@ -98,14 +99,35 @@ pub(crate) async fn admin(req: &Request, ctx: &Ctx) -> ApiResult<AdminCaller> {
 }
 
 /// The signing root, or `503` when it is missing or too short to be trusted.
-pub(crate) fn master_secret(env: &Env) -> ApiResult<MasterSigningSecret> {
+pub(crate) fn master_secret(env: &Env) -> Result<MasterSigningSecret, SecretRefusal> {
     let secret = configured_secret(env, "REMOTE_RUNNER_SIGNING_SECRET")?;
-    MasterSigningSecret::new(secret).map_err(|_| {
-        ApiError::unavailable(
-            "SIGNING_SECRET_TOO_SHORT",
-            format!("REMOTE_RUNNER_SIGNING_SECRET must be configured with at least {MIN_SECRET_CHARS} characters"),
-        )
-    })
+    MasterSigningSecret::new(secret).map_err(|_| SecretRefusal::SigningSecretTooShort)
+}
+
+/// A configured secret that may not be used. Typed rather than an [`ApiError`] because a job's
+/// object needs the signing root too, and answers this refusal to the edge across its wire.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum SecretRefusal {
+    /// The secret `name` is the value `.dev.vars.example` ships.
+    Placeholder(String),
+    /// `REMOTE_RUNNER_SIGNING_SECRET` is unset or shorter than [`MIN_SECRET_CHARS`].
+    SigningSecretTooShort,
+}
+
+impl From<SecretRefusal> for ApiError {
+    fn from(refusal: SecretRefusal) -> Self {
+        match refusal {
+            SecretRefusal::Placeholder(name) => ApiError::unavailable(
+                "SECRET_IS_PLACEHOLDER",
+                format!("{name} is the placeholder from .dev.vars.example; set a random value of at least {MIN_SECRET_CHARS} characters"),
+            ),
+            SecretRefusal::SigningSecretTooShort => ApiError::unavailable(
+                "SIGNING_SECRET_TOO_SHORT",
+                format!("REMOTE_RUNNER_SIGNING_SECRET must be configured with at least {MIN_SECRET_CHARS} characters"),
+            ),
+        }
+    }
 }
 
 /// The shortest secret we accept, for both `REMOTE_RUNNER_SIGNING_SECRET` and `CRON_SECRET`.
@@ -116,18 +138,15 @@ const PLACEHOLDER_PREFIX: &str = "replace-with-";
 
 /// A secret as configured, refused (`503`, naming the secret and why) when it is the shipped
 /// placeholder. Unset reads as empty; the caller decides what empty means.
-fn configured_secret(env: &Env, name: &str) -> ApiResult<String> {
+fn configured_secret(env: &Env, name: &str) -> Result<String, SecretRefusal> {
     let secret = env.secret(name).map(|s| s.to_string()).unwrap_or_default();
     refuse_placeholder(name, &secret)?;
     Ok(secret)
 }
 
-fn refuse_placeholder(name: &str, secret: &str) -> ApiResult<()> {
+fn refuse_placeholder(name: &str, secret: &str) -> Result<(), SecretRefusal> {
     if secret.starts_with(PLACEHOLDER_PREFIX) {
-        return Err(ApiError::unavailable(
-            "SECRET_IS_PLACEHOLDER",
-            format!("{name} is the placeholder from .dev.vars.example; set a random value of at least {MIN_SECRET_CHARS} characters"),
-        ));
+        return Err(SecretRefusal::Placeholder(name.to_owned()));
     }
     Ok(())
 }
@@ -206,6 +225,7 @@ pub(crate) fn is_cron_secret(env: &Env, token: &str) -> ApiResult<bool> {
 #[cfg(test)]
 mod tests {
     use super::refuse_placeholder;
+    use crate::error::ApiError;
 
     #[test]
     fn the_shipped_placeholders_are_refused_by_name() {
@@ -217,7 +237,7 @@ mod tests {
         {
             let (name, value) = line.split_once('=').expect("KEY=VALUE");
             let err = refuse_placeholder(name, value).expect_err(line);
-            assert_eq!(err.code(), "SECRET_IS_PLACEHOLDER");
+            assert_eq!(ApiError::from(err).code(), "SECRET_IS_PLACEHOLDER");
             seen += 1;
         }
         assert_eq!(seen, 2, "both secrets of .dev.vars.example are checked");

@@ -15,6 +15,9 @@ pub(crate) struct ApiError {
     guard: Option<&'static str>,
     /// For a `429`: seconds until the caller may try again (`Retry-After`).
     retry_after: Option<u64>,
+    /// Members of the body beside `error`, for a refusal that says more than why (a refused
+    /// completion carries its `decision`).
+    beside: Vec<(&'static str, serde_json::Value)>,
 }
 
 pub(crate) type ApiResult<T> = std::result::Result<T, ApiError>;
@@ -27,6 +30,7 @@ impl ApiError {
             message: message.into(),
             guard: None,
             retry_after: None,
+            beside: Vec::new(),
         }
     }
 
@@ -44,12 +48,17 @@ impl ApiError {
                     guard.code,
                     first_sentence(detail)
                 );
-                Self {
-                    guard: Some(guard.name),
-                    ..Self::new(guard.status, guard.code, guard.message)
-                }
+                Self::guarded(guard)
             }
             None => Self::internal(format!("constraint not in the guard table: {detail}")),
+        }
+    }
+
+    /// The answer the guard table gives for `guard`.
+    pub(crate) fn guarded(guard: &'static crate::store::guards::Guard) -> Self {
+        Self {
+            guard: Some(guard.name),
+            ..Self::new(guard.status, guard.code, guard.message)
         }
     }
 
@@ -89,11 +98,22 @@ impl ApiError {
     /// A failure of ours, not the client's: the detail goes to the log only.
     pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
         console_error!("internal error: {detail}");
+        Self::failed_elsewhere()
+    }
+
+    /// The answer to a failure already logged where it happened (in a Durable Object).
+    pub(crate) fn failed_elsewhere() -> Self {
         Self::new(500, "INTERNAL", "internal error")
     }
 
     pub(crate) fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
+        self
+    }
+
+    /// The body's member `name` beside `error`.
+    pub(crate) fn with_member(mut self, name: &'static str, value: serde_json::Value) -> Self {
+        self.beside.push((name, value));
         self
     }
 
@@ -105,16 +125,17 @@ impl ApiError {
         self.code
     }
 
-    /// The answer a Durable Object sends back to the edge for this error.
-    pub(crate) fn into_reply(self) -> crate::objects::Reply {
-        crate::objects::Reply {
-            status: self.status,
-            body: self.body(),
+    /// The JSON body of the answer.
+    pub(crate) fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::Map::new();
+        body.insert(
+            "error".to_owned(),
+            serde_json::json!({ "code": self.code, "message": self.message }),
+        );
+        for (name, value) in &self.beside {
+            body.insert((*name).to_owned(), value.clone());
         }
-    }
-
-    fn body(&self) -> serde_json::Value {
-        serde_json::json!({ "error": { "code": self.code, "message": self.message } })
+        serde_json::Value::Object(body)
     }
 
     pub(crate) fn into_response(self) -> worker::Result<Response> {
@@ -152,6 +173,8 @@ macro_rules! from_protocol_error {
 
 from_protocol_error!(
     edgerunner_protocol::capability::CapabilityError,
+    edgerunner_protocol::chunk::ChunkError,
+    edgerunner_protocol::completion::CompletionError,
     edgerunner_protocol::state::StateError,
     edgerunner_protocol::keypair::KeyError,
     edgerunner_protocol::envelope::EnvelopeError,

@@ -35,9 +35,13 @@ use worker::{durable_object, DurableObject, Env, Request, Response, Result, Stat
 
 use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
-use crate::objects::{read_op, respond, Reply};
+use crate::objects::{answer, read_op};
 use crate::ops::{Holder, JobOp};
 use crate::platform::{now_ms, random_bytes, rfc3339};
+use crate::replies::{
+    Cancelled, ChunkAccepted, ClaimGrant, CompletionDecision, EvidenceHolder, GrantedClaim,
+    HeartbeatAnswer, JobRefusal, JobReply, LeaseUse, LostClaim, Recovered, Released,
+};
 use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 
 /// How long a signed envelope may be acted on after it is issued.
@@ -73,17 +77,17 @@ impl DurableObject for JobObject {
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
+        let trips = RoundTrips::default();
         let op: JobOp = match read_op(req).await {
             Ok(op) => op,
-            Err(err) => return err.into_response(),
+            Err(err) => return answer(&Err::<JobReply, JobRefusal>(err.into()), &trips),
         };
         if let JobOp::Grant { job_id, .. } = &op {
             // The alarm has no request to name its job; a lease starts here, so remember it.
             self.state.storage().put(JOB_ID_KEY, job_id).await?;
         }
-        let trips = RoundTrips::default();
-        let outcome = self.run(op, &trips).await;
-        respond(outcome, &trips)
+        let decided = self.run(op, &trips).await;
+        answer(&decided, &trips)
     }
 
     /// The lease's own alarm: the exact-expiry half of recovery (cron is the safety net).
@@ -97,7 +101,7 @@ impl DurableObject for JobObject {
             actor: "system:alarm".to_owned(),
         };
         match self.run(op, &RoundTrips::default()).await {
-            Ok(reply) => Response::ok(reply.body.to_string()),
+            Ok(reply) => Response::ok(serde_json::to_string(&reply).unwrap_or_default()),
             Err(err) => {
                 worker::console_error!("alarm recovery of {job_id} failed: {err:?}");
                 // A failed alarm is retried by the runtime; cron catches anything it still misses.
@@ -121,7 +125,7 @@ impl JobObject {
     /// the earlier alarm, which finds the lease alive and re-arms at it (see `recover`). So
     /// nothing after the commit can fail the operation: a committed grant is never answered
     /// with an error.
-    async fn run(&self, op: JobOp, trips: &RoundTrips) -> ApiResult<Reply> {
+    async fn run(&self, op: JobOp, trips: &RoundTrips) -> Answer {
         let env = self.env.clone();
         let storage = self.state.storage();
         let trips = trips.clone();
@@ -132,7 +136,7 @@ impl JobObject {
                 async move { Ok(dispatch(env, storage, trips, known, op).await) },
             )
             .await
-            .map_err(ApiError::internal)??;
+            .map_err(JobRefusal::internal)??;
         let storage = self.state.storage();
         let moved = match outcome.alarm_at {
             Some(at) => storage.set_alarm(alarm_delay(at)).await,
@@ -147,9 +151,15 @@ impl JobObject {
             // Never fails: a lost touch costs at most the runners' quiet time.
             crate::dispatch_do::touch(&self.env, org).await;
         }
-        Ok(outcome.reply)
+        outcome.answer
     }
 }
+
+/// What an operation answers: carried out, or refused (and why).
+type Answer = OpResult<JobReply>;
+
+/// The job object's own result: a refusal (or failure) is answered to the edge as itself.
+type OpResult<T> = std::result::Result<T, JobRefusal>;
 
 /// The alarm's offset for an instant: worker 0.8 reads an i64 as "ms from now", so this is an
 /// offset, never negative.
@@ -157,9 +167,9 @@ fn alarm_delay(at: i64) -> std::time::Duration {
     std::time::Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
 }
 
-/// An operation's reply, and what it means for the job's alarm.
+/// An operation's decision, and what it means for the job's alarm.
 struct OpOutcome {
-    reply: Reply,
+    answer: Answer,
     /// The lease the job now holds: the alarm goes there.
     alarm_at: Option<i64>,
     /// The job holds no lease any more.
@@ -183,7 +193,7 @@ async fn dispatch(
     trips: RoundTrips,
     known: Known,
     op: JobOp,
-) -> ApiResult<OpOutcome> {
+) -> OpResult<OpOutcome> {
     let db = Db::of(&env, trips)?;
     let job_id = op.job_id();
     let holder = op.holder();
@@ -198,7 +208,9 @@ async fn dispatch(
             .is_some_and(|known| known.job.dispatch_attempt > row.dispatch_attempt);
         if granted_since {
             return Ok(OpOutcome {
-                reply: refuse(409, "JOB_NOT_QUEUED", "job was claimed")?,
+                answer: Err(JobRefusal::NotQueued {
+                    why: "job was claimed".to_owned(),
+                }),
                 alarm_at: None,
                 clear_alarm: false,
                 touched: None,
@@ -236,23 +248,31 @@ async fn dispatch(
         };
         // A fresh read that the operation then does not write over stays what the object knows.
         let fresh = (!warm && holder.is_some()).then(|| snapshot.clone());
-        let result = run_op(&op_ctx, &op, snapshot).await;
+        let answer = run_op(&op_ctx, &op, snapshot).await;
         // A warm answer stands only on its committed write, or on the holder's credential
         // found revoked by it; any other warm outcome (a refusal, a replay that wrote nothing,
         // a guard that fired) is decided again from D1, as is a write that found the job moved.
-        let guard = result.as_ref().err().and_then(ApiError::guard);
+        let guard = match &answer {
+            Err(JobRefusal::Guard(guard)) => Some(guard.name),
+            _ => None,
+        };
         let moved = guard == Some(guards::JOB_MOVED);
         let unproven = warm
-            && match &result {
-                Ok(_) => !op_ctx.wrote.get(),
-                Err(_) => guard != Some(guards::CREDENTIAL_REVOKED),
+            && match &answer {
+                Err(JobRefusal::Guard(_)) => guard != Some(guards::CREDENTIAL_REVOKED),
+                Err(JobRefusal::Internal) => true,
+                Ok(_) | Err(_) => !op_ctx.wrote.get(),
             };
         if moved || unproven {
             warm = false;
             snapshot = Snapshot::load(&db, job_id, holder).await?;
             continue;
         }
-        let reply = result?;
+        // An operation that did not decide (D1 disagreed with it, or it failed) teaches the
+        // object nothing, and moves no alarm: the object forgets its job.
+        if let Err(failure @ (JobRefusal::Guard(_) | JobRefusal::Internal)) = answer {
+            return Err(failure);
+        }
         let learned = op_ctx.learned.take();
         *known.borrow_mut() = if op_ctx.wrote.get() { learned } else { fresh };
         let (alarm_at, clear_alarm) = match op_ctx.alarm.get() {
@@ -261,18 +281,18 @@ async fn dispatch(
             AlarmChange::Clear => (None, true),
         };
         return Ok(OpOutcome {
-            reply,
+            answer,
             alarm_at,
             clear_alarm,
             touched: op_ctx.touched.take(),
         });
     }
-    Err(ApiError::internal(format!(
+    Err(JobRefusal::internal(format!(
         "job {job_id} kept changing in D1 under its own object"
     )))
 }
 
-async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> ApiResult<Reply> {
+async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
     match op {
         JobOp::Grant {
             organization_id,
@@ -400,13 +420,6 @@ impl OpCtx<'_> {
     }
 }
 
-fn refuse(status: u16, code: &str, message: impl Into<String>) -> ApiResult<Reply> {
-    Ok(Reply {
-        status,
-        body: json!({ "error": { "code": code, "message": message.into() } }),
-    })
-}
-
 /// Everything an operation decides from, read in one round trip.
 #[derive(Clone)]
 struct Snapshot {
@@ -438,7 +451,7 @@ impl Snapshot {
     /// The job read fresh, in one round trip; with a `holder`, that runner's credential
     /// generation is checked in the same read (`401` when it moved on, or the runner is
     /// revoked or not approved), as the edge once did before every runner request.
-    async fn load(db: &Db, job_id: &str, holder: Option<&Holder>) -> ApiResult<Self> {
+    async fn load(db: &Db, job_id: &str, holder: Option<&Holder>) -> OpResult<Self> {
         let mut statements = vec![
             jobs::select_job(db, job_id)?,
             jobs::select_claims(db, job_id)?,
@@ -462,14 +475,12 @@ impl Snapshot {
             [job, claims, head, accepted, refusals] => (job, claims, head, accepted, refusals),
             [job, claims, head, accepted, refusals, credential] => {
                 if credential.results::<Value>()?.is_empty() {
-                    return Err(ApiError::unauthorized(
-                        "credential was revoked; exchange a new one",
-                    ));
+                    return Err(JobRefusal::CredentialRevoked);
                 }
                 (job, claims, head, accepted, refusals)
             }
             _ => {
-                return Err(ApiError::internal(
+                return Err(JobRefusal::internal(
                     "job snapshot batch returned the wrong number of results",
                 ))
             }
@@ -478,7 +489,7 @@ impl Snapshot {
             .results::<jobs::JobRow>()?
             .into_iter()
             .next()
-            .ok_or_else(|| ApiError::not_found("no such job"))?;
+            .ok_or(JobRefusal::NoSuchJob)?;
         Ok(Self {
             job,
             claims: claims.results()?,
@@ -491,12 +502,12 @@ impl Snapshot {
         })
     }
 
-    fn state(&self) -> ApiResult<JobState> {
+    fn state(&self) -> OpResult<JobState> {
         Ok(JobState::parse(&self.job.state)?)
     }
 
     /// What recovery and hand-back decide from.
-    fn lease(&self) -> ApiResult<JobLease> {
+    fn lease(&self) -> OpResult<JobLease> {
         let count = |n: i64, what: &str| {
             u32::try_from(n)
                 .map_err(|_| ApiError::internal(format!("job {} has {what} {n}", self.job.id)))
@@ -557,7 +568,7 @@ struct Grantee<'a> {
     request_id: Option<&'a str>,
 }
 
-async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResult<Reply> {
+async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> Answer {
     let Grantee {
         org,
         runner,
@@ -566,10 +577,12 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResu
     } = grantee;
     let job = &snap.job;
     if job.organization_id != org {
-        return Err(ApiError::not_found("no such job"));
+        return Err(JobRefusal::NoSuchJob);
     }
     if snap.state()? != JobState::Queued {
-        return refuse(409, "JOB_NOT_QUEUED", format!("job is {}", job.state));
+        return Err(JobRefusal::NotQueued {
+            why: format!("job is {}", job.state),
+        });
     }
     let attempt = job.dispatch_attempt + 1;
     let claim_id = format!("{}-a{attempt}", job.id);
@@ -659,25 +672,27 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResu
     ctx.arm_before_commit(lease).await?;
     let changed = match ctx.commit(&snap, false, statements).await {
         Ok(changed) => changed,
-        Err(err) => {
-            // The guard table's answers; as a Reply, so the runner's object tries the next job.
+        // The job was claimed, or changed, since its row was read: the runner's object tries
+        // its next candidate. (A runner at capacity or not active is answered as the guard
+        // table says.)
+        Err(err)
             if matches!(
                 err.guard(),
                 Some(
-                    guards::RUNNER_AT_CAPACITY
-                        | guards::CLAIM_REQUIRES_ACTIVE_RUNNER
-                        | guards::CLAIM_REQUIRES_QUEUED_JOB
+                    guards::CLAIM_REQUIRES_QUEUED_JOB
                         | guards::UNIQUE_CLAIM_ATTEMPT
                         | guards::UNIQUE_ACTIVE_CLAIM
                 )
-            ) {
-                return Ok(err.into_reply());
-            }
-            return Err(err);
+            ) =>
+        {
+            return Err(JobRefusal::NotQueued {
+                why: "the job was claimed or changed concurrently".to_owned(),
+            });
         }
+        Err(err) => return Err(err.into()),
     };
     if changed.get(1) != Some(&1) || changed.get(2) != Some(&1) {
-        return Err(ApiError::internal(format!(
+        return Err(JobRefusal::internal(format!(
             "grant batch changed {changed:?} rows"
         )));
     }
@@ -707,18 +722,18 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> ApiResu
     known.head.clear();
     ctx.learn(known);
 
-    Ok(Reply::ok(json!({
-        "claim": {
-            "id": claim_id,
-            "jobId": job.id,
-            "runnerId": runner,
-            "dispatchAttempt": attempt,
-            "issuedAt": rfc3339(issued),
-            "expiresAt": rfc3339(expires),
-            "leaseExpiresAt": rfc3339(lease),
+    Ok(JobReply::Granted(ClaimGrant {
+        claim: GrantedClaim {
+            id: claim_id,
+            job_id: job.id.clone(),
+            runner_id: runner.to_owned(),
+            dispatch_attempt: attempt,
+            issued_at: rfc3339(issued),
+            expires_at: rfc3339(expires),
+            lease_expires_at: rfc3339(lease),
         },
-        "signedJob": signed,
-    })))
+        signed_job: signed,
+    }))
 }
 
 fn timestamp(ms: i64) -> ApiResult<Timestamp> {
@@ -738,54 +753,33 @@ fn held_claim<'a>(
     snap: &'a Snapshot,
     runner: &str,
     claim_id: &str,
-) -> std::result::Result<&'a jobs::ClaimRow, Reply> {
-    let not_found = || Reply {
-        status: 404,
-        body: json!({ "error": { "code": "NOT_FOUND", "message": "no such claim for this runner" } }),
-    };
+) -> OpResult<&'a jobs::ClaimRow> {
     let claim = snap
         .claims
         .iter()
         .find(|c| c.id == claim_id && c.runner_id == runner)
-        .ok_or_else(not_found)?;
+        .ok_or(JobRefusal::NoSuchClaim)?;
     if snap.active_claim().map(|c| c.id.as_str()) != Some(claim_id) {
-        return Err(Reply {
-            status: 409,
-            body: json!({ "error": {
-                "code": "CLAIM_NOT_ACTIVE",
-                "message": format!("claim {claim_id} is {}; the job is {} at attempt {}", claim.state, snap.job.state, snap.job.dispatch_attempt),
-            } }),
+        return Err(JobRefusal::ClaimNotActive {
+            claim_id: claim_id.to_owned(),
+            claim_state: claim.state.clone(),
+            job_state: snap.job.state.clone(),
+            attempt: snap.job.dispatch_attempt,
         });
     }
     Ok(claim)
 }
 
-async fn heartbeat(
-    ctx: &OpCtx<'_>,
-    snap: Snapshot,
-    claim_id: &str,
-    extend: i64,
-) -> ApiResult<Reply> {
+async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, extend: i64) -> Answer {
     let runner = ctx.runner()?;
     if !LEASE_SECONDS.contains(&extend) {
-        return refuse(
-            422,
-            "INVALID_LEASE",
-            "extendSeconds must be an integer from 15 to 120",
-        );
+        return Err(JobRefusal::InvalidLease);
     }
-    let claim = match held_claim(&snap, runner, claim_id) {
-        Ok(claim) => claim.clone(),
-        Err(reply) => return Ok(reply),
-    };
+    let claim = held_claim(&snap, runner, claim_id)?.clone();
     let job = &snap.job;
     let lease_now = job.lease_expires_at.unwrap_or(0);
     if edgerunner_protocol::recovery::lease_expired(lease_now, ctx.now) {
-        return refuse(
-            409,
-            "LEASE_EXPIRED",
-            "the lease lapsed before this heartbeat; the job will be recovered",
-        );
+        return Err(JobRefusal::LeaseExpired(LeaseUse::Heartbeat));
     }
     let state = snap.state()?;
     let first = state == JobState::Claimed;
@@ -844,46 +838,38 @@ async fn heartbeat(
         held.last_heartbeat_at = Some(ctx.now);
     }
     ctx.learn(known);
-    Ok(Reply::ok(json!({
-        "cancelRequested": next_state == JobState::CancelRequested,
-        "cancelReason": job.cancel_reason,
-        "state": next_state.as_str(),
-        "leaseExpiresAt": rfc3339(lease),
-    })))
+    Ok(JobReply::Heartbeat(HeartbeatAnswer {
+        cancel_requested: next_state == JobState::CancelRequested,
+        cancel_reason: job.cancel_reason.clone(),
+        state: next_state,
+        lease_expires_at: rfc3339(lease),
+    }))
 }
 
 // ------------------------------------------------------------------------------------------
 // Stream
 // ------------------------------------------------------------------------------------------
 
-async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Reply> {
+async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer {
     let runner = ctx.runner()?;
-    let chunk = match StreamChunk::from_json(raw) {
-        Ok(chunk) => chunk,
-        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
-    };
+    let chunk = StreamChunk::from_json(raw)?;
     let job = &snap.job;
     // Only the holder of the job's active claim may append; a runner holding no claim of this
     // job learns nothing about it.
+    let held_one = snap.claims.iter().any(|c| c.runner_id == runner);
     let Some(active) = snap.active_claim().cloned() else {
-        if snap.claims.iter().any(|c| c.runner_id == runner) {
-            return refuse(
-                409,
-                "STREAM_IDENTITY_CHANGED",
-                "the claim this chunk names is no longer active",
-            );
-        }
-        return refuse(404, "NOT_FOUND", "no such job for this runner");
+        return Err(if held_one {
+            JobRefusal::StreamClaimOver
+        } else {
+            JobRefusal::NoJobForRunner
+        });
     };
     if active.runner_id != runner {
-        if snap.claims.iter().any(|c| c.runner_id == runner) {
-            return refuse(
-                409,
-                "STREAM_IDENTITY_CHANGED",
-                "another attempt now holds this job",
-            );
-        }
-        return refuse(404, "NOT_FOUND", "no such job for this runner");
+        return Err(if held_one {
+            JobRefusal::StreamTakenOver
+        } else {
+            JobRefusal::NoJobForRunner
+        });
     }
     let expected = ChunkIdentity {
         job_id: JobId::parse(&job.id).map_err(ApiError::internal)?,
@@ -904,10 +890,7 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Reply
         now: UnixMillis::new(ctx.now).map_err(ApiError::internal)?,
     };
     let head = snap.chain_head()?;
-    let admitted = match validate_append(&head, &expected, &chunk, &limits) {
-        Ok(admitted) => admitted,
-        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
-    };
+    let admitted = validate_append(&head, &expected, &chunk, &limits)?;
     let sequence = i64::try_from(chunk.sequence).map_err(ApiError::internal)?;
     // Stored as the stable JSON that was hashed and measured, so the schema's byte count (of
     // the stored text) and the limit just checked count the same bytes.
@@ -947,31 +930,24 @@ async fn stream(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Reply
         .head
         .truncate(usize::try_from(RECENT_CHECKSUMS).unwrap_or(0));
     ctx.learn(known);
-    Ok(Reply::ok(json!({
-        "accepted": true,
-        "sequence": chunk.sequence,
-        "checksum": chunk.checksum.as_str(),
-    })))
+    Ok(JobReply::Appended(ChunkAccepted {
+        accepted: true,
+        sequence: chunk.sequence,
+        checksum: chunk.checksum,
+    }))
 }
 
 // ------------------------------------------------------------------------------------------
 // Complete
 // ------------------------------------------------------------------------------------------
 
-async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Reply> {
+async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer {
     let runner = ctx.runner()?;
-    let completion = match Completion::from_json(raw) {
-        Ok(c) => c,
-        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
-    };
+    let completion = Completion::from_json(raw)?;
     let fields = completion.fields();
     let job = &snap.job;
     if fields.runner_id.as_str() != runner {
-        return refuse(
-            403,
-            "RUNNER_MISMATCH",
-            "a runner may complete only as itself",
-        );
+        return Err(JobRefusal::RunnerMismatch);
     }
     // Every stored decision names a real claim of this job, attempt and runner; a completion
     // naming anything else is refused outright and not stored.
@@ -987,13 +963,9 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
         .cloned()
     else {
         if snap.claims.iter().any(|c| c.runner_id == runner) {
-            return refuse(
-                422,
-                "CLAIM_MISMATCH",
-                "the completion names no claim of this runner for this job and attempt",
-            );
+            return Err(JobRefusal::ClaimMismatch);
         }
-        return refuse(404, "NOT_FOUND", "no such job for this runner");
+        return Err(JobRefusal::NoJobForRunner);
     };
 
     let view = JobCompletionView {
@@ -1030,10 +1002,7 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
             None => None,
         },
     };
-    let decision = match reconcile(&view, &completion) {
-        Ok(decision) => decision,
-        Err(err) => return refuse(err.http_status(), err.code(), err.to_string()),
-    };
+    let decision = reconcile(&view, &completion)?;
 
     let completion_id = crate::platform::random_id("cmp")?;
     let evidence = &fields.evidence;
@@ -1129,23 +1098,18 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
             statements
         };
         ctx.commit(&snap, false, statements).await?;
-        let decision_body = json!({
-            "decision": outcome.as_str(),
-            "rationale": decision.rationale,
-            "completionId": stored.then_some(completion_id.as_str()),
-            "jobState": job.state,
-        });
-        return Ok(match outcome {
-            Outcome::Duplicate => Reply::ok(decision_body),
-            Outcome::Conflict => Reply {
-                status: 409,
-                body: json!({ "error": { "code": "COMPLETION_CONFLICT", "message": decision.rationale }, "decision": decision_body }),
-            },
-            _ => Reply {
-                status: 409,
-                body: json!({ "error": { "code": "COMPLETION_STALE", "message": decision.rationale }, "decision": decision_body }),
-            },
-        });
+        let decided = CompletionDecision {
+            decision: outcome.as_str().to_owned(),
+            rationale: decision.rationale,
+            completion_id: stored.then_some(completion_id),
+            job_state: view.state,
+        };
+        // A conflict or a stale completion is recorded, and refused with its decision.
+        return match outcome {
+            Outcome::Duplicate => Ok(JobReply::Completed(decided)),
+            Outcome::Conflict => Err(JobRefusal::CompletionConflict(decided)),
+            _ => Err(JobRefusal::CompletionStale(decided)),
+        };
     };
 
     // Accepted: decision, job finalization, claim release, capacity, terminal event and
@@ -1215,50 +1179,40 @@ async fn complete(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> ApiResult<Rep
     }
     let changed = match ctx.commit(&snap, true, statements).await {
         Ok(changed) => changed,
+        // The guards that judge the evidence rather than the job: the completion is refused.
         Err(err) => {
-            if matches!(
-                err.guard(),
-                Some(
-                    guards::EVIDENCE_NOT_IN_COMPLETION_RUN
-                        | guards::UNIQUE_COMPLETION_EVIDENCE
-                        | guards::COMPLETION_DOES_NOT_CLOSE_STREAM
-                )
-            ) {
-                if err.guard() == Some(guards::UNIQUE_COMPLETION_EVIDENCE) {
-                    return explain_attached(ctx, &job.organization_id, &attachments).await;
-                }
-                return Ok(err.into_reply());
-            }
-            return Err(err);
+            return Err(match err.guard() {
+                Some(guards::UNIQUE_COMPLETION_EVIDENCE) => JobRefusal::EvidenceAttached(
+                    attached_to(ctx, &job.organization_id, &attachments).await?,
+                ),
+                Some(guards::EVIDENCE_NOT_IN_COMPLETION_RUN) => JobRefusal::EvidenceNotInRun,
+                Some(guards::COMPLETION_DOES_NOT_CLOSE_STREAM) => JobRefusal::StreamNotClosed,
+                _ => err.into(),
+            })
         }
     };
     if changed.get(1) != Some(&1) || changed.get(2) != Some(&1) || changed.get(3) != Some(&1) {
-        return Err(ApiError::internal(format!(
+        return Err(JobRefusal::internal(format!(
             "completion batch changed {changed:?} rows"
         )));
     }
     ctx.alarm.set(AlarmChange::Clear);
-    Ok(Reply::ok(json!({
-        "decision": "accepted",
-        "rationale": decision.rationale,
-        "completionId": completion_id,
-        "jobState": job_state.as_str(),
-    })))
+    Ok(JobReply::Completed(CompletionDecision {
+        decision: "accepted".to_owned(),
+        rationale: decision.rationale,
+        completion_id: Some(completion_id),
+        job_state,
+    }))
 }
 
-/// A completion's evidence met another accepted completion's: say which row, and of which job,
-/// since the runner named an evaluation run and may not know the rows in it were taken.
-async fn explain_attached(
+/// A completion's evidence met another accepted completion's: which row, and of which job, so
+/// the refusal can say (the runner named an evaluation run and may not know the rows in it were
+/// taken).
+async fn attached_to(
     ctx: &OpCtx<'_>,
     org: &str,
     attachments: &[(&str, String)],
-) -> ApiResult<Reply> {
-    #[derive(serde::Deserialize)]
-    struct Holder {
-        evidence_kind: String,
-        evidence_id: String,
-        job_id: String,
-    }
+) -> ApiResult<Option<EvidenceHolder>> {
     let wanted = Value::Array(
         attachments
             .iter()
@@ -1266,59 +1220,37 @@ async fn explain_attached(
             .collect(),
     )
     .to_string();
-    let holders: Vec<Holder> = store::all(
+    let holders: Vec<EvidenceHolder> = store::all(
         ctx.db,
         include_str!("store/queries/evidence_holder.sql"),
         &[org.into(), wanted.as_str().into()],
     )
     .await?;
-    let message = match holders.first() {
-        Some(h) if h.evidence_kind == "evaluation_run" => format!(
-            "evaluation run {} is already in the custody of job {}'s accepted completion; a completion names a run of its own",
-            h.evidence_id, h.job_id
-        ),
-        Some(h) => format!(
-            "{} {} is already attached to job {}'s accepted completion; each evidence row belongs to one completion",
-            h.evidence_kind.replace('_', " "),
-            h.evidence_id,
-            h.job_id
-        ),
-        None => "evidence named here is already attached to another accepted completion".to_owned(),
-    };
-    refuse(409, "EVIDENCE_ALREADY_ATTACHED", message)
+    Ok(holders.into_iter().next())
 }
 
 // ------------------------------------------------------------------------------------------
 // Cancel
 // ------------------------------------------------------------------------------------------
 
-async fn cancel(
-    ctx: &OpCtx<'_>,
-    snap: Snapshot,
-    org: &str,
-    actor: &str,
-    reason: &str,
-) -> ApiResult<Reply> {
+async fn cancel(ctx: &OpCtx<'_>, snap: Snapshot, org: &str, actor: &str, reason: &str) -> Answer {
     let job = &snap.job;
     if job.organization_id != org {
-        return Err(ApiError::not_found("no such job"));
+        return Err(JobRefusal::NoSuchJob);
     }
     let state = snap.state()?;
     if state.is_terminal() {
-        return refuse(
-            409,
-            "JOB_FINISHED",
-            format!("the job already finished as {state}"),
-        );
+        return Err(JobRefusal::JobFinished(state));
     }
-    let next = match state.transition(JobInput::Cancel) {
-        Ok(next) => next,
-        Err(err) => return refuse(409, err.code(), err.to_string()),
+    let next = state.transition(JobInput::Cancel)?;
+    let cancelled = |state| {
+        JobReply::Cancelled(Cancelled {
+            job_id: job.id.clone(),
+            state,
+        })
     };
     if next == state {
-        return Ok(Reply::ok(
-            json!({ "jobId": job.id, "state": state.as_str() }),
-        ));
+        return Ok(cancelled(state));
     }
     let mut recorded = event(
         job,
@@ -1356,24 +1288,27 @@ async fn cancel(
             vec![update, events::insert_if_changed(ctx.db, &recorded)?],
         )
         .await?;
-    store::expect_one(changed[0], || {
+    store::expect_one(changed.first().copied().unwrap_or(0), || {
         ApiError::internal("cancel guard failed under the job's own lock")
     })?;
-    Ok(Reply::ok(
-        json!({ "jobId": job.id, "state": next.as_str() }),
-    ))
+    Ok(cancelled(next))
 }
 
 // ------------------------------------------------------------------------------------------
 // Recover: the lease-loss decision applied (alarm, cron sweep and admin reap all end here).
 // ------------------------------------------------------------------------------------------
 
-async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> ApiResult<Reply> {
+async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer {
     let job = &snap.job;
     let state = snap.state()?;
     let decision = decide(&snap.lease()?, ctx.now);
-    let nothing =
-        || Reply::ok(json!({ "jobId": job.id, "decision": "nothing", "state": job.state }));
+    let nothing = || {
+        JobReply::Recovered(Recovered {
+            job_id: job.id.clone(),
+            state,
+            lost: None,
+        })
+    };
     let Some(claim) = snap.active_claim().cloned() else {
         // No claim to lose: a job that is already queued or finished needs nothing. (A job left
         // `lost` cannot exist: loss and requeue commit in one batch below.)
@@ -1455,20 +1390,22 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> ApiResult<Repl
     ];
     let changed = ctx.commit(&snap, false, statements).await?;
     if changed.get(..3) != Some(&[1, 1, 1][..]) {
-        return Err(ApiError::internal(format!(
+        return Err(JobRefusal::internal(format!(
             "recovery batch changed {changed:?} rows"
         )));
     }
     ctx.alarm.set(AlarmChange::Clear);
     // The job is queued again (or finished), and its runner lost: claims must read D1.
     ctx.touched.replace(Some(job.organization_id.clone()));
-    Ok(Reply::ok(json!({
-        "jobId": job.id,
-        "decision": decision.code(),
-        "state": next.as_str(),
-        "lostClaimId": claim.id,
-        "lostRunnerId": claim.runner_id,
-    })))
+    Ok(JobReply::Recovered(Recovered {
+        job_id: job.id.clone(),
+        state: next,
+        lost: Some(LostClaim {
+            claim_id: claim.id,
+            runner_id: claim.runner_id,
+            decision: decision.code().to_owned(),
+        }),
+    }))
 }
 
 /// The two writes that take a job off a claim that ends without a completion (lost or handed
@@ -1543,24 +1480,17 @@ fn lapse_reason(claim: &jobs::ClaimRow, lease: Option<i64>) -> String {
 // Release: the holder hands its claim back (it is stopping, or restarted and runs none of it).
 // ------------------------------------------------------------------------------------------
 
-async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> ApiResult<Reply> {
+async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> Answer {
     let runner = ctx.runner()?;
-    let claim = match held_claim(&snap, runner, claim_id) {
-        Ok(claim) => claim.clone(),
-        Err(reply) => return Ok(reply),
-    };
+    let claim = held_claim(&snap, runner, claim_id)?.clone();
     let job = &snap.job;
     if edgerunner_protocol::recovery::lease_expired(job.lease_expires_at.unwrap_or(0), ctx.now) {
         // Recovery owns a lapsed lease (its alarm is due): one decision per lease.
-        return refuse(
-            409,
-            "LEASE_EXPIRED",
-            "the lease lapsed before this hand-back; the job will be recovered",
-        );
+        return Err(JobRefusal::LeaseExpired(LeaseUse::HandBack));
     }
     let state = snap.state()?;
     let Some(decision) = decide_release(&snap.lease()?) else {
-        return Err(ApiError::internal(format!(
+        return Err(JobRefusal::internal(format!(
             "job {} is {state} yet holds active claim {claim_id}",
             job.id
         )));
@@ -1574,14 +1504,23 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
         ReleaseDecision::Exhausted { attempts } => Some(attempts),
         ReleaseDecision::Cancel => None,
     };
-    // What was decided: the event's detail, and (with the ids and the state) the answer.
-    let outcome = json!({
-        "decision": decision.code(),
-        "nextAttempt": (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
-        "counted": !free,
-        "countedAttempts": counted,
-    });
-    let detail = outcome.to_string();
+    // The answer; what was decided in it is the event's detail too.
+    let answer = Released {
+        job_id: job.id.clone(),
+        claim_id: claim_id.to_owned(),
+        state: next,
+        decision: decision.code().to_owned(),
+        next_attempt: (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
+        counted: !free,
+        counted_attempts: counted,
+    };
+    let detail = json!({
+        "decision": answer.decision,
+        "nextAttempt": answer.next_attempt,
+        "counted": answer.counted,
+        "countedAttempts": answer.counted_attempts,
+    })
+    .to_string();
     let mut released = event(job, &actor, "job.released");
     released.runner_id = Some(runner);
     released.claim_id = Some(claim_id);
@@ -1621,7 +1560,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
     }
     let changed = ctx.commit(&snap, true, statements).await?;
     if changed.get(..3) != Some(&[1, 1, 1][..]) {
-        return Err(ApiError::internal(format!(
+        return Err(JobRefusal::internal(format!(
             "release batch changed {changed:?} rows"
         )));
     }
@@ -1629,9 +1568,5 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
     if next == JobState::Queued {
         ctx.touched.replace(Some(job.organization_id.clone()));
     }
-    let mut answer = json!({ "jobId": job.id, "claimId": claim_id, "state": next.as_str() });
-    if let (Some(answer), Value::Object(outcome)) = (answer.as_object_mut(), outcome) {
-        answer.extend(outcome);
-    }
-    Ok(Reply::ok(answer))
+    Ok(JobReply::Released(answer))
 }

@@ -12,7 +12,9 @@
 //! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
-//! - [`objects`]: how the edge and the Durable Objects talk.
+//! - [`objects`]: how the edge and the Durable Objects talk; [`ops`]: what an object is asked;
+//!   [`replies`]: what the job's and runner's objects answer, and the one mapping of their
+//!   refusals to HTTP.
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
 //!   path, which the router enforces (`405`) before the route table.
 //! - [`http`], [`platform`]: request parsing; the clock and randomness.
@@ -36,6 +38,7 @@ mod ops;
 mod panel;
 mod platform;
 mod reaper;
+mod replies;
 mod routes;
 mod runner_do;
 mod store;

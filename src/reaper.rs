@@ -10,6 +10,7 @@
 //! A pass is bounded: it examines at most `limit` expired leases (a batch that fits the Workers
 //! CPU limit) and says whether more remain, so a caller can run another pass.
 
+use edgerunner_protocol::state::JobState;
 use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -18,6 +19,7 @@ use worker::Env;
 use crate::error::{ApiError, ApiResult};
 use crate::objects;
 use crate::ops::JobOp;
+use crate::replies::{JobReply, Recovered};
 use crate::store;
 
 /// Leases examined by one pass unless the caller asks for fewer.
@@ -80,19 +82,14 @@ pub(crate) async fn pass(
         let replies = join_all(ops.iter().map(|op| objects::call_job(env, db.trips(), op))).await;
         for reply in replies {
             match reply {
-                Ok(reply) if reply.is_success() => {
-                    match reply.body.get("state").and_then(Value::as_str) {
-                        _ if reply.body.get("decision").and_then(Value::as_str)
-                            == Some("nothing") =>
-                        {
-                            unchanged += 1
-                        }
-                        Some("queued") => requeued += 1,
-                        _ => ended += 1,
-                    }
-                }
-                Ok(reply) => {
-                    worker::console_error!("recovery refused: {}", reply.body);
+                Ok(JobReply::Recovered(Recovered { lost: None, .. })) => unchanged += 1,
+                Ok(JobReply::Recovered(Recovered {
+                    state: JobState::Queued,
+                    ..
+                })) => requeued += 1,
+                Ok(JobReply::Recovered(_)) => ended += 1,
+                Ok(other) => {
+                    worker::console_error!("recovery answered {other:?}");
                     failed += 1;
                 }
                 Err(err) => {

@@ -10,7 +10,7 @@ use edgerunner_protocol::capability::{
     match_job, parse_served_targets, parse_tags, CapabilityDocument, Requirements, RunnerProfile,
     ServedTarget, SubjectRef,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -22,9 +22,10 @@ use worker::{
 
 use crate::dispatch_do::{self, Stamp};
 use crate::error::{ApiError, ApiResult};
-use crate::objects::{self, read_op, respond, Reply};
+use crate::objects::{self, answer, read_op};
 use crate::ops::{JobOp, RunnerOp};
 use crate::platform::now_ms;
+use crate::replies::{ClaimGrant, JobRefusal, JobReply, RunnerRefusal, RunnerReply};
 use crate::store::{self, jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
@@ -82,11 +83,11 @@ impl DurableObject for RunnerObject {
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
+        let trips = RoundTrips::default();
         let op: RunnerOp = match read_op(req).await {
             Ok(op) => op,
-            Err(err) => return err.into_response(),
+            Err(err) => return answer(&Err::<RunnerReply, RunnerRefusal>(err.into()), &trips),
         };
-        let trips = RoundTrips::default();
         let (outcome, request) = match op {
             RunnerOp::Claim {
                 organization_id,
@@ -109,13 +110,13 @@ impl DurableObject for RunnerObject {
             }
             RunnerOp::Floor => (self.floor(&trips).await, None),
         };
-        let mut res = respond(outcome, &trips)?;
+        let mut res = answer(&outcome, &trips)?;
         // A long poll waits (at the edge, in the dispatcher) on the stamp of a confirmed "nothing".
         let quiet = request.and_then(|request| {
             self.quiet_for(&request, now_ms())
                 .filter(|quiet| quiet.confirmed)
         });
-        if let (204, Some(quiet)) = (res.status_code(), quiet) {
+        if let (Ok(RunnerReply::Nothing), Some(quiet)) = (&outcome, quiet) {
             if let Ok(stamp) = serde_json::to_string(&quiet.stamp) {
                 res.headers_mut().set(objects::QUIET_STAMP_HEADER, &stamp)?;
             }
@@ -155,7 +156,7 @@ impl RunnerObject {
         mut given: Option<Stamp>,
         long: bool,
         trips: &RoundTrips,
-    ) -> ApiResult<Reply> {
+    ) -> RunnerAnswer {
         for _ in 0..2 {
             let before = match (given.take(), self.quiet_for(request, now_ms())) {
                 (Some(stamp), _) => Some(stamp),
@@ -164,7 +165,7 @@ impl RunnerObject {
                     match dispatch_do::look(&self.env, &request.org, Some(&quiet.stamp), 0).await {
                         // Nothing was queued (nor the runner changed) since it found nothing.
                         Ok(stamp) if quiet.confirmed && stamp == quiet.stamp => {
-                            return Ok(Reply::no_content());
+                            return Ok(RunnerReply::Nothing);
                         }
                         Ok(stamp) => Some(stamp),
                         Err(err) => {
@@ -177,11 +178,11 @@ impl RunnerObject {
             };
             let reply = self.claim_locked(request, before, trips).await?;
             let confirmed = self.quiet.borrow().as_ref().is_some_and(|q| q.confirmed);
-            if reply.status != 204 || !long || confirmed {
+            if !matches!(reply, RunnerReply::Nothing) || !long || confirmed {
                 return Ok(reply);
             }
         }
-        Ok(Reply::no_content())
+        Ok(RunnerReply::Nothing)
     }
 
     /// The remembered "nothing" that applies to `request`, if any.
@@ -211,7 +212,7 @@ impl RunnerObject {
         request: &ClaimRequest,
         before: Option<Stamp>,
         trips: &RoundTrips,
-    ) -> ApiResult<Reply> {
+    ) -> RunnerAnswer {
         let env = self.env.clone();
         let counted = trips.clone();
         let profile = Rc::clone(&self.profile);
@@ -232,7 +233,7 @@ impl RunnerObject {
                     claim(&env, &db, &profile, claimant).await
                 }
                 .await;
-                let found_nothing = matches!(&outcome, Ok(reply) if reply.status == 204);
+                let found_nothing = matches!(&outcome, Ok(RunnerReply::Nothing));
                 let remembered = if found_nothing {
                     let (stamp, confirmed) = match before {
                         Some(stamp) => (Some(stamp), true),
@@ -252,50 +253,44 @@ impl RunnerObject {
                     None
                 };
                 *quiet.borrow_mut() = remembered;
-                if let (Ok(reply), Some(id)) = (&outcome, &request.request_id) {
-                    if reply.is_success() && reply.status != 204 {
-                        let mut granted = granted.borrow_mut();
-                        if !granted.contains(id) {
-                            if granted.len() == GRANTED_REQUESTS {
-                                granted.pop_front();
-                            }
-                            granted.push_back(id.clone());
+                if let (Ok(RunnerReply::Granted(_)), Some(id)) = (&outcome, &request.request_id) {
+                    let mut granted = granted.borrow_mut();
+                    if !granted.contains(id) {
+                        if granted.len() == GRANTED_REQUESTS {
+                            granted.pop_front();
                         }
+                        granted.push_back(id.clone());
                     }
                 }
                 Ok(outcome)
             })
             .await
-            .map_err(ApiError::internal)?
+            .unwrap_or_else(|err| Err(RunnerRefusal::internal(err)))
     }
 
     #[cfg(feature = "bench-floor")]
-    async fn floor(&self, trips: &RoundTrips) -> ApiResult<Reply> {
+    async fn floor(&self, trips: &RoundTrips) -> RunnerAnswer {
         let env = self.env.clone();
         let counted = trips.clone();
         self.state
             .block_concurrency_while(async move {
                 Ok(match Db::of(&env, counted) {
                     Ok(db) => floor(&db).await,
-                    Err(err) => Err(err),
+                    Err(err) => Err(err.into()),
                 })
             })
             .await
-            .map_err(ApiError::internal)?
+            .unwrap_or_else(|err| Err(RunnerRefusal::internal(err)))
     }
 
     #[cfg(not(feature = "bench-floor"))]
-    async fn floor(&self, _trips: &RoundTrips) -> ApiResult<Reply> {
-        Err(ApiError::not_found("no such route"))
+    async fn floor(&self, _trips: &RoundTrips) -> RunnerAnswer {
+        Err(RunnerRefusal::NoSuchRoute)
     }
 }
 
-fn refuse(status: u16, code: &str, message: &str) -> ApiResult<Reply> {
-    Ok(Reply {
-        status,
-        body: json!({ "error": { "code": code, "message": message } }),
-    })
-}
+/// What a claim answers: carried out, or refused (and why).
+type RunnerAnswer = std::result::Result<RunnerReply, RunnerRefusal>;
 
 /// The runner's capabilities and tags, as stored: what its claim's index ranges and matching
 /// are built from.
@@ -348,7 +343,7 @@ async fn claim(
     db: &Db,
     remembered: &RefCell<Option<Profile>>,
     claimant: Claimant<'_>,
-) -> ApiResult<Reply> {
+) -> RunnerAnswer {
     let Claimant {
         org,
         runner_id,
@@ -358,9 +353,10 @@ async fn claim(
     } = claimant;
     let served: Option<Vec<ServedTarget>> = match served_targets {
         None | Some(Value::Null) => None,
-        Some(v) => Some(parse_served_targets(v)?),
+        // The edge refused any that do not parse.
+        Some(v) => Some(parse_served_targets(v).map_err(RunnerRefusal::internal)?),
     };
-    let gone = || ApiError::unauthorized("the credential's runner no longer exists");
+    let gone = || RunnerRefusal::RunnerGone;
     let last = remembered.borrow_mut().take();
     let mut profile = match last {
         Some(profile) => profile,
@@ -398,28 +394,18 @@ async fn claim(
     *remembered.borrow_mut() = Some(profile);
     let state = runner.state()?;
     if runner.credential_generation != generation || !state.can_authenticate() {
-        return Err(ApiError::unauthorized(
-            "credential was revoked; exchange a new one",
-        ));
+        return Err(RunnerRefusal::CredentialRevoked);
     }
     // The same request again: the claim it was granted, answered as it was (its answer was
     // lost on the way back), never a second grant.
     if let Some(granted) = granted {
-        return Ok(Reply::ok(granted.answer()?));
+        return Ok(RunnerReply::Granted(ClaimGrant::replayed(granted)?));
     }
     if !state.can_claim() {
-        return refuse(
-            503,
-            "RUNNER_NOT_ACTIVE",
-            &format!("the runner is {}", runner.state),
-        );
+        return Err(RunnerRefusal::NotActive(runner.state));
     }
     if runner.active_claims >= runner.max_concurrent_jobs {
-        return refuse(
-            503,
-            "RUNNER_AT_CAPACITY",
-            "the runner holds as many claims as it may",
-        );
+        return Err(RunnerRefusal::AtCapacity);
     }
 
     let mut page = first_page;
@@ -449,11 +435,16 @@ async fn claim(
                 job: Some(Box::new(candidate)),
                 request_id: request_id.map(str::to_owned),
             };
-            let reply = objects::call_job(env, db.trips(), &op).await?;
-            match reply.error_code() {
+            match objects::ask_job(env, db.trips(), &op).await? {
+                Ok(JobReply::Granted(grant)) => return Ok(RunnerReply::Granted(grant)),
+                Ok(other) => {
+                    return Err(RunnerRefusal::internal(format!(
+                        "a grant answered {other:?}"
+                    )))
+                }
                 // Another runner got there first, or it changed: try the next candidate.
-                Some("JOB_NOT_QUEUED") => continue,
-                _ => return Ok(reply),
+                Err(JobRefusal::NotQueued { .. }) => continue,
+                Err(refusal) => return Err(RunnerRefusal::Job(refusal)),
             }
         }
         if pages == MAX_PAGES {
@@ -461,7 +452,7 @@ async fn claim(
         }
         page = ranges.next_page(db, org, Vec::new()).await?.1;
     }
-    Ok(Reply::no_content())
+    Ok(RunnerReply::Nothing)
 }
 
 /// The index ranges a runner's claim reads: one per (execution kind, runtime) it declares,
@@ -552,7 +543,7 @@ impl Ranges {
 /// batch write) with no logic. Compiled only with the `bench-floor` feature; scripts/bench
 /// creates its table before the run.
 #[cfg(feature = "bench-floor")]
-async fn floor(db: &Db) -> ApiResult<Reply> {
+async fn floor(db: &Db) -> RunnerAnswer {
     let now = crate::platform::now_ms();
     crate::store::batch(
         db,
@@ -570,5 +561,5 @@ async fn floor(db: &Db) -> ApiResult<Reply> {
         ],
     )
     .await?;
-    Ok(Reply::ok(json!({ "ok": true })))
+    Ok(RunnerReply::Floor)
 }

@@ -2,7 +2,7 @@
 //! heartbeat, stream and completion (runner credential). State changes go to the job's (or the
 //! runner's) Durable Object; the edge authenticates, parses and forwards.
 
-use edgerunner_protocol::capability::Requirements;
+use edgerunner_protocol::capability::{parse_served_targets, Requirements};
 use edgerunner_protocol::credential::VerifiedCredential;
 use edgerunner_protocol::recovery::MAX_DISPATCHES;
 use edgerunner_protocol::stable_json::hash;
@@ -18,9 +18,10 @@ use crate::http::{
     json_body, json_body_capped, json_object, json_object_capped, CLAIM_BODY_BYTES,
     SMALL_BODY_BYTES,
 };
-use crate::objects::{self, Reply};
+use crate::objects;
 use crate::ops::{Holder, JobOp, RunnerOp};
 use crate::platform::{now_ms, random_id};
+use crate::replies::RunnerReply;
 use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 use crate::Ctx;
 
@@ -512,10 +513,8 @@ pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         actor: caller.actor(),
         reason: reason.to_owned(),
     };
-    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
-    if !reply.is_success() {
-        return reply.into_response();
-    }
+    // A refusal is the answer; otherwise the job as D1 now holds it.
+    objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
     let job = jobs::get(&ctx.db, &caller.organization_id, id)
         .await?
         .ok_or_else(|| ApiError::internal("cancelled job vanished"))?;
@@ -542,6 +541,11 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         wait_ms,
         stamp: None,
     };
+    // Checked here, after the rest of the body as before: the runner's object can then only
+    // find them well formed.
+    if let Some(served) = body.get("servedTargets").filter(|v| !v.is_null()) {
+        parse_served_targets(served)?;
+    }
     // A long poll waits here, at the edge, in the organization's dispatcher, and asks the
     // runner's object again when the queue moved. Here, because a runner that stops waiting (it
     // drops the connection) ends this invocation: no claim is made for it after it left.
@@ -550,7 +554,8 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         let (reply, quiet) =
             objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
         let left = u32::try_from(deadline - now_ms()).unwrap_or(0);
-        let Some(quiet) = quiet.filter(|_| reply.status == 204 && left > 0) else {
+        let nothing = matches!(reply, RunnerReply::Nothing);
+        let Some(quiet) = quiet.filter(|_| nothing && left > 0) else {
             return reply.into_response();
         };
         match dispatch_do::look(&ctx.env, &claims.organization_id, Some(&quiet), left).await {
@@ -567,7 +572,7 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             }
         }
     }
-    Reply::no_content().into_response()
+    RunnerReply::Nothing.into_response()
 }
 
 /// Wakes of one long poll (a job queued that another runner took or this one cannot run):
@@ -665,8 +670,9 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
         claim_id: claim_id.to_owned(),
         extend_seconds,
     };
-    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
-    reply.into_response()
+    objects::call_job(&ctx.env, ctx.db.trips(), &op)
+        .await?
+        .into_response()
 }
 
 /// The holder hands its claim back: the job is free at once and the runner is not marked lost
@@ -684,8 +690,9 @@ pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         claim_id: claim_id.to_owned(),
         reason: reason.to_owned(),
     };
-    let reply = objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
-    reply.into_response()
+    objects::call_job(&ctx.env, ctx.db.trips(), &op)
+        .await?
+        .into_response()
 }
 
 pub(crate) async fn stream(req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -719,7 +726,7 @@ pub(crate) async fn complete(req: Request, ctx: &Ctx) -> ApiResult<Response> {
 }
 
 /// A runner's chunk or completion: authenticated here, then handed whole (number lexemes
-/// intact) to the object of the job it names, whose reply goes back unchanged.
+/// intact) to the object of the job it names, whose answer is the runner's.
 async fn forward_named_job(
     mut req: Request,
     ctx: &Ctx,

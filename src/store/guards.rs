@@ -261,16 +261,43 @@ pub(crate) const GUARDS: &[Guard] = &[
 ];
 
 impl Guard {
+    /// The guard of [`GUARDS`] called `name`.
+    pub(crate) fn named(name: &str) -> Option<&'static Guard> {
+        GUARDS.iter().find(|g| g.name == name)
+    }
+
     /// The guard named in a database error text, if it is one of [`GUARDS`].
     pub(crate) fn reported(text: &str) -> Option<&'static Guard> {
         if let Some(columns) = reported_list(text, "UNIQUE constraint failed: ") {
-            let name = format!("UNIQUE {columns}");
-            return GUARDS.iter().find(|g| g.name == name);
+            return Guard::named(&format!("UNIQUE {columns}"));
         }
         // A trigger's code is one whole snake_case word of the text.
         text.split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
             .filter(|word| word.contains('_'))
-            .find_map(|word| GUARDS.iter().find(|g| g.name == word))
+            .find_map(Guard::named)
+    }
+}
+
+/// A guard crosses a Durable Object's wire by its name, and comes back as the table's entry
+/// (a name not in the table does not deserialize): `#[serde(with = "guards::by_name")]`.
+pub(crate) mod by_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Guard;
+
+    pub(crate) fn serialize<S: Serializer>(
+        guard: &&'static Guard,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(guard.name)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<&'static Guard, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Guard::named(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("{name:?} is not a guard")))
     }
 }
 

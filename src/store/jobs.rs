@@ -379,7 +379,7 @@ pub(crate) fn candidates(
 // Claims, chunks, completions
 // ------------------------------------------------------------------------------------------
 
-/// A claim as a retried request finds it ([`ClaimAnswer::answer`]).
+/// A claim as a retried request finds it (`replies::ClaimGrant::replayed`).
 #[derive(Deserialize)]
 pub(crate) struct ClaimAnswer {
     pub(crate) id: String,
@@ -390,30 +390,6 @@ pub(crate) struct ClaimAnswer {
     pub(crate) expires_at: i64,
     pub(crate) lease_expires_at: i64,
     pub(crate) signed_job: Option<String>,
-}
-
-impl ClaimAnswer {
-    /// The claim's answer as its grant gave it: the claim and the signed job exactly as stored.
-    pub(crate) fn answer(&self) -> ApiResult<Value> {
-        let signed: Value = serde_json::from_str(
-            self.signed_job
-                .as_deref()
-                .ok_or_else(|| ApiError::internal("an active claim without its signed job"))?,
-        )
-        .map_err(ApiError::internal)?;
-        Ok(json!({
-            "claim": {
-                "id": self.id,
-                "jobId": self.job_id,
-                "runnerId": self.runner_id,
-                "dispatchAttempt": self.dispatch_attempt,
-                "issuedAt": rfc3339(self.issued_at),
-                "expiresAt": rfc3339(self.expires_at),
-                "leaseExpiresAt": rfc3339(self.lease_expires_at),
-            },
-            "signedJob": signed,
-        }))
-    }
 }
 
 #[derive(Deserialize, Clone)]

@@ -49,6 +49,7 @@
 use core::fmt;
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::envelope::{ClaimId, DispatchAttempt, JobId};
@@ -474,7 +475,7 @@ impl ChunkWriter {
 }
 
 /// Which part of a chunk's claim identity differs from the active claim's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IdentityField {
     JobId,
     ClaimId,
@@ -492,7 +493,9 @@ impl IdentityField {
 }
 
 /// Why a chunk was refused. See the module docs for the order of checks and the statuses.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Serializable, so that a refusal decided in one place (the job's Durable Object) is answered
+/// in another (the edge) with this type's own status, code and text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChunkError {
     Malformed {
         reason: String,

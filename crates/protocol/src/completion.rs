@@ -36,6 +36,7 @@
 use core::fmt;
 use std::collections::BTreeSet;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::envelope::{ClaimId, DispatchAttempt, JobId, OrganizationId, RunnerId};
@@ -567,8 +568,9 @@ pub fn reconcile(
     )
 }
 
-/// Why a completion was refused outright (nothing applied).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a completion was refused outright (nothing applied). Serializable, as
+/// [`crate::chunk::ChunkError`] is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CompletionError {
     Malformed {
         reason: String,

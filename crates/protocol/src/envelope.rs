@@ -236,6 +236,19 @@ impl From<DispatchAttempt> for Value {
     }
 }
 
+impl Serialize for DispatchAttempt {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u32(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for DispatchAttempt {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Self::new(u32::deserialize(deserializer)?)
+            .ok_or_else(|| serde::de::Error::custom("a dispatch attempt is 1 or more"))
+    }
+}
+
 /// Which of a runner's credential generations a key belongs to. Rotation bumps it, which
 /// changes the derived signing secret and key id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -810,7 +823,8 @@ pub fn verify_assignment(
 // ---------------------------------------------------------------------------------------------
 
 /// Building envelopes and keys (the server's side, and a runner reading its session).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Serializable, as [`crate::chunk::ChunkError`] is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EnvelopeError {
     MasterSecretTooShort { characters: usize },
     EmptySigningSecret,

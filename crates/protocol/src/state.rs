@@ -38,6 +38,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// Where a job is. Stored as [`JobState::as_str`]; the schema's CHECK constraint lists the same
 /// names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -113,7 +115,7 @@ pub enum RunnerInput {
 }
 
 /// Why a state name or a transition was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StateError {
     UnknownJobState(String),
     UnknownRunnerState(String),
@@ -453,6 +455,38 @@ impl fmt::Display for StateError {
 
 impl std::error::Error for StateError {}
 
+/// States and inputs cross a wire (a refusal that names them) by their stable names, the
+/// ones D1 and the events hold, never by their Rust spelling.
+macro_rules! serde_by_name {
+    ($($ty:ident: $what:literal),* $(,)?) => {$(
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(deserializer)?;
+                $ty::ALL
+                    .into_iter()
+                    .find(|value| value.as_str() == name)
+                    .ok_or_else(|| {
+                        serde::de::Error::custom(format!(concat!("{:?} is not ", $what), name))
+                    })
+            }
+        }
+    )*};
+}
+
+serde_by_name!(
+    JobState: "a job state",
+    CompletionStatus: "a completion status",
+    JobInput: "a job input",
+    RunnerState: "a runner state",
+    RunnerInput: "a runner input",
+);
+
 #[cfg(test)]
 mod tests {
     #[cfg(target_arch = "wasm32")]
@@ -711,6 +745,40 @@ mod tests {
         assert_eq!(err.http_status(), 422);
         assert!(RunnerState::parse("approved").is_err());
         assert_eq!(CompletionStatus::parse("success"), None);
+    }
+
+    #[test]
+    fn states_and_inputs_cross_a_wire_by_their_stored_names() {
+        fn round_trip<T>(value: T, name: &str)
+        where
+            T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + fmt::Debug,
+        {
+            let text = serde_json::to_string(&value).unwrap();
+            assert_eq!(text, format!("{name:?}"));
+            assert_eq!(serde_json::from_str::<T>(&text).unwrap(), value);
+        }
+        JobState::ALL
+            .into_iter()
+            .for_each(|s| round_trip(s, s.as_str()));
+        RunnerState::ALL
+            .into_iter()
+            .for_each(|s| round_trip(s, s.as_str()));
+        CompletionStatus::ALL
+            .into_iter()
+            .for_each(|s| round_trip(s, s.as_str()));
+        JobInput::ALL
+            .into_iter()
+            .for_each(|i| round_trip(i, i.as_str()));
+        RunnerInput::ALL
+            .into_iter()
+            .for_each(|i| round_trip(i, i.as_str()));
+        assert!(serde_json::from_str::<JobState>(r#""Queued""#).is_err());
+        let err = StateError::IllegalJobTransition {
+            from: S::Succeeded,
+            input: I::Complete(CS::Failed),
+        };
+        let back: StateError = serde_json::from_str(&serde_json::to_string(&err).unwrap()).unwrap();
+        assert_eq!(back, err);
     }
 
     #[test]

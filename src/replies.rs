@@ -1,0 +1,837 @@
+//! What a job's Durable Object answers the edge: a [`JobReply`], one variant per kind of
+//! success, or a [`JobRefusal`], one variant per reason it says no; and a runner's object, a
+//! [`RunnerReply`] or a [`RunnerRefusal`].
+//!
+//! Both cross the object's wire as serde enums inside a `Result` (`{"Ok": {"heartbeat": …}}`,
+//! `{"Err": {"claimNotActive": …}}`), externally tagged so the variant is read before its fields
+//! and a signed job's number lexemes reach the edge unbuffered. The edge decodes an answer in
+//! one place ([`crate::objects::call_job`], [`crate::objects::call_runner`]), and a refusal
+//! becomes its HTTP answer in one place: `From<JobRefusal> for ApiError` (and the runner's),
+//! below, which holds every refusal's status, code and text. Callers match on variants; no one
+//! reads a key, a status or an error code out of an object's answer.
+
+use edgerunner_protocol::chunk::ChunkError;
+use edgerunner_protocol::completion::CompletionError;
+use edgerunner_protocol::envelope::EnvelopeError;
+use edgerunner_protocol::stable_json::Sha256Hex;
+use edgerunner_protocol::state::{JobState, StateError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use worker::Response;
+
+use crate::auth::SecretRefusal;
+use crate::error::{json_response, ApiError, ApiResult};
+use crate::platform::rfc3339;
+use crate::store::guards::{self, Guard};
+use crate::store::jobs::ClaimAnswer;
+
+/// A job object's answer to a [`crate::ops::JobOp`] that it carried out.
+///
+/// The payloads of the variants a runner receives (grant, heartbeat, chunk, completion,
+/// hand-back) serialize as exactly the JSON document the runner's SDK reads, so the edge's
+/// answer is the payload itself ([`JobReply::into_response`]).
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum JobReply {
+    /// A grant: the runner's claim answer.
+    Granted(ClaimGrant),
+    Heartbeat(HeartbeatAnswer),
+    /// A chunk appended to the stream.
+    Appended(ChunkAccepted),
+    /// A completion accepted, or a repeat of the accepted one (both `200`); a conflicting or
+    /// stale one is a refusal that carries its decision.
+    Completed(CompletionDecision),
+    /// The holder handed its claim back.
+    Released(Released),
+    /// A cancellation applied or requested (the edge answers with the job as D1 holds it).
+    Cancelled(Cancelled),
+    /// Recovery looked at the job's lease.
+    Recovered(Recovered),
+}
+
+impl JobReply {
+    /// The `200` a runner gets: the payload as its document.
+    pub(crate) fn into_response(self) -> ApiResult<Response> {
+        let document = match self {
+            JobReply::Granted(grant) => serde_json::to_value(grant),
+            JobReply::Heartbeat(beat) => serde_json::to_value(beat),
+            JobReply::Appended(chunk) => serde_json::to_value(chunk),
+            JobReply::Completed(decision) => serde_json::to_value(decision),
+            JobReply::Released(released) => serde_json::to_value(released),
+            JobReply::Cancelled(cancelled) => serde_json::to_value(cancelled),
+            JobReply::Recovered(recovered) => serde_json::to_value(recovered),
+        }
+        .map_err(ApiError::internal)?;
+        // Through a `Value`, so the members are in the order every other body has (sorted).
+        json_response(200, &document).map_err(ApiError::from)
+    }
+}
+
+/// A granted claim as the runner's SDK reads it: from the grant, or from D1 for a retried
+/// claim request (`store::jobs::ClaimAnswer`).
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClaimGrant {
+    pub(crate) claim: GrantedClaim,
+    /// The signed envelope exactly as signed and stored: a client-facing document the edge
+    /// only forwards, kept a `Value` so that its number lexemes are the signed ones.
+    pub(crate) signed_job: Value,
+}
+
+impl ClaimGrant {
+    /// A claim's answer as its grant gave it, from the claim and the signed job as stored.
+    pub(crate) fn replayed(stored: ClaimAnswer) -> ApiResult<Self> {
+        let signed_job: Value = serde_json::from_str(
+            stored
+                .signed_job
+                .as_deref()
+                .ok_or_else(|| ApiError::internal("an active claim without its signed job"))?,
+        )
+        .map_err(ApiError::internal)?;
+        Ok(ClaimGrant {
+            claim: GrantedClaim {
+                id: stored.id,
+                job_id: stored.job_id,
+                runner_id: stored.runner_id,
+                dispatch_attempt: stored.dispatch_attempt,
+                issued_at: rfc3339(stored.issued_at),
+                expires_at: rfc3339(stored.expires_at),
+                lease_expires_at: rfc3339(stored.lease_expires_at),
+            },
+            signed_job,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GrantedClaim {
+    pub(crate) id: String,
+    pub(crate) job_id: String,
+    pub(crate) runner_id: String,
+    pub(crate) dispatch_attempt: i64,
+    pub(crate) issued_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
+    pub(crate) lease_expires_at: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HeartbeatAnswer {
+    pub(crate) cancel_requested: bool,
+    pub(crate) cancel_reason: Option<String>,
+    pub(crate) state: JobState,
+    pub(crate) lease_expires_at: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ChunkAccepted {
+    /// Always `true`: the SDK's answer has the member, a refusal never reaches here.
+    pub(crate) accepted: bool,
+    pub(crate) sequence: u64,
+    pub(crate) checksum: Sha256Hex,
+}
+
+/// What reconciliation decided about a completion, as the runner reads it: the whole answer
+/// of an accepted or duplicate completion, the `decision` beside the error of a refused one.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CompletionDecision {
+    /// `accepted`, `duplicate`, `conflict` or `stale` (the protocol crate's `Outcome`).
+    pub(crate) decision: String,
+    pub(crate) rationale: String,
+    /// The stored completion row; `null` for a refused decision past the job's storage cap.
+    pub(crate) completion_id: Option<String>,
+    pub(crate) job_state: JobState,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Released {
+    pub(crate) job_id: String,
+    pub(crate) claim_id: String,
+    pub(crate) state: JobState,
+    /// The protocol crate's `ReleaseDecision::code`.
+    pub(crate) decision: String,
+    pub(crate) next_attempt: Option<i64>,
+    pub(crate) counted: bool,
+    pub(crate) counted_attempts: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Cancelled {
+    pub(crate) job_id: String,
+    pub(crate) state: JobState,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Recovered {
+    pub(crate) job_id: String,
+    /// The job's state now.
+    pub(crate) state: JobState,
+    /// The claim whose lease recovery ended; `None` when the lease was alive or there was none.
+    pub(crate) lost: Option<LostClaim>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LostClaim {
+    pub(crate) claim_id: String,
+    pub(crate) runner_id: String,
+    /// The protocol crate's `RecoveryDecision::code`.
+    pub(crate) decision: String,
+}
+
+/// Why a job's object did not carry out an operation. Nothing was applied, except where a
+/// variant says so. The texts a client reads are written once, in `From<JobRefusal> for
+/// ApiError`; a variant carries only the facts they name.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub(crate) enum JobRefusal {
+    /// The job does not exist, or not in the caller's organization.
+    NoSuchJob,
+    /// A runner named a job it holds no claim of: it learns nothing about the job.
+    NoJobForRunner,
+    /// A runner named a claim that is not one of its own on this job.
+    NoSuchClaim,
+    /// The runner's claim exists but is over: it lost the job.
+    ClaimNotActive {
+        claim_id: String,
+        claim_state: String,
+        job_state: String,
+        attempt: i64,
+    },
+    /// A heartbeat's `extendSeconds` is out of bounds.
+    InvalidLease,
+    /// The lease lapsed before this runner's call: recovery owns the job now.
+    LeaseExpired(LeaseUse),
+    /// A chunk came from a runner whose claim is over.
+    StreamClaimOver,
+    /// A chunk came from a runner after another attempt took the job over.
+    StreamTakenOver,
+    /// A completion names another runner than the one sending it.
+    RunnerMismatch,
+    /// A completion names no claim of its runner for this job and attempt.
+    ClaimMismatch,
+    /// A completion contradicting the accepted one: recorded (up to the job's cap) and refused.
+    CompletionConflict(CompletionDecision),
+    /// A completion from an attempt that no longer holds the job: recorded and refused.
+    CompletionStale(CompletionDecision),
+    /// Evidence the completion names belongs to another accepted completion: whose, when the
+    /// object could find it.
+    EvidenceAttached(Option<EvidenceHolder>),
+    /// Evidence the completion names is not in its evaluation run (the schema's guard).
+    EvidenceNotInRun,
+    /// The completion's final stream checksum is not the stored stream's (the schema's guard).
+    StreamNotClosed,
+    /// A cancellation of a job that already finished as `state`.
+    JobFinished(JobState),
+    /// A grant for a job that is not queued (any more). Never reaches a client: the runner's
+    /// object tries its next candidate; `why` is for a reader of the object's answer.
+    NotQueued { why: String },
+    /// The runner's credential generation moved on, or the runner may no longer call.
+    CredentialRevoked,
+    /// A schema guard the operation has no answer of its own for refused its write; answered
+    /// as the guard table says.
+    Guard(#[serde(with = "guards::by_name")] &'static Guard),
+    /// The protocol crate refused a chunk.
+    Chunk(ChunkError),
+    /// The protocol crate refused a completion.
+    Completion(CompletionError),
+    /// A state the job cannot leave that way, or one that does not read.
+    State(StateError),
+    /// A stored job that does not make an envelope.
+    Envelope(EnvelopeError),
+    /// The signing root may not be used.
+    Secret(SecretRefusal),
+    /// The object failed; its log has the detail, the client gets a bare `500`.
+    Internal,
+}
+
+/// What a runner was doing when its lease turned out to have lapsed.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum LeaseUse {
+    Heartbeat,
+    HandBack,
+}
+
+/// The accepted completion that already holds an evidence row, as D1 names it.
+#[derive(Serialize, Deserialize, Debug)]
+pub(crate) struct EvidenceHolder {
+    pub(crate) evidence_kind: String,
+    pub(crate) evidence_id: String,
+    pub(crate) job_id: String,
+}
+
+impl JobRefusal {
+    /// An internal failure: the detail is logged here, the answer is a bare `500`.
+    pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
+        ApiError::internal(detail).into()
+    }
+}
+
+/// Every refusal's HTTP answer. Changing a status, code or text here changes what clients
+/// read (docs/openapi.json and the SDK's wire contract hold them too).
+impl From<JobRefusal> for ApiError {
+    fn from(refusal: JobRefusal) -> Self {
+        use JobRefusal as R;
+        match refusal {
+            R::NoSuchJob => ApiError::not_found("no such job"),
+            R::NoJobForRunner => ApiError::not_found("no such job for this runner"),
+            R::NoSuchClaim => ApiError::not_found("no such claim for this runner"),
+            R::ClaimNotActive {
+                claim_id,
+                claim_state,
+                job_state,
+                attempt,
+            } => ApiError::conflict(
+                "CLAIM_NOT_ACTIVE",
+                format!(
+                    "claim {claim_id} is {claim_state}; the job is {job_state} at attempt {attempt}"
+                ),
+            ),
+            R::InvalidLease => ApiError::unprocessable(
+                "INVALID_LEASE",
+                "extendSeconds must be an integer from 15 to 120",
+            ),
+            R::LeaseExpired(during) => ApiError::conflict(
+                "LEASE_EXPIRED",
+                match during {
+                    LeaseUse::Heartbeat => {
+                        "the lease lapsed before this heartbeat; the job will be recovered"
+                    }
+                    LeaseUse::HandBack => {
+                        "the lease lapsed before this hand-back; the job will be recovered"
+                    }
+                },
+            ),
+            R::StreamClaimOver => ApiError::conflict(
+                "STREAM_IDENTITY_CHANGED",
+                "the claim this chunk names is no longer active",
+            ),
+            R::StreamTakenOver => ApiError::conflict(
+                "STREAM_IDENTITY_CHANGED",
+                "another attempt now holds this job",
+            ),
+            R::RunnerMismatch => ApiError::new(
+                403,
+                "RUNNER_MISMATCH",
+                "a runner may complete only as itself",
+            ),
+            R::ClaimMismatch => ApiError::unprocessable(
+                "CLAIM_MISMATCH",
+                "the completion names no claim of this runner for this job and attempt",
+            ),
+            R::CompletionConflict(decision) => {
+                refused_completion("COMPLETION_CONFLICT", decision)
+            }
+            R::CompletionStale(decision) => refused_completion("COMPLETION_STALE", decision),
+            R::EvidenceAttached(holder) => ApiError::conflict(
+                "EVIDENCE_ALREADY_ATTACHED",
+                match holder {
+                    Some(h) if h.evidence_kind == "evaluation_run" => format!(
+                        "evaluation run {} is already in the custody of job {}'s accepted completion; a completion names a run of its own",
+                        h.evidence_id, h.job_id
+                    ),
+                    Some(h) => format!(
+                        "{} {} is already attached to job {}'s accepted completion; each evidence row belongs to one completion",
+                        h.evidence_kind.replace('_', " "),
+                        h.evidence_id,
+                        h.job_id
+                    ),
+                    None => "evidence named here is already attached to another accepted completion"
+                        .to_owned(),
+                },
+            ),
+            R::EvidenceNotInRun => guard_answer(guards::EVIDENCE_NOT_IN_COMPLETION_RUN),
+            R::StreamNotClosed => guard_answer(guards::COMPLETION_DOES_NOT_CLOSE_STREAM),
+            R::JobFinished(state) => ApiError::conflict(
+                "JOB_FINISHED",
+                format!("the job already finished as {state}"),
+            ),
+            R::NotQueued { why } => ApiError::conflict("JOB_NOT_QUEUED", why),
+            R::CredentialRevoked => {
+                ApiError::unauthorized("credential was revoked; exchange a new one")
+            }
+            R::Guard(guard) => ApiError::guarded(guard),
+            R::Chunk(err) => err.into(),
+            R::Completion(err) => err.into(),
+            R::State(err) => err.into(),
+            R::Envelope(err) => err.into(),
+            R::Secret(refusal) => refusal.into(),
+            R::Internal => ApiError::failed_elsewhere(),
+        }
+    }
+}
+
+/// A refused completion: its rationale as the message, its decision beside the error.
+fn refused_completion(code: &'static str, decision: CompletionDecision) -> ApiError {
+    let member = serde_json::to_value(&decision);
+    let refused = ApiError::conflict(code, decision.rationale);
+    match member {
+        Ok(member) => refused.with_member("decision", member),
+        Err(err) => ApiError::internal(format!("a completion decision did not serialize: {err}")),
+    }
+}
+
+/// The guard table's answer for a guard an operation answers as its own refusal.
+fn guard_answer(name: &str) -> ApiError {
+    match Guard::named(name) {
+        Some(guard) => ApiError::guarded(guard),
+        None => ApiError::internal(format!("guard {name} is not in the guard table")),
+    }
+}
+
+/// What the job's object meets through the helpers it shares with the edge (D1, the guard
+/// table): a guard that fired, or a failure. Everything else it refuses, it names itself.
+impl From<ApiError> for JobRefusal {
+    fn from(err: ApiError) -> Self {
+        match err.guard().and_then(Guard::named) {
+            Some(guard) => JobRefusal::Guard(guard),
+            None => {
+                if err.status() != 500 {
+                    // A refusal of the edge's kind with no variant here: our bug, made visible.
+                    worker::console_error!(
+                        "job object: {} {} has no refusal of its own; answered as internal",
+                        err.status(),
+                        err.code()
+                    );
+                }
+                JobRefusal::Internal
+            }
+        }
+    }
+}
+
+/// A runner's object's answer to a claim it carried out.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum RunnerReply {
+    /// A job granted to the runner, or the grant a retried request already had.
+    Granted(ClaimGrant),
+    /// No job for the runner now (`204`).
+    Nothing,
+    /// The benchmark floor's write (the `bench-floor` build only).
+    Floor,
+}
+
+impl RunnerReply {
+    /// What the runner gets.
+    pub(crate) fn into_response(self) -> ApiResult<Response> {
+        match self {
+            RunnerReply::Granted(grant) => JobReply::Granted(grant).into_response(),
+            RunnerReply::Nothing => Ok(Response::empty()?.with_status(204)),
+            RunnerReply::Floor => {
+                json_response(200, &serde_json::json!({ "ok": true })).map_err(ApiError::from)
+            }
+        }
+    }
+}
+
+/// Why a runner's object did not carry out a claim.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum RunnerRefusal {
+    /// The runner is `pending_approval`, `draining` or `lost` (the state named).
+    NotActive(String),
+    /// The runner holds as many claims as it may.
+    AtCapacity,
+    /// The credential's generation moved on, or the runner may no longer call.
+    CredentialRevoked,
+    /// The credential's runner no longer exists.
+    RunnerGone,
+    /// The job's object refused the grant.
+    Job(JobRefusal),
+    /// The benchmark floor asked of a build without it.
+    NoSuchRoute,
+    /// The object failed; its log has the detail.
+    Internal,
+}
+
+impl RunnerRefusal {
+    /// An internal failure: the detail is logged here, the answer is a bare `500`.
+    pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
+        ApiError::internal(detail).into()
+    }
+}
+
+impl From<RunnerRefusal> for ApiError {
+    fn from(refusal: RunnerRefusal) -> Self {
+        use RunnerRefusal as R;
+        match refusal {
+            R::NotActive(state) => {
+                ApiError::unavailable("RUNNER_NOT_ACTIVE", format!("the runner is {state}"))
+            }
+            R::AtCapacity => ApiError::unavailable(
+                "RUNNER_AT_CAPACITY",
+                "the runner holds as many claims as it may",
+            ),
+            R::CredentialRevoked => JobRefusal::CredentialRevoked.into(),
+            R::RunnerGone => ApiError::unauthorized("the credential's runner no longer exists"),
+            R::Job(refusal) => refusal.into(),
+            R::NoSuchRoute => ApiError::not_found("no such route"),
+            R::Internal => ApiError::failed_elsewhere(),
+        }
+    }
+}
+
+/// What the runner's object meets through the helpers it shares with the edge: a failure
+/// (it writes nothing a guard watches).
+impl From<ApiError> for RunnerRefusal {
+    fn from(err: ApiError) -> Self {
+        if err.status() != 500 {
+            worker::console_error!(
+                "runner object: {} {} has no refusal of its own; answered as internal",
+                err.status(),
+                err.code()
+            );
+        }
+        RunnerRefusal::Internal
+    }
+}
+
+impl From<worker::Error> for RunnerRefusal {
+    fn from(err: worker::Error) -> Self {
+        ApiError::from(err).into()
+    }
+}
+
+impl From<worker::Error> for JobRefusal {
+    fn from(err: worker::Error) -> Self {
+        ApiError::from(err).into()
+    }
+}
+
+macro_rules! refusal_from_protocol {
+    ($($variant:ident($ty:ty)),* $(,)?) => {$(
+        impl From<$ty> for JobRefusal {
+            fn from(err: $ty) -> Self {
+                JobRefusal::$variant(err)
+            }
+        }
+    )*};
+}
+
+refusal_from_protocol!(
+    Chunk(ChunkError),
+    Completion(CompletionError),
+    State(StateError),
+    Envelope(EnvelopeError),
+    Secret(SecretRefusal),
+);
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// What the edge makes of a refusal after it crossed the object's wire.
+    fn answered(refusal: JobRefusal) -> (u16, Value) {
+        let wire = serde_json::to_string(&Err::<JobReply, _>(refusal)).unwrap();
+        let back: Result<JobReply, JobRefusal> = serde_json::from_str(&wire).unwrap();
+        let err = ApiError::from(back.unwrap_err());
+        (err.status(), err.body())
+    }
+
+    fn error(code: &str, message: &str) -> Value {
+        json!({ "error": { "code": code, "message": message } })
+    }
+
+    fn decision(decided: &str, completion_id: Option<&str>) -> CompletionDecision {
+        CompletionDecision {
+            decision: decided.to_owned(),
+            rationale: "the job already accepted another result".to_owned(),
+            completion_id: completion_id.map(str::to_owned),
+            job_state: JobState::Succeeded,
+        }
+    }
+
+    #[test]
+    fn a_refused_completion_answers_with_its_decision_beside_the_error() {
+        let (status, body) = answered(JobRefusal::CompletionConflict(decision("conflict", None)));
+        assert_eq!(status, 409);
+        assert_eq!(
+            body,
+            json!({
+                "error": {
+                    "code": "COMPLETION_CONFLICT",
+                    "message": "the job already accepted another result",
+                },
+                "decision": {
+                    "decision": "conflict",
+                    "rationale": "the job already accepted another result",
+                    "completionId": null,
+                    "jobState": "succeeded",
+                },
+            })
+        );
+        let (status, body) = answered(JobRefusal::CompletionStale(decision(
+            "stale",
+            Some("cmp_1"),
+        )));
+        assert_eq!(status, 409);
+        assert_eq!(body["error"]["code"], "COMPLETION_STALE");
+        assert_eq!(body["decision"]["completionId"], "cmp_1");
+        // Stable JSON, as every body: members sorted, `decision` before `error`.
+        assert!(body
+            .to_string()
+            .starts_with(r#"{"decision":{"completionId":"cmp_1","decision":"stale""#));
+    }
+
+    #[test]
+    fn refusals_answer_with_the_status_code_and_text_clients_always_read() {
+        let cases = [
+            (JobRefusal::NoSuchJob, 404, error("NOT_FOUND", "no such job")),
+            (
+                JobRefusal::NoJobForRunner,
+                404,
+                error("NOT_FOUND", "no such job for this runner"),
+            ),
+            (
+                JobRefusal::NoSuchClaim,
+                404,
+                error("NOT_FOUND", "no such claim for this runner"),
+            ),
+            (
+                JobRefusal::ClaimNotActive {
+                    claim_id: "job_1-a1".into(),
+                    claim_state: "lost".into(),
+                    job_state: "queued".into(),
+                    attempt: 1,
+                },
+                409,
+                error(
+                    "CLAIM_NOT_ACTIVE",
+                    "claim job_1-a1 is lost; the job is queued at attempt 1",
+                ),
+            ),
+            (
+                JobRefusal::LeaseExpired(LeaseUse::HandBack),
+                409,
+                error(
+                    "LEASE_EXPIRED",
+                    "the lease lapsed before this hand-back; the job will be recovered",
+                ),
+            ),
+            (
+                JobRefusal::StreamTakenOver,
+                409,
+                error("STREAM_IDENTITY_CHANGED", "another attempt now holds this job"),
+            ),
+            (
+                JobRefusal::EvidenceAttached(Some(EvidenceHolder {
+                    evidence_kind: "test_result".into(),
+                    evidence_id: "tr_1".into(),
+                    job_id: "job_2".into(),
+                })),
+                409,
+                error(
+                    "EVIDENCE_ALREADY_ATTACHED",
+                    "test result tr_1 is already attached to job job_2's accepted completion; each evidence row belongs to one completion",
+                ),
+            ),
+            (
+                JobRefusal::EvidenceNotInRun,
+                422,
+                error(
+                    "EVIDENCE_NOT_IN_RUN",
+                    "every evidence row must exist in this organization and belong to the completion's evaluation run",
+                ),
+            ),
+            (
+                JobRefusal::JobFinished(JobState::Failed),
+                409,
+                error("JOB_FINISHED", "the job already finished as failed"),
+            ),
+            (
+                JobRefusal::CredentialRevoked,
+                401,
+                error(
+                    "AUTHENTICATION_FAILED",
+                    "credential was revoked; exchange a new one",
+                ),
+            ),
+            (
+                JobRefusal::Chunk(ChunkError::DuplicateSequence {
+                    expected: 3,
+                    received: 2,
+                }),
+                409,
+                error(
+                    "STREAM_DUPLICATE_SEQUENCE",
+                    &ChunkError::DuplicateSequence {
+                        expected: 3,
+                        received: 2,
+                    }
+                    .to_string(),
+                ),
+            ),
+            (
+                JobRefusal::Secret(SecretRefusal::SigningSecretTooShort),
+                503,
+                error(
+                    "SIGNING_SECRET_TOO_SHORT",
+                    "REMOTE_RUNNER_SIGNING_SECRET must be configured with at least 32 characters",
+                ),
+            ),
+            (
+                JobRefusal::Internal,
+                500,
+                error("INTERNAL", "internal error"),
+            ),
+        ];
+        for (refusal, status, body) in cases {
+            let what = format!("{refusal:?}");
+            assert_eq!(answered(refusal), (status, body), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_runners_object_refuses_a_claim_with_the_answers_clients_always_read() {
+        let answered = |refusal: RunnerRefusal| {
+            let wire = serde_json::to_string(&Err::<RunnerReply, _>(refusal)).unwrap();
+            let back: Result<RunnerReply, RunnerRefusal> = serde_json::from_str(&wire).unwrap();
+            let err = ApiError::from(back.unwrap_err());
+            (err.status(), err.body())
+        };
+        assert_eq!(
+            answered(RunnerRefusal::NotActive("draining".into())),
+            (503, error("RUNNER_NOT_ACTIVE", "the runner is draining"))
+        );
+        assert_eq!(
+            answered(RunnerRefusal::AtCapacity),
+            (
+                503,
+                error(
+                    "RUNNER_AT_CAPACITY",
+                    "the runner holds as many claims as it may"
+                )
+            )
+        );
+        assert_eq!(
+            answered(RunnerRefusal::RunnerGone),
+            (
+                401,
+                error(
+                    "AUTHENTICATION_FAILED",
+                    "the credential's runner no longer exists"
+                )
+            )
+        );
+        // A grant the job's object refused is answered as the job's object refused it.
+        let capacity = Guard::named(guards::RUNNER_AT_CAPACITY).unwrap();
+        assert_eq!(
+            answered(RunnerRefusal::Job(JobRefusal::Guard(capacity))),
+            answered(RunnerRefusal::AtCapacity)
+        );
+    }
+
+    #[test]
+    fn a_guard_crosses_by_name_and_answers_as_the_table_says() {
+        let capacity = Guard::named(guards::RUNNER_AT_CAPACITY).unwrap();
+        assert_eq!(
+            answered(JobRefusal::Guard(capacity)),
+            (
+                503,
+                error(
+                    "RUNNER_AT_CAPACITY",
+                    "the runner holds as many claims as it may"
+                )
+            )
+        );
+        let unknown = r#"{"Err":{"guard":"no_such_guard"}}"#;
+        assert!(serde_json::from_str::<Result<JobReply, JobRefusal>>(unknown).is_err());
+    }
+
+    #[test]
+    fn a_granted_claim_keeps_its_signed_number_lexemes_across_the_wire() {
+        let signed: Value = serde_json::from_str(r#"{"requirements":{"cpu":1.50}}"#).unwrap();
+        let grant = JobReply::Granted(ClaimGrant {
+            claim: GrantedClaim {
+                id: "job_1-a1".into(),
+                job_id: "job_1".into(),
+                runner_id: "run_1".into(),
+                dispatch_attempt: 1,
+                issued_at: Some("2025-01-01T00:00:00.000Z".into()),
+                expires_at: None,
+                lease_expires_at: None,
+            },
+            signed_job: signed,
+        });
+        let wire = serde_json::to_string(&Ok::<_, JobRefusal>(grant)).unwrap();
+        let Ok(Ok(JobReply::Granted(back))) =
+            serde_json::from_str::<Result<JobReply, JobRefusal>>(&wire)
+        else {
+            panic!("not a grant: {wire}");
+        };
+        let document = serde_json::to_value(back).unwrap();
+        assert_eq!(
+            document.to_string(),
+            r#"{"claim":{"dispatchAttempt":1,"expiresAt":null,"id":"job_1-a1","issuedAt":"2025-01-01T00:00:00.000Z","jobId":"job_1","leaseExpiresAt":null,"runnerId":"run_1"},"signedJob":{"requirements":{"cpu":1.50}}}"#
+        );
+    }
+
+    #[test]
+    fn a_runners_answers_are_the_documents_the_sdk_reads() {
+        let beat = HeartbeatAnswer {
+            cancel_requested: false,
+            cancel_reason: None,
+            state: JobState::Running,
+            lease_expires_at: Some("2025-01-01T00:01:00.000Z".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(beat).unwrap(),
+            json!({
+                "cancelRequested": false,
+                "cancelReason": null,
+                "state": "running",
+                "leaseExpiresAt": "2025-01-01T00:01:00.000Z",
+            })
+        );
+        let checksum = Sha256Hex::parse(&"ab".repeat(32)).unwrap();
+        let chunk = ChunkAccepted {
+            accepted: true,
+            sequence: 4,
+            checksum: checksum.clone(),
+        };
+        assert_eq!(
+            serde_json::to_value(chunk).unwrap(),
+            json!({ "accepted": true, "sequence": 4, "checksum": checksum.as_str() })
+        );
+        let released = Released {
+            job_id: "job_1".into(),
+            claim_id: "job_1-a1".into(),
+            state: JobState::Queued,
+            decision: "RELEASED_REQUEUED".into(),
+            next_attempt: Some(2),
+            counted: false,
+            counted_attempts: Some(0),
+        };
+        assert_eq!(
+            serde_json::to_value(released).unwrap(),
+            json!({
+                "jobId": "job_1",
+                "claimId": "job_1-a1",
+                "state": "queued",
+                "decision": "RELEASED_REQUEUED",
+                "nextAttempt": 2,
+                "counted": false,
+                "countedAttempts": 0,
+            })
+        );
+        assert_eq!(
+            serde_json::to_value(decision("accepted", Some("cmp_1"))).unwrap(),
+            json!({
+                "decision": "accepted",
+                "rationale": "the job already accepted another result",
+                "completionId": "cmp_1",
+                "jobState": "succeeded",
+            })
+        );
+    }
+}
