@@ -34,6 +34,8 @@ export XDG_CONFIG_HOME="$ROOT/.cache/config"
 export WRANGLER_SEND_METRICS=false
 export CLOUDFLARE_CF_FETCH_ENABLED=false
 export WRANGLER_LOG_PATH="$ROOT/.cache/wrangler-logs"
+# wrangler writes a debug log per command (a full bench run: over 500 MB); a day's are kept.
+find "$WRANGLER_LOG_PATH" -maxdepth 1 -name 'wrangler-*.log' -mtime +0 -delete 2>/dev/null || true
 
 # The published EvalGate SDK (tests/interop) and schemathesis (tests/contract), one venv.
 PYTHON_REQUIREMENTS=("$ROOT/tests/interop/requirements.txt" "$ROOT/tests/contract/requirements.txt")

@@ -82,10 +82,6 @@ impl DurableObject for JobObject {
             Ok(op) => op,
             Err(err) => return answer(&Err::<JobReply, JobRefusal>(err.into()), &trips),
         };
-        if let JobOp::Grant { job_id, .. } = &op {
-            // The alarm has no request to name its job; a lease starts here, so remember it.
-            self.state.storage().put(JOB_ID_KEY, job_id).await?;
-        }
         let decided = self.run(op, &trips).await;
         answer(&decided, &trips)
     }
@@ -412,11 +408,18 @@ impl OpCtx<'_> {
     /// Arms the job's alarm at `at` before a batch that starts a lease expiring then commits,
     /// so no crash between the two can leave a lease without an alarm. Should the batch then
     /// fail, the alarm finds no lease to recover and does nothing.
-    async fn arm_before_commit(&self, at: i64) -> ApiResult<()> {
-        self.storage
-            .set_alarm(alarm_delay(at))
-            .await
-            .map_err(ApiError::internal)
+    ///
+    /// The alarm has no request to name its job, so the job's id is stored with it. Both are
+    /// asked for in the same turn, without an await between them: the runtime coalesces them
+    /// into one storage write.
+    async fn arm_before_commit(&self, at: i64, job_id: &str) -> ApiResult<()> {
+        futures_util::future::try_join(
+            self.storage.put(JOB_ID_KEY, job_id),
+            self.storage.set_alarm(alarm_delay(at)),
+        )
+        .await
+        .map(|_| ())
+        .map_err(ApiError::internal)
     }
 }
 
@@ -669,7 +672,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> Answer 
         )?,
         events::insert(ctx.db, &claimed)?,
     ];
-    ctx.arm_before_commit(lease).await?;
+    ctx.arm_before_commit(lease, &job.id).await?;
     let changed = match ctx.commit(&snap, false, statements).await {
         Ok(changed) => changed,
         // The job was claimed, or changed, since its row was read: the runner's object tries

@@ -24,7 +24,7 @@ use crate::dispatch_do::{self, Stamp};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::{self, answer, read_op};
 use crate::ops::{JobOp, RunnerOp};
-use crate::platform::now_ms;
+use crate::platform::{now_ms, random_bytes};
 use crate::replies::{ClaimGrant, JobRefusal, JobReply, RunnerRefusal, RunnerReply};
 use crate::store::{self, jobs, runners, Db, RoundTrips};
 
@@ -413,7 +413,9 @@ async fn claim(
         if page.is_empty() {
             break;
         }
-        for candidate in page {
+        let mut candidates = VecDeque::from(page);
+        let mut scattered = false;
+        while let Some(candidate) = candidates.pop_front() {
             let requirements: Value =
                 serde_json::from_str(&candidate.requirements).map_err(ApiError::internal)?;
             let Ok(requirements) = Requirements::parse(&requirements) else {
@@ -443,7 +445,23 @@ async fn claim(
                     )))
                 }
                 // Another runner got there first, or it changed: try the next candidate.
-                Err(JobRefusal::NotQueued { .. }) => continue,
+                Err(JobRefusal::NotQueued { .. }) => {
+                    if !scattered {
+                        // Other runners are claiming from the same head of the queue, and in
+                        // order they would all ask for the same next job, one grant at a time
+                        // (its object serializes them). From a random place in the rest of
+                        // the page they mostly ask for different ones. A runner alone never
+                        // loses a race, so for it the queue order holds exactly; racing
+                        // runners may take the jobs of one page in another order.
+                        scattered = true;
+                        let [a, b, c, d] = random_bytes::<4>()?;
+                        let len = candidates.len().max(1);
+                        let start = usize::try_from(u32::from_le_bytes([a, b, c, d]))
+                            .map_or(0, |n| n % len);
+                        candidates.rotate_left(start);
+                    }
+                    continue;
+                }
                 Err(refusal) => return Err(RunnerRefusal::Job(refusal)),
             }
         }
