@@ -43,11 +43,11 @@ struct Args {
     /// The `--persist-to` directory of the running server (for `wrangler d1 execute`).
     #[arg(long)]
     state: PathBuf,
-    /// Where the chatty jobs' runner sends its requests [default: --server]: scripts/bench
-    /// passes workerd's own socket, as the end-to-end suites use, so that the chunks' path is
-    /// the Worker's and not wrangler's dev proxy's (a local tool that copies every body).
+    /// Workerd's own socket, as the end-to-end suites use [default: --server], for what
+    /// wrangler's dev proxy (a local tool with no part in production) would distort: the chatty
+    /// jobs' runner (the proxy copies every body) and the reap passes (see `reap_pass`).
     #[arg(long)]
-    chatty_server: Option<String>,
+    direct_server: Option<String>,
     /// Tiny sizes: every scenario in a few seconds.
     #[arg(long)]
     smoke: bool,
@@ -223,6 +223,8 @@ fn now_ms() -> u64 {
 
 struct Bench {
     server: String,
+    /// Workerd's own socket (`--direct-server`).
+    direct: String,
     api_key: String,
     state: PathBuf,
     admin: AdminClient,
@@ -1348,7 +1350,8 @@ async fn big_bundle(bench: &Bench, chunks: usize) -> Res<Value> {
 }
 
 /// Scenario 4, recovery: `n` claimed jobs whose leases are pushed into the past through D1, then
-/// timed admin reap passes (limit 500) until `more` is false.
+/// timed admin reap passes (limit 500, to workerd's own socket: [`reap_pass`]) until `more` is
+/// false.
 async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
     let per_runner = 250.min(n).max(1);
     let runner_count = n.div_ceil(per_runner);
@@ -1482,15 +1485,17 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
     }))
 }
 
-/// One admin reap pass, sent once on a connection of its own, and its answer or the error.
+/// One admin reap pass, sent once, to workerd's own socket, on a connection of its own: its
+/// answer or the error.
 ///
 /// Not through `AdminClient::reap`, which repeats a pass whose answer was lost: a failed pass
-/// is what this scenario counts. And not on a kept-alive connection: on local workerd a pass
-/// sent on the connection the previous pass was answered on could be reset mid-pass, with the
-/// pass's work committed and nothing logged by the Worker (in four runs of 2,000–10,000 leases,
-/// 1 to 5 passes each; with a connection per pass, none). wrangler's dev proxy shows that as its
-/// bare `503` "Your worker restarted mid-request". It is the local runtime's keep-alive race
-/// (cloudflare/workers-sdk#14641), not an answer of ours.
+/// is what this scenario counts. And never on a connection that sat idle: local workerd closes
+/// a kept-alive connection after 5 s idle, and a request written to it at that moment is lost
+/// (cloudflare/workers-sdk#14641). A pass takes seconds, so the next one met such a connection:
+/// through wrangler's dev proxy (whose pool to workerd the bench does not control) as its bare
+/// `503` "Your worker restarted mid-request", sent straight to workerd on a pooled connection
+/// as a reset, in both cases with the pass's work committed and nothing logged by the Worker.
+/// Sent straight to workerd on a fresh connection, no pass failed.
 async fn reap_pass(bench: &Bench, limit: u32) -> Res<Value> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
@@ -1499,7 +1504,7 @@ async fn reap_pass(bench: &Bench, limit: u32) -> Res<Value> {
         .map_err(err("reap client"))?;
     let path = "/api/remote-runners/jobs/reap";
     let answer = client
-        .post(format!("{}{path}", bench.server))
+        .post(format!("{}{path}", bench.direct))
         .bearer_auth(&bench.api_key)
         .json(&json!({ "limit": limit }))
         .send()
@@ -1928,9 +1933,10 @@ async fn run(args: Args) -> Res<()> {
     let load_start = loadavg();
     let admin = AdminClient::new(Http::new(&args.server).map_err(err("http"))?, &args.api_key)
         .map_err(err("admin"))?;
-    let chatty_server = args.chatty_server.as_deref().unwrap_or(&args.server);
+    let chatty_server = args.direct_server.as_deref().unwrap_or(&args.server);
     let mut bench = Bench {
         server: args.server.trim_end_matches('/').to_owned(),
+        direct: chatty_server.trim_end_matches('/').to_owned(),
         api_key: args.api_key.clone(),
         state: args.state.clone(),
         admin,
