@@ -26,6 +26,7 @@ use edgerunner_protocol::envelope::{
 };
 use edgerunner_protocol::recovery::{
     decide, decide_release, next_check_at_ms, JobLease, RecoveryDecision, ReleaseDecision,
+    LEASE_EXTENSION_SECONDS,
 };
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
@@ -48,8 +49,6 @@ use crate::store::{self, events, guards, jobs, Db, RoundTrips};
 const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
 /// The lease a claim starts with, before its first heartbeat sets its own.
 const INITIAL_LEASE_MILLIS: i64 = 60 * 1000;
-/// Heartbeats extend the lease by 15–120 s (the seed's bounds).
-const LEASE_SECONDS: std::ops::RangeInclusive<i64> = 15..=120;
 /// Largest stream payload, as stable JSON bytes (the schema's cap too).
 pub(crate) const MAX_CHUNK_PAYLOAD_BYTES: usize = 256 * 1024;
 /// How many recent checksums the duplicate-checksum rule remembers from storage.
@@ -588,7 +587,11 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> Answer 
         });
     }
     let attempt = job.dispatch_attempt + 1;
-    let claim_id = format!("{}-a{attempt}", job.id);
+    let job_id = JobId::parse(&job.id).map_err(ApiError::internal)?;
+    let dispatch_attempt = DispatchAttempt::new(u32::try_from(attempt).unwrap_or(0))
+        .ok_or_else(|| ApiError::internal("attempt out of range"))?;
+    let claim = ClaimId::for_attempt(&job_id, dispatch_attempt).map_err(ApiError::internal)?;
+    let claim_id = claim.as_str().to_owned();
     let nonce = Nonce::from_random(random_bytes::<32>()?);
     let master = master_secret(ctx.env)?;
     let runner_id = RunnerId::parse(runner).map_err(ApiError::internal)?;
@@ -602,11 +605,10 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> Answer 
         serde_json::from_str(&job.requirements).map_err(ApiError::internal)?;
     let envelope = JobEnvelope {
         organization_id: OrganizationId::parse(org).map_err(ApiError::internal)?,
-        job_id: JobId::parse(&job.id).map_err(ApiError::internal)?,
-        claim_id: ClaimId::parse(&claim_id).map_err(ApiError::internal)?,
+        job_id,
+        claim_id: claim,
         runner_id,
-        dispatch_attempt: DispatchAttempt::new(u32::try_from(attempt).unwrap_or(0))
-            .ok_or_else(|| ApiError::internal("attempt out of range"))?,
+        dispatch_attempt,
         idempotency_key: IdempotencyKey::parse(&job.idempotency_key).map_err(ApiError::internal)?,
         subject: Subject {
             kind: SubjectKind::parse(&job.subject_kind).map_err(ApiError::internal)?,
@@ -775,7 +777,7 @@ fn held_claim<'a>(
 
 async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, extend: i64) -> Answer {
     let runner = ctx.runner()?;
-    if !LEASE_SECONDS.contains(&extend) {
+    if !u32::try_from(extend).is_ok_and(|s| LEASE_EXTENSION_SECONDS.contains(&s)) {
         return Err(JobRefusal::InvalidLease);
     }
     let claim = held_claim(&snap, runner, claim_id)?.clone();

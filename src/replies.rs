@@ -294,10 +294,7 @@ impl From<JobRefusal> for ApiError {
                     "claim {claim_id} is {claim_state}; the job is {job_state} at attempt {attempt}"
                 ),
             ),
-            R::InvalidLease => ApiError::unprocessable(
-                "INVALID_LEASE",
-                "extendSeconds must be an integer from 15 to 120",
-            ),
+            R::InvalidLease => invalid_lease(),
             R::LeaseExpired(during) => ApiError::conflict(
                 "LEASE_EXPIRED",
                 match during {
@@ -523,6 +520,20 @@ refusal_from_protocol!(
     Envelope(EnvelopeError),
     Secret(SecretRefusal),
 );
+
+/// A heartbeat's `extendSeconds` outside the protocol's bounds (the edge's own check of the
+/// field's type answers the same).
+pub(crate) fn invalid_lease() -> ApiError {
+    let bounds = edgerunner_protocol::recovery::LEASE_EXTENSION_SECONDS;
+    ApiError::unprocessable(
+        "INVALID_LEASE",
+        format!(
+            "extendSeconds must be an integer from {} to {}",
+            bounds.start(),
+            bounds.end()
+        ),
+    )
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,7 @@
 
 use edgerunner_protocol::capability::{parse_served_targets, Requirements};
 use edgerunner_protocol::credential::VerifiedCredential;
+use edgerunner_protocol::envelope::ClaimId;
 use edgerunner_protocol::recovery::MAX_DISPATCHES;
 use edgerunner_protocol::stable_json::hash;
 use edgerunner_protocol::state::JobState;
@@ -628,12 +629,10 @@ fn request_id(body: &Map<String, Value>) -> ApiResult<Option<String>> {
     }
 }
 
-/// Claim ids are `<job id>-a<attempt>`, so a heartbeat (which names only the claim) reaches
-/// its job's object without a lookup.
+/// The job a claim id names (`ClaimId::for_attempt`), so a heartbeat (which names only the
+/// claim) reaches its job's object without a lookup.
 fn job_of_claim(claim_id: &str) -> ApiResult<&str> {
-    claim_id
-        .rsplit_once("-a")
-        .filter(|(job, attempt)| !job.is_empty() && attempt.parse::<u8>().is_ok())
+    ClaimId::job_and_attempt(claim_id)
         .map(|(job, _)| job)
         .ok_or_else(|| ApiError::not_found("no such claim for this runner"))
 }
@@ -657,12 +656,7 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     let job_id = job_of_claim(claim_id)?;
     let extend_seconds = match body.get("extendSeconds") {
         None | Some(Value::Null) => 60,
-        Some(v) => v.as_i64().ok_or_else(|| {
-            ApiError::unprocessable(
-                "INVALID_LEASE",
-                "extendSeconds must be an integer from 15 to 120",
-            )
-        })?,
+        Some(v) => v.as_i64().ok_or_else(crate::replies::invalid_lease)?,
     };
     let op = JobOp::Heartbeat {
         job_id: job_id.to_owned(),

@@ -120,6 +120,26 @@ identifier!(
     RunnerId,
     "runner id"
 );
+
+impl ClaimId {
+    /// The claim of `job`'s dispatch `attempt`, as the server names it: `<job id>-a<attempt>`,
+    /// so that a request naming only its claim (a heartbeat) reaches its job without a lookup.
+    pub fn for_attempt(job: &JobId, attempt: DispatchAttempt) -> Result<Self, InvalidId> {
+        Self::parse(&format!("{}-a{}", job.as_str(), attempt.get()))
+    }
+
+    /// The job and attempt a claim id of the server's shape ([`ClaimId::for_attempt`]) names;
+    /// `None` for any other text.
+    pub fn job_and_attempt(text: &str) -> Option<(&str, DispatchAttempt)> {
+        let (job, attempt) = text.rsplit_once("-a")?;
+        let attempt = attempt
+            .parse::<u32>()
+            .ok()
+            .filter(|_| attempt.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(DispatchAttempt::new)?;
+        (!job.is_empty()).then_some((job, attempt))
+    }
+}
 identifier!(
     /// The enqueuer's key that makes a repeated enqueue return the original job.
     IdempotencyKey,
@@ -993,6 +1013,29 @@ pub(crate) mod tests {
 
     fn at(text: &str) -> Timestamp {
         Timestamp::parse(text).expect("test timestamp")
+    }
+
+    #[test]
+    fn a_claim_id_names_its_job_and_attempt_and_nothing_else_does() {
+        let job = id(JobId::parse, "job_6c-a1");
+        let third = DispatchAttempt::new(3).expect("3");
+        let claim = ClaimId::for_attempt(&job, third).expect("a claim id");
+        assert_eq!(claim.as_str(), "job_6c-a1-a3");
+        assert_eq!(
+            ClaimId::job_and_attempt(claim.as_str()),
+            Some(("job_6c-a1", third))
+        );
+        for other in [
+            "job_1",
+            "job_1-a",
+            "-a1",
+            "job_1-a0",
+            "job_1-a+1",
+            "job_1-a1x",
+            "job_1-a99999999999",
+        ] {
+            assert_eq!(ClaimId::job_and_attempt(other), None, "{other}");
+        }
     }
 
     fn envelope() -> JobEnvelope {

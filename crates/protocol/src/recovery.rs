@@ -39,6 +39,11 @@ use crate::state::{JobInput, JobState, StateError};
 /// A hand-back among the job's first [`MAX_FREE_HAND_BACKS`] does not count.
 pub const MAX_DISPATCH_ATTEMPTS: u32 = 3;
 
+/// How far one heartbeat may extend its lease, in seconds (the seed's bounds): long enough that
+/// a beat every few seconds survives a slow network, short enough that a dead runner's job is
+/// recovered within two minutes.
+pub const LEASE_EXTENSION_SECONDS: std::ops::RangeInclusive<u32> = 15..=120;
+
 /// Hand-backs (`POST …/release`) per job that do not count against [`MAX_DISPATCH_ATTEMPTS`]:
 /// a runner that stops or restarts should not spend the job's retries, but one that keeps
 /// handing a job back must not keep it in the queue for ever, so later ones count.

@@ -182,7 +182,7 @@ pub struct StartArgs {
     #[arg(long, default_value = "5", value_parser = seconds)]
     pub heartbeat_interval: Duration,
     /// How far each heartbeat extends the lease (15-120 seconds)
-    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u32).range(15..=120))]
+    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u32).range(lease_extension()))]
     pub lease_seconds: u32,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped
     #[arg(long, default_value = "10", value_parser = seconds)]
@@ -696,6 +696,12 @@ fn spawn_signal_handler(
         // Keep the sender alive so receivers see the final state rather than a closed channel.
         std::future::pending::<()>().await;
     }))
+}
+
+/// The protocol's bounds on one heartbeat's extension, as `clap` reads a range.
+fn lease_extension() -> std::ops::RangeInclusive<i64> {
+    let bounds = edgerunner_protocol::recovery::LEASE_EXTENSION_SECONDS;
+    i64::from(*bounds.start())..=i64::from(*bounds.end())
 }
 
 #[cfg(test)]
