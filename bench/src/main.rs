@@ -234,6 +234,15 @@ struct Bench {
     seeded_batches: u32,
 }
 
+/// An HTTP client for the local server that drops a connection idle for longer than local
+/// workerd keeps it, as the SDK's own client does against a loopback server (`Http::new`).
+fn local_http() -> Res<reqwest::Client> {
+    reqwest::Client::builder()
+        .pool_idle_timeout(edgerunner::http::LOCAL_IDLE_CONNECTION)
+        .build()
+        .map_err(err("http client"))
+}
+
 fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
@@ -473,7 +482,7 @@ async fn claim_latency(bench: &mut Bench, sizes: &Sizes) -> Res<Value> {
         let client = bench.client(&runner[0])?;
         client.session().await.map_err(err("session"))?;
         let runs = bench.evaluation_runs(sizes.claim_reps).await?;
-        let floor_http = reqwest::Client::new();
+        let floor_http = local_http()?;
         Bench::floor(&floor_http, &bench.server).await?;
         let (mut claims, mut floors) = (Vec::new(), Vec::new());
         let phase = Phase::start();
@@ -611,7 +620,7 @@ async fn floor_throughput(bench: &Bench, concurrency: usize, each: usize) -> Res
     for _ in 0..concurrency {
         let server = bench.server.clone();
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
+            let http = local_http()?;
             for _ in 0..each {
                 Bench::floor(&http, &server).await?;
             }
@@ -636,7 +645,7 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
         .map_err(err("claim"))?
         .ok_or("no job to claim")?;
     let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
-    let floor_http = reqwest::Client::new();
+    let floor_http = local_http()?;
     // The first heartbeat moves the job to running and warms its object; the rest are timed.
     client
         .heartbeat(assignment.claim_id(), 120)
@@ -1940,7 +1949,7 @@ async fn run(args: Args) -> Res<()> {
         api_key: args.api_key.clone(),
         state: args.state.clone(),
         admin,
-        http: reqwest::Client::new(),
+        http: local_http()?,
         template_job: String::new(),
         org: String::new(),
         seeded_batches: 0,

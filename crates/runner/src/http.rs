@@ -38,20 +38,29 @@ impl Answer {
     }
 }
 
+/// How long a connection to a loopback server may sit idle before the client drops it: below
+/// the 5 s after which local workerd closes it.
+pub const LOCAL_IDLE_CONNECTION: Duration = Duration::from_secs(3);
+
 impl Http {
     /// `base` is the server's origin, e.g. `https://edgerunner.example.com` (a trailing `/` is
     /// dropped). Plain `http://` is accepted only for a loopback host ([`check_server_url`]).
     pub fn new(base: &str) -> Result<Self, ClientError> {
         let base = base.trim().trim_end_matches('/').to_owned();
         check_server_url(&base).map_err(ClientError::Config)?;
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(10))
-            .user_agent(concat!("edgerunner/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|error| {
-                ClientError::Config(format!("cannot build the HTTP client: {error}"))
-            })?;
+            .user_agent(concat!("edgerunner/", env!("CARGO_PKG_VERSION")));
+        if reqwest::Url::parse(&base).is_ok_and(|url| is_loopback(url.host_str())) {
+            // A local server (`wrangler dev`, workerd) closes a connection idle for 5 s, and a
+            // request written to it at that moment is lost (cloudflare/workers-sdk#14641): a
+            // heartbeat every 5 s would meet that moment. Idle connections are dropped first.
+            builder = builder.pool_idle_timeout(LOCAL_IDLE_CONNECTION);
+        }
+        let client = builder.build().map_err(|error| {
+            ClientError::Config(format!("cannot build the HTTP client: {error}"))
+        })?;
         Ok(Self { client, base })
     }
 
