@@ -400,6 +400,25 @@ impl RunnerInput {
             _ => Err(StateError::UnknownRunnerCommand(status.to_owned())),
         }
     }
+
+    /// Whether taking this input in state `from` retires the runner's credential generation,
+    /// so that every credential issued under it stops working at once. True exactly for a
+    /// move (the state changes) into:
+    ///
+    /// - `revoked`: the identity is gone, and so must be everything that proves it.
+    /// - `lost`: the runner is presumed dead, but a live runner cut off for a while would keep
+    ///   calling with its old credential, and heartbeats on surviving claims do not bring it
+    ///   back ([`RunnerState::transition`]). Its next call gets a 401 instead, the SDK
+    ///   exchanges a fresh session at once, and that session is what returns it to `active`.
+    ///
+    /// A move that stays put retires nothing: a lost runner losing another lease was retired
+    /// already, and a draining one keeps its state (and its credential) through lease loss.
+    /// A session exchange never retires: the credential it issues is at the current
+    /// generation. An illegal move retires nothing, since it does not happen.
+    pub fn retires_credential(self, from: RunnerState) -> bool {
+        from.transition(self)
+            .is_ok_and(|to| to != from && matches!(to, RunnerState::Lost | RunnerState::Revoked))
+    }
 }
 
 impl fmt::Display for RunnerInput {
@@ -969,6 +988,57 @@ mod tests {
             .transition(RI::LeaseLost)
             .and_then(|s| s.transition(RI::SessionProven));
         assert_eq!(after, Ok(R::Draining));
+    }
+
+    #[test]
+    fn only_a_move_into_lost_or_revoked_retires_the_credential() {
+        use RunnerInput as RI;
+        use RunnerState as R;
+        let mut retiring = Vec::new();
+        for from in R::ALL {
+            for input in RI::ALL {
+                if input.retires_credential(from) {
+                    retiring.push((from, input));
+                }
+            }
+        }
+        assert_eq!(
+            retiring,
+            [
+                (R::PendingApproval, RI::Revoke),
+                (R::Active, RI::Revoke),
+                (R::Active, RI::LeaseLost),
+                (R::Draining, RI::Revoke),
+                (R::Lost, RI::Revoke),
+            ]
+        );
+    }
+
+    #[test]
+    fn lease_loss_retires_only_an_active_runners_credential() {
+        use RunnerInput as RI;
+        use RunnerState as R;
+        // Draining survives lease loss with its credential; a lost runner was retired when it
+        // became lost; pending and revoked runners cannot lose a lease at all.
+        for from in [R::PendingApproval, R::Draining, R::Lost, R::Revoked] {
+            assert!(!RI::LeaseLost.retires_credential(from), "{from}");
+        }
+        assert!(RI::LeaseLost.retires_credential(R::Active));
+    }
+
+    #[test]
+    fn a_session_never_retires_the_credential_it_issues() {
+        for from in RunnerState::ALL {
+            assert!(
+                !RunnerInput::SessionProven.retires_credential(from),
+                "{from}"
+            );
+        }
+    }
+
+    #[test]
+    fn repeating_a_revocation_retires_nothing_more() {
+        assert!(!RunnerInput::Revoke.retires_credential(RunnerState::Revoked));
     }
 
     #[test]
