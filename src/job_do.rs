@@ -43,7 +43,7 @@ use crate::replies::{
     Cancelled, ChunkAccepted, ClaimGrant, CompletionDecision, EvidenceHolder, GrantedClaim,
     HeartbeatAnswer, JobRefusal, JobReply, LeaseUse, LostClaim, Recovered, Released,
 };
-use crate::store::{self, events, guards, jobs, Db, RoundTrips};
+use crate::store::{self, events, guards, jobs, runners, Db, RoundTrips};
 
 /// How long a signed envelope may be acted on after it is issued.
 const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
@@ -1378,17 +1378,15 @@ async fn recover(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer {
     let statements = vec![
         end_claim,
         free_job,
-        // The runner is marked lost (a draining or revoked one keeps its state) and its
-        // credential generation moves on: its next call gets 401, the SDK re-exchanges at once,
-        // and that fresh session is what brings a lost runner back to active.
-        store::stmt(
+        // The runner takes the protocol's lease_lost move from whatever state it is in now: an
+        // active one is marked lost and its credential generation moves on (its next call gets
+        // 401, the SDK re-exchanges at once, and that fresh session is what brings it back to
+        // active); a draining, lost or revoked one keeps its state.
+        runners::recover(
             ctx.db,
-            include_str!("store/queries/recover_runner.sql"),
-            &[
-                claim.runner_id.as_str().into(),
-                ctx.now.into(),
-                format!("job {}: {lapse}", job.id).as_str().into(),
-            ],
+            &claim.runner_id,
+            ctx.now,
+            &format!("job {}: {lapse}", job.id),
         )?,
         events::insert(ctx.db, &lost)?,
         events::insert(ctx.db, &then)?,

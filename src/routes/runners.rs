@@ -329,8 +329,8 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
             let change = runners::StateChange {
                 org: &caller.organization_id,
                 id,
-                from: current.as_str(),
-                to: next.as_str(),
+                from: current,
+                input,
                 reason,
                 now: ctx.now,
                 key_id: None,

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
 use super::{all, first, run, stmt, Arg, Db};
-use edgerunner_protocol::state::RunnerState;
+use edgerunner_protocol::state::{RunnerInput, RunnerState};
 
 use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
@@ -316,36 +316,60 @@ pub(crate) fn rotate(db: &Db, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement
     )
 }
 
-/// A lifecycle move, guarded by the state the caller decided from. Revocation also moves the
-/// credential generation forward so every outstanding credential dies with it.
+/// An admin's lifecycle move: `input` taken in `from`, the state the caller read and decided
+/// from, which guards the write. What the move stamps (approval and revocation times, a new
+/// credential generation) is decided here from the protocol's machine, not in the SQL.
 pub(crate) struct StateChange<'a> {
     pub(crate) org: &'a str,
     pub(crate) id: &'a str,
-    pub(crate) from: &'a str,
-    pub(crate) to: &'a str,
+    pub(crate) from: RunnerState,
+    pub(crate) input: RunnerInput,
     pub(crate) reason: &'a str,
     pub(crate) now: i64,
     /// Set on approval of a key-pair runner: its signing key id from now on.
     pub(crate) key_id: Option<&'a str>,
 }
 
+/// What a [`StateChange`] writes besides the guard, all decided by the protocol's machine.
+#[derive(Debug, PartialEq, Eq)]
+struct MoveEffects {
+    to: RunnerState,
+    /// `now` for an approval (the only move out of `pending_approval` into service).
+    approved_at: Option<i64>,
+    /// `now` for a move into `revoked`.
+    revoked_at: Option<i64>,
+    /// [`RunnerInput::retires_credential`]: the credential generation moves on by one.
+    retires_credential: bool,
+}
+
+impl StateChange<'_> {
+    fn effects(&self) -> ApiResult<MoveEffects> {
+        let to = self.from.transition(self.input)?;
+        Ok(MoveEffects {
+            to,
+            approved_at: (self.input == RunnerInput::Approve).then_some(self.now),
+            revoked_at: (to == RunnerState::Revoked).then_some(self.now),
+            retires_credential: self.input.retires_credential(self.from),
+        })
+    }
+}
+
 pub(crate) fn change_state(db: &Db, c: &StateChange<'_>) -> ApiResult<D1PreparedStatement> {
+    let effects = c.effects()?;
     stmt(
         db,
-        "UPDATE runners SET state = ?4, state_reason = ?5, updated_at = ?6, \
-           approved_at = CASE WHEN ?3 = 'pending_approval' AND ?4 = 'active' THEN ?6 ELSE approved_at END, \
-           revoked_at = CASE WHEN ?4 = 'revoked' THEN ?6 ELSE revoked_at END, \
-           credential_generation = credential_generation + CASE WHEN ?4 = 'revoked' THEN 1 ELSE 0 END, \
-           key_id = COALESCE(?7, key_id) \
-         WHERE id = ?2 AND organization_id = ?1 AND state = ?3",
+        include_str!("queries/change_runner_state.sql"),
         &[
             c.org.into(),
             c.id.into(),
-            c.from.into(),
-            c.to.into(),
+            c.from.as_str().into(),
+            effects.to.as_str().into(),
             c.reason.into(),
             c.now.into(),
             c.key_id.into(),
+            effects.approved_at.into(),
+            effects.revoked_at.into(),
+            i64::from(effects.retires_credential).into(),
         ],
     )
 }
@@ -379,9 +403,10 @@ pub(crate) fn set_tags(
     )
 }
 
-/// A fresh session proves the runner alive: record contact, and bring a `lost` runner back.
-/// Guarded by the generation the session was decided on, so a rotation or revocation that
-/// lands in between makes this change nothing (and the caller refuses the session).
+/// A fresh session proves the runner alive: record contact, and apply the protocol's
+/// `session_proven` move to the runner's live state (a `lost` runner comes back). Guarded by
+/// the generation the session was decided on, so a rotation or revocation that lands in
+/// between makes this change nothing (and the caller refuses the session).
 pub(crate) async fn record_session(
     db: &Db,
     id: &str,
@@ -389,15 +414,95 @@ pub(crate) async fn record_session(
     key_id: &str,
     now: i64,
 ) -> ApiResult<usize> {
+    let authenticating = authenticating_states();
+    let moves = session_proven_moves();
     run(
         db,
-        "UPDATE runners SET last_seen_at = ?2, updated_at = ?2, key_id = ?4, \
-           state = CASE WHEN state = 'lost' THEN 'active' ELSE state END, \
-           state_reason = CASE WHEN state = 'lost' THEN 'session exchanged after loss' ELSE state_reason END \
-         WHERE id = ?1 AND state IN ('active', 'draining', 'lost') AND credential_generation = ?3",
-        &[id.into(), now.into(), generation.into(), key_id.into()],
+        include_str!("queries/record_session.sql"),
+        &[
+            id.into(),
+            now.into(),
+            generation.into(),
+            key_id.into(),
+            authenticating.as_str().into(),
+            moves.as_str().into(),
+            "session exchanged after loss".into(),
+        ],
     )
     .await
+}
+
+/// Recovery's runner write in the batch that ends a lost claim: the runner's capacity back,
+/// and the protocol's `lease_lost` move applied to its state as it is when the batch commits
+/// (the job object never read it). `reason` is recorded only with a move.
+pub(crate) fn recover(db: &Db, id: &str, now: i64, reason: &str) -> ApiResult<D1PreparedStatement> {
+    let moves = lease_lost_moves();
+    let retiring = lease_lost_retiring();
+    stmt(
+        db,
+        include_str!("queries/recover_runner.sql"),
+        &[
+            id.into(),
+            now.into(),
+            reason.into(),
+            moves.as_str().into(),
+            retiring.as_str().into(),
+        ],
+    )
+}
+
+// ------------------------------------------------------------------------------------------
+// The runner machine as statement parameters
+// ------------------------------------------------------------------------------------------
+//
+// Some writes must decide from the runner's state as it is when they commit, not as someone
+// read it: recovery's batch never reads the runner, and a session exchange must not fail
+// because an admin drained the runner a moment earlier. Those statements take what the
+// protocol's machine says about every state as JSON parameters and look the row's live state
+// up in them, so the SQL holds no state names and no second copy of the machine. Everything
+// here is built from `edgerunner_protocol::state` alone.
+
+/// `{"from": "to", …}` for every state in which `input` is legal and changes the state. A
+/// state missing from it stays as it is.
+fn moves(input: RunnerInput) -> String {
+    let moves: serde_json::Map<String, Value> = RunnerState::ALL
+        .into_iter()
+        .filter_map(|from| match from.transition(input) {
+            Ok(to) if to != from => Some((from.as_str().to_owned(), to.as_str().into())),
+            _ => None,
+        })
+        .collect();
+    Value::Object(moves).to_string()
+}
+
+/// `["state", …]`: the states that satisfy `rule`, in [`RunnerState::ALL`] order.
+fn states_where(rule: impl Fn(RunnerState) -> bool) -> String {
+    let states: Vec<Value> = RunnerState::ALL
+        .into_iter()
+        .filter(|state| rule(*state))
+        .map(|state| state.as_str().into())
+        .collect();
+    Value::Array(states).to_string()
+}
+
+/// What an expired lease does to its runner, by the runner's state (`recover_runner.sql`).
+pub(crate) fn lease_lost_moves() -> String {
+    moves(RunnerInput::LeaseLost)
+}
+
+/// The states in which an expired lease retires the runner's credential generation.
+pub(crate) fn lease_lost_retiring() -> String {
+    states_where(|from| RunnerInput::LeaseLost.retires_credential(from))
+}
+
+/// The states that may obtain a session at all ([`RunnerState::can_authenticate`]).
+pub(crate) fn authenticating_states() -> String {
+    states_where(RunnerState::can_authenticate)
+}
+
+/// What a fresh session does to its runner, by the runner's state (`record_session.sql`).
+pub(crate) fn session_proven_moves() -> String {
+    moves(RunnerInput::SessionProven)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -518,4 +623,196 @@ pub(crate) async fn consume_challenge(
         &[fingerprint.into(), challenge_hash.into(), now.into()],
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    //! The parameters are pinned here as exact values, and `tests/schema/test_schema.py` runs
+    //! the statements with the same values, which these tests read from it: a change to the
+    //! protocol's runner machine fails here until the schema tests, which prove what the SQL
+    //! does with the parameters, are given the new ones.
+
+    use edgerunner_protocol::state::{RunnerInput, RunnerState};
+
+    use super::{
+        authenticating_states, lease_lost_moves, lease_lost_retiring, session_proven_moves,
+        MoveEffects, StateChange,
+    };
+
+    /// Every admin move that changes the state, with what it stamps: (from, input, to,
+    /// approved_at set, revoked_at set, credential retired). The schema tests' `ADMIN_MOVES`
+    /// is this table.
+    const ADMIN_MOVES: [(&str, &str, &str, bool, bool, bool); 9] = [
+        ("pending_approval", "approve", "active", true, false, false),
+        ("pending_approval", "revoke", "revoked", false, true, true),
+        ("active", "drain", "draining", false, false, false),
+        ("active", "revoke", "revoked", false, true, true),
+        ("draining", "activate", "active", false, false, false),
+        ("draining", "revoke", "revoked", false, true, true),
+        ("lost", "activate", "active", false, false, false),
+        ("lost", "drain", "draining", false, false, false),
+        ("lost", "revoke", "revoked", false, true, true),
+    ];
+
+    #[test]
+    fn each_admin_move_stamps_what_the_schema_tests_expect() {
+        const NOW: i64 = 1_780_000_000_000;
+        let mut moves = Vec::new();
+        for from in RunnerState::ALL {
+            for input in RunnerInput::ALL {
+                // The commands an admin's `status` can name.
+                if RunnerInput::from_admin_status(input.as_str()) != Ok(input) {
+                    continue;
+                }
+                let change = StateChange {
+                    org: "org",
+                    id: "run",
+                    from,
+                    input,
+                    reason: "why",
+                    now: NOW,
+                    key_id: None,
+                };
+                let Ok(MoveEffects {
+                    to,
+                    approved_at,
+                    revoked_at,
+                    retires_credential,
+                }) = change.effects()
+                else {
+                    continue;
+                };
+                // The route writes nothing for a move that keeps the state.
+                if to == from {
+                    continue;
+                }
+                for stamp in [approved_at, revoked_at].into_iter().flatten() {
+                    assert_eq!(stamp, NOW);
+                }
+                moves.push((
+                    from.as_str(),
+                    input.as_str(),
+                    to.as_str(),
+                    approved_at.is_some(),
+                    revoked_at.is_some(),
+                    retires_credential,
+                ));
+            }
+        }
+        assert_eq!(moves, ADMIN_MOVES);
+    }
+
+    #[test]
+    fn an_illegal_admin_move_builds_no_statement_parameters() {
+        let change = StateChange {
+            org: "org",
+            id: "run",
+            from: RunnerState::Revoked,
+            input: RunnerInput::Activate,
+            reason: "why",
+            now: 1,
+            key_id: None,
+        };
+        let err = change.effects().unwrap_err();
+        assert_eq!(err.status(), 409);
+    }
+
+    const SCHEMA_TESTS: &str = include_str!("../../tests/schema/test_schema.py");
+
+    /// The schema tests bind `name` to exactly `value` (a Python string literal).
+    fn assert_schema_tests_bind(name: &str, value: &str) {
+        let line = format!("\n{name} = '{value}'\n");
+        assert!(
+            SCHEMA_TESTS.contains(&line),
+            "tests/schema/test_schema.py must bind {name} = '{value}'"
+        );
+    }
+
+    #[test]
+    fn an_expired_lease_moves_only_an_active_runner_to_lost() {
+        assert_eq!(lease_lost_moves(), r#"{"active":"lost"}"#);
+        assert_schema_tests_bind("LEASE_LOST_MOVES", &lease_lost_moves());
+    }
+
+    #[test]
+    fn an_expired_lease_retires_only_an_active_runners_credential() {
+        assert_eq!(lease_lost_retiring(), r#"["active"]"#);
+        assert_schema_tests_bind("LEASE_LOST_RETIRING", &lease_lost_retiring());
+    }
+
+    #[test]
+    fn active_draining_and_lost_runners_may_authenticate() {
+        assert_eq!(authenticating_states(), r#"["active","draining","lost"]"#);
+        assert_schema_tests_bind("AUTHENTICATING_STATES", &authenticating_states());
+    }
+
+    #[test]
+    fn a_fresh_session_moves_only_a_lost_runner_back_to_active() {
+        assert_eq!(session_proven_moves(), r#"{"lost":"active"}"#);
+        assert_schema_tests_bind("SESSION_PROVEN_MOVES", &session_proven_moves());
+    }
+
+    #[test]
+    fn the_schema_tests_list_the_admin_moves_as_this_table() {
+        let python = |flag: bool| if flag { "True" } else { "False" };
+        let rows: String = ADMIN_MOVES
+            .iter()
+            .map(|(from, input, to, approves, revokes, retires)| {
+                format!(
+                    "    ({from:?}, {input:?}, {to:?}, {}, {}, {}),\n",
+                    python(*approves),
+                    python(*revokes),
+                    python(*retires)
+                )
+            })
+            .collect();
+        let table = format!("\nADMIN_MOVES = (\n{rows})\n");
+        assert!(
+            SCHEMA_TESTS.contains(&table),
+            "tests/schema/test_schema.py must list ADMIN_MOVES as:{table}"
+        );
+    }
+
+    #[test]
+    fn the_parameters_agree_with_the_protocol_for_every_state() {
+        let moves: serde_json::Value = serde_json::from_str(&lease_lost_moves()).unwrap();
+        let retiring: Vec<String> = serde_json::from_str(&lease_lost_retiring()).unwrap();
+        let authenticating: Vec<String> = serde_json::from_str(&authenticating_states()).unwrap();
+        let sessions: serde_json::Value = serde_json::from_str(&session_proven_moves()).unwrap();
+        for state in RunnerState::ALL {
+            let name = state.as_str();
+            // What the SQL computes for a row in `state`: the move's target, or the state kept.
+            let after_lease = moves.get(name).and_then(|to| to.as_str()).unwrap_or(name);
+            if let Ok(to) = state.transition(RunnerInput::LeaseLost) {
+                assert_eq!(after_lease, to.as_str(), "{state}");
+            } else {
+                // Recovery frees the capacity of a runner that cannot lose a lease any more
+                // (revoked meanwhile) and leaves its state alone.
+                assert_eq!(after_lease, name, "{state}");
+            }
+            assert_eq!(
+                retiring.iter().any(|s| s == name),
+                RunnerInput::LeaseLost.retires_credential(state),
+                "{state}"
+            );
+            assert_eq!(
+                authenticating.iter().any(|s| s == name),
+                state.can_authenticate(),
+                "{state}"
+            );
+            if state.can_authenticate() {
+                let after_session = sessions
+                    .get(name)
+                    .and_then(|to| to.as_str())
+                    .unwrap_or(name);
+                assert_eq!(
+                    Ok(after_session),
+                    state
+                        .transition(RunnerInput::SessionProven)
+                        .map(RunnerState::as_str),
+                    "{state}"
+                );
+            }
+        }
+    }
 }

@@ -2321,6 +2321,32 @@ def query(name):
     return (QUERIES / f"{name}.sql").read_text()
 
 
+# The protocol's runner machine as the worker binds it into the statements that decide from a
+# runner's live state. src/store/runners.rs builds them from the protocol crate, and its unit
+# tests check that this file binds exactly what it builds.
+LEASE_LOST_MOVES = '{"active":"lost"}'
+LEASE_LOST_RETIRING = '["active"]'
+AUTHENTICATING_STATES = '["active","draining","lost"]'
+SESSION_PROVEN_MOVES = '{"lost":"active"}'
+SESSION_REASON = "session exchanged after loss"
+
+# Every admin move that changes the state, with what it stamps: (from, input, to, approved_at
+# set, revoked_at set, credential retired). src/store/runners.rs derives the same table from
+# the protocol crate and checks that this one is it, row for row.
+ADMIN_MOVES = (
+    ("pending_approval", "approve", "active", True, False, False),
+    ("pending_approval", "revoke", "revoked", False, True, True),
+    ("active", "drain", "draining", False, False, False),
+    ("active", "revoke", "revoked", False, True, True),
+    ("draining", "activate", "active", False, False, False),
+    ("draining", "revoke", "revoked", False, True, True),
+    ("lost", "activate", "active", False, False, False),
+    ("lost", "drain", "draining", False, False, False),
+    ("lost", "revoke", "revoked", False, True, True),
+)
+RUNNER_STATES = ("pending_approval", "active", "draining", "lost", "revoked")
+
+
 class ProductionStatementTests(SchemaTest):
     def setUp(self):
         super().setUp()
@@ -2380,7 +2406,8 @@ class ProductionStatementTests(SchemaTest):
 
         # The lease lapses: recovery ends the claim, requeues the job, marks the runner lost.
         self.end(claim, 1, "running", "queued", ("lost", "lease expired"),
-                 (query("recover_runner"), (self.runner, NOW, "job: lease expired")))
+                 (query("recover_runner"), (self.runner, NOW, "job: lease expired", LEASE_LOST_MOVES,
+                                            LEASE_LOST_RETIRING)))
         self.assertEqual(self.w.job_row(self.job)[:3], ("queued", 1, None))
         state, generation = self.w.one(
             "SELECT state, credential_generation FROM runners WHERE id = ?", self.runner)
@@ -2446,3 +2473,138 @@ class ProductionStatementTests(SchemaTest):
         for path in sorted(QUERIES.glob("*.sql")):
             with self.subTest(query=path.name):
                 self.assertTrue(f'query("{path.stem}")' in text or f'"{path.name}"' in text, path.name)
+
+
+# =============================================================================================
+# The runner statements that apply the protocol's runner machine: for a runner in every state,
+# which rows change and how, column by column
+# =============================================================================================
+
+
+class RunnerMachineStatementTests(SchemaTest):
+    COLUMNS = ("state", "state_reason", "active_claims", "credential_generation", "approved_at", "revoked_at",
+               "key_id", "last_seen_at", "updated_at")
+
+    def setUp(self):
+        super().setUp()
+        self.org = self.w.org()
+
+    def runner_in(self, state):
+        """A runner in `state` holding one claim, its generation moved on once, a reason on
+        record, and every time column at a distinct past value."""
+        common = {"active_claims": 1, "credential_generation": 2, "state_reason": "before",
+                  "last_seen_at": NOW - 2, "updated_at": NOW - 1}
+        if state == "pending_approval":
+            return self.w.keypair_runner(self.org, **common)
+        extra = {"state": state, "approved_at": NOW - 4}
+        if state == "revoked":
+            extra["revoked_at"] = NOW - 3
+        return self.w.runner(self.org, **common, **extra)
+
+    def row(self, runner):
+        values = self.w.one(f"SELECT {', '.join(self.COLUMNS)} FROM runners WHERE id = ?", runner)
+        return dict(zip(self.COLUMNS, values))
+
+    def test_the_fixture_covers_every_runner_state(self):
+        for state in RUNNER_STATES:
+            with self.subTest(state=state):
+                self.assertEqual(self.row(self.runner_in(state))["state"], state)
+        self.assertRefused(self.runner_in, "retired", message="CHECK constraint failed")
+
+    # -- recover_runner: the lease_lost move, from the runner's live state ---------------------
+
+    def recover(self, runner, reason="job job_1: lease expired"):
+        return self.execute(query("recover_runner"), runner, NOW, reason, LEASE_LOST_MOVES,
+                            LEASE_LOST_RETIRING).rowcount
+
+    def test_recovery_marks_only_an_active_runner_lost_and_frees_capacity_in_every_state(self):
+        for state in RUNNER_STATES:
+            with self.subTest(state=state):
+                runner = self.runner_in(state)
+                before = self.row(runner)
+                self.assertEqual(self.recover(runner), 1)
+                expected = dict(before, active_claims=0, updated_at=NOW)
+                if state == "active":
+                    expected.update(state="lost", state_reason="job job_1: lease expired",
+                                    credential_generation=before["credential_generation"] + 1)
+                self.assertEqual(self.row(runner), expected)
+
+    def test_a_second_lost_lease_keeps_the_lost_runners_generation_and_first_reason(self):
+        runner = self.runner_in("active")
+        self.execute("UPDATE runners SET active_claims = 2, max_concurrent_jobs = 2 WHERE id = ?", runner)
+        self.recover(runner, "job job_1: lease expired")
+        self.recover(runner, "job job_2: lease expired")
+        row = self.row(runner)
+        self.assertEqual((row["state"], row["state_reason"], row["credential_generation"], row["active_claims"]),
+                         ("lost", "job job_1: lease expired", 3, 0))
+
+    # -- record_session: the session_proven move, guarded by who may authenticate -------------
+
+    def session(self, runner, generation=2):
+        return self.execute(query("record_session"), runner, NOW, generation, "kid-new", AUTHENTICATING_STATES,
+                            SESSION_PROVEN_MOVES, SESSION_REASON).rowcount
+
+    def test_a_session_returns_only_a_lost_runner_to_active_and_pending_or_revoked_ones_get_none(self):
+        for state in RUNNER_STATES:
+            with self.subTest(state=state):
+                runner = self.runner_in(state)
+                before = self.row(runner)
+                if state in ("pending_approval", "revoked"):
+                    self.assertEqual(self.session(runner), 0)
+                    self.assertEqual(self.row(runner), before)
+                    continue
+                self.assertEqual(self.session(runner), 1)
+                expected = dict(before, key_id="kid-new", last_seen_at=NOW, updated_at=NOW)
+                if state == "lost":
+                    expected.update(state="active", state_reason=SESSION_REASON)
+                self.assertEqual(self.row(runner), expected)
+
+    def test_a_session_decided_on_a_retired_generation_changes_nothing_in_any_state(self):
+        for state in RUNNER_STATES:
+            with self.subTest(state=state):
+                runner = self.runner_in(state)
+                before = self.row(runner)
+                self.assertEqual(self.session(runner, generation=1), 0)
+                self.assertEqual(self.row(runner), before)
+
+    # -- change_runner_state: an admin's move, decided in Rust, guarded by its from-state -----
+
+    def change(self, runner, move):
+        from_state, _command, to, approves, revokes, retires = move
+        return self.execute(query("change_runner_state"), self.org, runner, from_state, to, "operator", NOW,
+                            None, NOW if approves else None, NOW if revokes else None, int(retires)).rowcount
+
+    def test_every_admin_move_writes_exactly_its_stamps(self):
+        for move in ADMIN_MOVES:
+            from_state, command, to, approves, revokes, retires = move
+            with self.subTest(from_state=from_state, command=command):
+                runner = self.runner_in(from_state)
+                before = self.row(runner)
+                self.assertEqual(self.change(runner, move), 1)
+                expected = dict(before, state=to, state_reason="operator", updated_at=NOW)
+                if approves:
+                    expected["approved_at"] = NOW
+                if revokes:
+                    expected["revoked_at"] = NOW
+                if retires:
+                    expected["credential_generation"] = before["credential_generation"] + 1
+                self.assertEqual(self.row(runner), expected)
+
+    def test_an_admin_move_decided_from_another_state_changes_nothing(self):
+        for state in RUNNER_STATES:
+            runner = self.runner_in(state)
+            before = self.row(runner)
+            for move in ADMIN_MOVES:
+                if move[0] == state:
+                    continue
+                with self.subTest(state=state, move=move[:2]):
+                    self.assertEqual(self.change(runner, move), 0)
+                    self.assertEqual(self.row(runner), before)
+
+    def test_an_approval_sets_the_key_id_it_is_given_and_keeps_it_otherwise(self):
+        runner = self.runner_in("pending_approval")
+        self.execute(query("change_runner_state"), self.org, runner, "pending_approval", "active", "ok", NOW,
+                     "kid-approved", NOW, None, 0)
+        self.assertEqual(self.row(runner)["key_id"], "kid-approved")
+        self.change(runner, ADMIN_MOVES[2])  # active → draining, no key id
+        self.assertEqual(self.row(runner)["key_id"], "kid-approved")
