@@ -12,7 +12,7 @@ use worker::{Env, Request};
 use crate::error::{ApiError, ApiResult};
 use crate::http::bearer_token;
 use crate::platform::secret_hash;
-use crate::store::{api_keys, runners};
+use crate::store::{api_keys, runners, Org};
 use crate::Ctx;
 
 pub(crate) const API_KEY_PREFIX: &str = "erk";
@@ -76,26 +76,60 @@ impl AdminCaller {
 }
 
 pub(crate) async fn admin(req: &Request, ctx: &Ctx) -> ApiResult<AdminCaller> {
-    let token = bearer_token(req)?;
-    if !token.starts_with("erk_") {
-        return Err(ApiError::unauthorized(
-            "admin endpoints take an API key, not a runner credential",
-        ));
+    let key = PresentedKey::of(req)?;
+    let row = api_keys::by_hash(&ctx.db, key.hash()).await?;
+    key.caller(row)
+}
+
+/// The API key a request presents, checked for its form only (no D1 yet). A route whose first
+/// read is scoped to the caller's organization can send the key's lookup in that same read
+/// ([`PresentedKey::organization`]) and authenticate from its result ([`PresentedKey::caller`]).
+pub(crate) struct PresentedKey {
+    hash: String,
+}
+
+impl PresentedKey {
+    /// `401` for a missing credential or one that is not an API key.
+    pub(crate) fn of(req: &Request) -> ApiResult<Self> {
+        let token = bearer_token(req)?;
+        if !token.starts_with("erk_") {
+            return Err(ApiError::unauthorized(
+                "admin endpoints take an API key, not a runner credential",
+            ));
+        }
+        // Looked up by hash: the stored value is useless to a reader of the database, and
+        // equality of two SHA-256 digests reveals nothing about the key through timing.
+        Ok(Self {
+            hash: secret_hash(&token),
+        })
     }
-    // Looked up by hash: the stored value is useless to a reader of the database, and equality
-    // of two SHA-256 digests reveals nothing about the key through timing.
-    let row = api_keys::by_hash(&ctx.db, &secret_hash(&token))
-        .await?
-        .filter(|row| row.revoked_at.is_none())
-        .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
-    let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
-    Ok(AdminCaller {
-        organization_id: row.organization_id.clone(),
-        key_id: row.id.clone(),
-        role_admin: row.role == "admin",
-        scopes,
-        key: row,
-    })
+
+    pub(crate) fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// The organization this key authenticates, as a store scope: a statement scoped by it
+    /// reads nothing for an unknown or revoked key.
+    pub(crate) fn organization(&self) -> Org<'_> {
+        Org::OfKey(&self.hash)
+    }
+
+    /// The caller, from the key's row as read (`None`: no such key): `401` for an unknown or
+    /// revoked key.
+    pub(crate) fn caller(self, row: Option<api_keys::ApiKeyRow>) -> ApiResult<AdminCaller> {
+        let row = row
+            .filter(|row| row.revoked_at.is_none())
+            .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
+        let scopes: Vec<String> =
+            serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
+        Ok(AdminCaller {
+            organization_id: row.organization_id.clone(),
+            key_id: row.id.clone(),
+            role_admin: row.role == "admin",
+            scopes,
+            key: row,
+        })
+    }
 }
 
 /// The signing root, or `503` when it is missing or too short to be trusted.

@@ -16,10 +16,16 @@
 //! (the caller crashed after its commit) is bounded by the runner object's quiet time
 //! (`QUIET_MILLIS`): a remembered "nothing" is used for at most that long.
 //!
-//! A touch wakes at most [`WAKE_PER_TOUCH`] waiters, the longest-waiting first: one job needs one
-//! runner, and waking every idle runner of a large fleet would make each enqueue cost a D1 read
-//! per runner. A waiter that was not woken sees the moved stamp when its wait ends and reads D1
-//! then; waiting claims are bounded by [`MAX_WAITERS`], past which a claim is answered at once.
+//! A touch wakes one waiter, the longest-waiting: one job needs one runner, and waking every idle
+//! runner of a large fleet would make each enqueue cost a D1 read per runner (and, locally, make
+//! the one that gets the job wait behind the others' reads). A woken claim whose runner finds
+//! nothing (the job needs what it lacks, or another claim took it) **passes the wake on** when it
+//! comes back to wait (`pass_on`): the dispatcher wakes the longest-waiting claim that has not
+//! seen the new stamp. A touch's wake is passed on at most [`PASSES_PER_TOUCH`] times, so a job
+//! no waiting runner can take costs at most that many more reads, not one per idle runner. Only
+//! a claim that was woken passes on: a claim that merely looked at the moved stamp holds no wake.
+//! A waiter no wake reached sees the moved stamp when its wait ends and reads D1 then; waiting
+//! claims are bounded by [`MAX_WAITERS`], past which a claim is answered at once.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -39,8 +45,8 @@ use crate::objects::{self, read_op, respond, Reply, DISPATCHERS};
 use crate::ops::DispatchOp;
 use crate::store::RoundTrips;
 
-/// Waiters woken by one touch.
-pub(crate) const WAKE_PER_TOUCH: usize = 4;
+/// How often one touch's wake may be passed on by woken claims that found nothing.
+pub(crate) const PASSES_PER_TOUCH: u32 = 4;
 /// Claims that may wait in one organization's dispatcher at once.
 pub(crate) const MAX_WAITERS: usize = 10_000;
 /// The longest wait a dispatcher holds (the claim's `waitSeconds` bound).
@@ -54,11 +60,44 @@ pub(crate) struct Stamp {
     pub(crate) version: u64,
 }
 
+/// A look's answer: the stamp, and whether this caller was woken by a touch (or a wake passed
+/// on), rather than by the end of its wait or a stamp it had not seen yet.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Looked {
+    pub(crate) stamp: Stamp,
+    pub(crate) woken: bool,
+}
+
 struct Queue {
     stamp: Stamp,
-    /// Claims waiting for the stamp to move, by arrival (the oldest wakes first).
-    waiters: BTreeMap<u64, Waker>,
+    /// Passes left to the current version's wake ([`PASSES_PER_TOUCH`] after each touch).
+    passes: u32,
+    /// Claims waiting for the stamp to move, by arrival (the oldest wakes first), each with the
+    /// version it waits to see move.
+    waiters: BTreeMap<u64, Waiting>,
     next_waiter: u64,
+}
+
+struct Waiting {
+    seen: u64,
+    waker: Waker,
+}
+
+impl Queue {
+    /// Wakes the longest-waiting claim that has not seen the current version: it leaves the
+    /// queue, and its [`Moved`] resolves.
+    fn wake_one(&mut self) {
+        let version = self.stamp.version;
+        let first = self
+            .waiters
+            .iter()
+            .find(|(_, w)| w.seen != version)
+            .map(|(id, _)| *id);
+        if let Some(waiting) = first.and_then(|id| self.waiters.remove(&id)) {
+            waiting.waker.wake();
+        }
+    }
 }
 
 #[durable_object]
@@ -74,6 +113,7 @@ impl DurableObject for Dispatcher {
         Self {
             queue: Rc::new(RefCell::new(Queue {
                 stamp: Stamp { epoch, version: 0 },
+                passes: 0,
                 waiters: BTreeMap::new(),
                 next_waiter: 0,
             })),
@@ -83,7 +123,12 @@ impl DurableObject for Dispatcher {
     async fn fetch(&self, req: Request) -> Result<Response> {
         let outcome = match read_op::<DispatchOp>(req).await {
             Ok(DispatchOp::Touch { .. }) => Ok(self.touch()),
-            Ok(DispatchOp::Look { known, wait_ms, .. }) => self.look(known, wait_ms).await,
+            Ok(DispatchOp::Look {
+                known,
+                wait_ms,
+                pass_on,
+                ..
+            }) => self.look(known, wait_ms, pass_on).await,
             Err(err) => Err(err),
         };
         respond(outcome, &RoundTrips::default())
@@ -92,28 +137,25 @@ impl DurableObject for Dispatcher {
 
 impl Dispatcher {
     fn touch(&self) -> Reply {
-        let woken: Vec<Waker> = {
-            let mut queue = self.queue.borrow_mut();
-            queue.stamp.version += 1;
-            let first: Vec<u64> = queue.waiters.keys().take(WAKE_PER_TOUCH).copied().collect();
-            first
-                .iter()
-                .filter_map(|id| queue.waiters.remove(id))
-                .collect()
-        };
-        for waker in woken {
-            waker.wake();
-        }
-        stamp_reply(&self.queue.borrow().stamp)
+        let mut queue = self.queue.borrow_mut();
+        queue.stamp.version += 1;
+        queue.passes = PASSES_PER_TOUCH;
+        queue.wake_one();
+        looked_reply(&queue.stamp, false)
     }
 
     /// The stamp now, or (when it is still `known` and the caller will wait) once it moves or
-    /// the wait ends.
-    async fn look(&self, known: Option<Stamp>, wait_ms: u32) -> ApiResult<Reply> {
+    /// the wait ends. `pass_on`: the caller was woken at `known` and found nothing.
+    async fn look(&self, known: Option<Stamp>, wait_ms: u32, pass_on: bool) -> ApiResult<Reply> {
         let wait_ms = wait_ms.min(MAX_WAIT_MILLIS);
         let waiting = {
             let mut queue = self.queue.borrow_mut();
             let unmoved = known.as_ref() == Some(&queue.stamp);
+            // A wake of an older version is spent: the touch since woke a claim of its own.
+            if pass_on && unmoved && queue.passes > 0 {
+                queue.passes -= 1;
+                queue.wake_one();
+            }
             if unmoved && wait_ms > 0 && queue.waiters.len() < MAX_WAITERS {
                 let id = queue.next_waiter;
                 queue.next_waiter += 1;
@@ -121,45 +163,59 @@ impl Dispatcher {
                     queue: Rc::clone(&self.queue),
                     seen: queue.stamp.version,
                     id,
+                    waited: false,
                 })
             } else {
                 None
             }
         };
+        let mut woken = false;
         if let Some(moved) = waiting {
             let timeout = Delay::from(Duration::from_millis(u64::from(wait_ms)));
-            // Either the stamp moved, or the wait ended (the waiter leaves the queue on drop).
-            match select(moved, timeout).await {
-                Either::Left(((), _)) | Either::Right(((), _)) => {}
+            // Either a wake reached it, or the wait ended (the waiter leaves the queue on drop).
+            if let Either::Left((picked, _)) = select(moved, timeout).await {
+                woken = picked;
             }
         }
-        Ok(stamp_reply(&self.queue.borrow().stamp))
+        Ok(looked_reply(&self.queue.borrow().stamp, woken))
     }
 }
 
-fn stamp_reply(stamp: &Stamp) -> Reply {
-    Reply::ok(json!(stamp))
+fn looked_reply(stamp: &Stamp, woken: bool) -> Reply {
+    Reply::ok(json!(Looked {
+        stamp: stamp.clone(),
+        woken
+    }))
 }
 
-/// Resolves once the stamp's version is no longer `seen`, or once a touch picked this waiter.
+/// Resolves once a wake picked this waiter (`true`), or at once when the stamp had already
+/// moved past `seen` before it began to wait (`false`: it holds no wake to pass on).
 struct Moved {
     queue: Rc<RefCell<Queue>>,
     seen: u64,
     id: u64,
+    /// Polled before: it is (or was, until a wake took it out) in the queue.
+    waited: bool,
 }
 
 impl Future for Moved {
-    type Output = ();
+    type Output = bool;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let waited = self.waited;
+        self.waited = true;
         let mut queue = self.queue.borrow_mut();
-        let picked = !queue.waiters.contains_key(&self.id) && queue.stamp.version != self.seen;
-        if picked {
-            return Poll::Ready(());
+        if !queue.waiters.contains_key(&self.id) && queue.stamp.version != self.seen {
+            // Only a wake takes a waiter out of the queue once it is in it.
+            return Poll::Ready(waited);
         }
         // Not picked yet: wait (again) in the waiter's place. A waiter a touch passed over keeps
-        // waiting for the next touch or the end of its wait.
-        queue.waiters.insert(self.id, cx.waker().clone());
+        // waiting for a wake (a touch, or one passed on) or the end of its wait.
+        let waiting = Waiting {
+            seen: self.seen,
+            waker: cx.waker().clone(),
+        };
+        queue.waiters.insert(self.id, waiting);
         Poll::Pending
     }
 }
@@ -184,18 +240,25 @@ pub(crate) async fn touch(env: &Env, org: &str) {
     }
 }
 
-/// Organization `org`'s stamp: at once, or (when it is still `known`) after it moves or
-/// `wait_ms` pass.
-pub(crate) async fn look(
+/// Organization `org`'s stamp, at once.
+pub(crate) async fn stamp(env: &Env, org: &str, known: Option<&Stamp>) -> ApiResult<Stamp> {
+    Ok(wait(env, org, known, 0, false).await?.stamp)
+}
+
+/// Organization `org`'s stamp: at once, or (when it is still `known`) after a wake reaches this
+/// caller or `wait_ms` pass. `pass_on`: the caller was woken at `known` and found nothing.
+pub(crate) async fn wait(
     env: &Env,
     org: &str,
     known: Option<&Stamp>,
     wait_ms: u32,
-) -> ApiResult<Stamp> {
+    pass_on: bool,
+) -> ApiResult<Looked> {
     let op = DispatchOp::Look {
         organization_id: org.to_owned(),
         known: known.cloned(),
         wait_ms,
+        pass_on,
     };
     let reply = call(env, &op).await?;
     serde_json::from_value(reply.body).map_err(ApiError::internal)

@@ -125,6 +125,7 @@ impl JobObject {
         let storage = self.state.storage();
         let trips = trips.clone();
         let known = Rc::clone(&self.known);
+        let recovering = matches!(op, JobOp::Recover { .. });
         let outcome = self
             .state
             .block_concurrency_while(
@@ -132,11 +133,18 @@ impl JobObject {
             )
             .await
             .map_err(JobRefusal::internal)??;
-        let storage = self.state.storage();
-        let moved = match outcome.alarm_at {
-            Some(at) => storage.set_alarm(alarm_delay(at)).await,
-            None if outcome.clear_alarm => storage.delete_alarm().await,
+        let move_to = match (outcome.alarm_at, outcome.clear_alarm) {
+            (Some(at), _) => Some(Some(at)),
+            (None, true) => Some(None),
+            (None, false) => None,
+        };
+        let moved = match move_to {
             None => Ok(()),
+            // Recovery (its alarm, or a reap pass) has no runner waiting on it: its move is
+            // confirmed before the object answers, so an alarm that re-armed is on disk when
+            // the runtime counts the alarm as handled.
+            Some(at) if recovering => confirmed_alarm_move(&self.state.storage(), at).await,
+            Some(at) => move_alarm_unconfirmed(&self.state, at).await,
         };
         if let Err(err) = moved {
             // Committed already: the earlier alarm (or the cron pass) still covers the lease.
@@ -147,6 +155,36 @@ impl JobObject {
             crate::dispatch_do::touch(&self.env, org).await;
         }
         outcome.answer
+    }
+}
+
+/// Moves the alarm to `at` (or deletes it) after a commit, without holding the object's answer
+/// (or its next D1 write) until the move is on disk (`allowUnconfirmed`). Safe because the move
+/// only follows what D1 already holds: should it be lost, the earlier alarm still fires at or
+/// before the lease's end, finds the lease alive (or gone) and re-arms (or does nothing). The
+/// alarm a grant *needs* is written before its commit, and confirmed ([`OpCtx::arm_before_commit`]).
+///
+/// Through the raw binding: worker 0.8's `SetAlarmOptions` serializes its fields in snake case,
+/// which the runtime does not read.
+async fn move_alarm_unconfirmed(state: &State, at: Option<i64>) -> Result<()> {
+    use worker::js_sys::{Date, Object, Reflect};
+    use worker::wasm_bindgen::JsValue;
+    let storage = state.as_raw().storage()?;
+    let options = Object::new();
+    Reflect::set(&options, &JsValue::from_str("allowUnconfirmed"), &JsValue::TRUE)?;
+    let promise = match at {
+        // Epoch milliseconds are whole numbers well inside f64's exact range.
+        Some(at) => storage.set_alarm(Date::new(&JsValue::from_f64(at as f64)), options)?,
+        None => storage.delete_alarm(options)?,
+    };
+    worker::wasm_bindgen_futures::JsFuture::from(promise).await?;
+    Ok(())
+}
+
+async fn confirmed_alarm_move(storage: &Storage, at: Option<i64>) -> Result<()> {
+    match at {
+        Some(at) => storage.set_alarm(alarm_delay(at)).await,
+        None => storage.delete_alarm().await,
     }
 }
 
@@ -701,7 +739,7 @@ async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> Answer 
             "grant batch changed {changed:?} rows"
         )));
     }
-    ctx.alarm.set(AlarmChange::At(lease));
+    // The alarm is at `lease` already (armed before the commit): no second write.
     // The holder's first heartbeat finds the object warm.
     let mut known = snap.clone();
     known.job.state = JobState::Claimed.as_str().to_owned();

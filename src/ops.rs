@@ -145,11 +145,15 @@ impl RunnerOp {
 pub(crate) enum DispatchOp {
     /// The organization's claimable work may have changed.
     Touch { organization_id: String },
-    /// The stamp now, or once it is no longer `known` (at most `wait_ms` later).
+    /// The stamp now, or once it is no longer `known` (at most `wait_ms` later). With
+    /// `pass_on`, the caller was woken at `known` and its runner found nothing: the wake goes
+    /// on to another waiting claim (see `dispatch_do`).
     Look {
         organization_id: String,
         known: Option<Stamp>,
         wait_ms: u32,
+        #[serde(default)]
+        pass_on: bool,
     },
 }
 

@@ -162,7 +162,7 @@ impl RunnerObject {
                 (Some(stamp), _) => Some(stamp),
                 (None, None) => None,
                 (None, Some(quiet)) => {
-                    match dispatch_do::look(&self.env, &request.org, Some(&quiet.stamp), 0).await {
+                    match dispatch_do::stamp(&self.env, &request.org, Some(&quiet.stamp)).await {
                         // Nothing was queued (nor the runner changed) since it found nothing.
                         Ok(stamp) if quiet.confirmed && stamp == quiet.stamp => {
                             return Ok(RunnerReply::Nothing);
@@ -238,7 +238,7 @@ impl RunnerObject {
                     let (stamp, confirmed) = match before {
                         Some(stamp) => (Some(stamp), true),
                         None => (
-                            dispatch_do::look(&env, &request.org, None, 0).await.ok(),
+                            dispatch_do::stamp(&env, &request.org, None).await.ok(),
                             false,
                         ),
                     };

@@ -84,6 +84,10 @@ struct Args {
     /// stdout and write them to --json. Needs no floor route: any local server does.
     #[arg(long)]
     recovery_only: Option<usize>,
+    /// Run only the hot path's scenarios (8, 9, 1 at 100 queued three times, 2): print their
+    /// figures as JSON on stdout and write them to --json. Needs the floor route.
+    #[arg(long)]
+    hot_only: bool,
     /// Payload bytes per log chunk for the chatty jobs (the runner's --batch-bytes).
     #[arg(long, env = "EDGERUNNER_BENCH_BATCH_BYTES", default_value_t = BatchLimits::DEFAULT.max_bytes)]
     batch_bytes: usize,
@@ -1011,8 +1015,6 @@ async fn succeed(
 /// Runners that long-poll in scenario 9, and the CLI's default wait they use.
 const PICKUP_RUNNERS: usize = 32;
 const PICKUP_WAIT_SECONDS: u32 = 10;
-/// Waiting claims one touch wakes (`dispatch_do::WAKE_PER_TOUCH` in the Worker).
-const PICKUP_WAKES: usize = 4;
 
 /// Scenario 9: job pickup latency. 32 runners long-poll (`waitSeconds` 10, the CLI's default)
 /// on an empty queue; jobs are enqueued one at a time, each once the previous one was picked
@@ -1180,7 +1182,7 @@ fn capacity_markdown(r: &Value) -> String {
     let before_busy =
         BEFORE_HEARTBEAT / MODEL_HEARTBEAT_SECONDS + BEFORE_CHUNK / MODEL_CHUNK_SECONDS;
     format!(
-        "\n## 10. Capacity model\n\nD1 queries per second per runner, from the counts of section 8, and the runners one D1 database carries at {:.0} queries/s. An idle runner polls every {:.0} s (the published SDK's loop and the CLI's `--poll-interval`) or long-polls {} s per claim (the CLI's default); its object re-reads D1 once per {:.0} s quiet period. A busy runner holds one job, heartbeats every {:.0} s and sends one chunk per {:.0} s. \"Before\" is the same scenario at commit 7b0ce23 (a claim that found nothing: {:.0} round trips; warm heartbeat and chunk: {:.0} each; no long poll).\n\n| runner | q/s before | runners before | q/s now | runners now | goal |\n|---|---|---|---|---|---|\n| idle, polling every {:.0} s | {:.3} | {} | {:.3} | {} | ≥ 10,000: **{}** |\n| idle, long-polling {} s | – | – | {:.3} | {} | ≥ 10,000: **{}** |\n| busy | {:.2} | {} | {:.2} | {} | ≥ 800: **{}** |\n\nNot in the per-runner figures: each job enqueued or requeued wakes up to {} waiting claims, each of which reads D1 once (and one of them writes the grant). A fleet whose organizations queue J jobs/s adds up to {}·J queries/s, whatever its size; a waiting claim that was not woken reads once when its wait ends.\n",
+        "\n## 10. Capacity model\n\nD1 queries per second per runner, from the counts of section 8, and the runners one D1 database carries at {:.0} queries/s. An idle runner polls every {:.0} s (the published SDK's loop and the CLI's `--poll-interval`) or long-polls {} s per claim (the CLI's default); its object re-reads D1 once per {:.0} s quiet period. A busy runner holds one job, heartbeats every {:.0} s and sends one chunk per {:.0} s. \"Before\" is the same scenario at commit 7b0ce23 (a claim that found nothing: {:.0} round trips; warm heartbeat and chunk: {:.0} each; no long poll).\n\n| runner | q/s before | runners before | q/s now | runners now | goal |\n|---|---|---|---|---|---|\n| idle, polling every {:.0} s | {:.3} | {} | {:.3} | {} | ≥ 10,000: **{}** |\n| idle, long-polling {} s | – | – | {:.3} | {} | ≥ 10,000: **{}** |\n| busy | {:.2} | {} | {:.2} | {} | ≥ 800: **{}** |\n\nNot in the per-runner figures: each job enqueued or requeued wakes one waiting claim, which reads D1 once and writes the grant; a woken claim whose runner cannot take the job passes the wake on, one more read each. A fleet whose organizations queue J jobs/s, with waiting runners that can take them, adds 2·J queries/s, whatever its size; a waiting claim that was not woken reads once when its wait ends.\n",
         MODEL_D1_QPS,
         MODEL_POLL_SECONDS,
         PICKUP_WAIT_SECONDS,
@@ -1204,8 +1206,6 @@ fn capacity_markdown(r: &Value) -> String {
         busy,
         runners(busy),
         verdict(busy <= MODEL_D1_QPS / 800.0),
-        PICKUP_WAKES,
-        PICKUP_WAKES + 1,
     )
 }
 
@@ -2028,6 +2028,9 @@ async fn run(args: Args) -> Res<()> {
         print!("{}", chatty_markdown(&report));
         return Ok(());
     }
+    if args.hot_only {
+        return hot_only(&args, &mut bench, sizes, &artifact_id, version_id, &load_start).await;
+    }
     // First, while the queue is empty (the template is cancelled).
     let trips = round_trips(&bench, &artifact_id, version_id).await?;
     eprintln!("D1 round trips per operation: {trips}");
@@ -2123,6 +2126,63 @@ async fn run(args: Args) -> Res<()> {
         "bench done in {wall:.0} s; load generator CPU {:.0}% of one core",
         cpu * 100.0
     );
+    Ok(())
+}
+
+/// `--hot-only`: the hot path's figures alone, for comparing one change with another on the
+/// same machine within minutes. The claim runs three times at 100 queued (three ratios show the
+/// noise of one).
+async fn hot_only(
+    args: &Args,
+    bench: &mut Bench,
+    sizes: &Sizes,
+    artifact_id: &str,
+    version_id: u64,
+    load_start: &str,
+) -> Res<()> {
+    let trips = round_trips(bench, artifact_id, version_id).await?;
+    let pickup = pickup(bench, artifact_id, version_id, sizes.pickup).await?;
+    let depth = sizes.queue_levels[0];
+    let claim_sizes = Sizes {
+        queue_levels: [depth; 3],
+        ..*sizes
+    };
+    let claim = claim_latency(bench, &claim_sizes).await?;
+    let needed = sizes
+        .lifecycle
+        .iter()
+        .map(|(c, k)| (c * k) as u64)
+        .sum::<u64>();
+    let queued = bench.queued()?;
+    bench.seed(needed.saturating_sub(queued))?;
+    let lifecycle = lifecycle(bench, sizes).await?;
+    let report = json!({
+        "command": args.command,
+        "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]),
+        "loadAverage": { "start": load_start, "end": loadavg() },
+        "roundTrips": trips,
+        "pickup": pickup,
+        "claim": claim,
+        "lifecycle": lifecycle,
+    });
+    let text = serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n";
+    std::fs::write(&args.json, &text).map_err(err("write json"))?;
+    let line = |v: &Value| format!("{v}");
+    let claims: Vec<String> = claim
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| format!("p50 {} vs floor {} = {}x", l["claim"]["p50"], l["floor"]["p50"], l["p50Ratio"]))
+        .collect();
+    let lifecycles: Vec<String> = lifecycle
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| format!("x{}: {}x", l["runners"], l["throughputRatio"]))
+        .collect();
+    println!("pickup ms {}; from request {}; enqueue {}", line(&pickup["pickupMs"]), line(&pickup["fromRequestMs"]), line(&pickup["enqueueMs"]));
+    println!("claim: {}", claims.join("; "));
+    println!("lifecycle: {}", lifecycles.join("; "));
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
-use crate::auth::{self, Scope};
+use crate::auth::{self, PresentedKey, Scope};
 use crate::dispatch_do;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{
@@ -23,52 +23,54 @@ use crate::objects;
 use crate::ops::{Holder, JobOp, RunnerOp};
 use crate::platform::{now_ms, random_id};
 use crate::replies::RunnerReply;
-use crate::store::{self, events, guards, jobs, Db, RoundTrips};
+use crate::store::{self, api_keys, events, guards, jobs, Db, RoundTrips};
 use crate::Ctx;
 
 const ENVIRONMENTS: [&str; 3] = ["dev", "staging", "prod"];
 
 pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let caller = auth::admin(&req, ctx).await?;
-    caller.require(Scope::RunsWrite)?;
-    let body = json_object(&mut req).await?;
-    refuse_unknown(
-        &body,
-        &["idempotencyKey", "subject", "input", "requirements"],
-    )?;
-    let key = required_name(&body, "idempotencyKey", 255)?;
-    let subject = match body.get("subject") {
-        Some(Value::Object(map)) => map,
-        _ => {
-            return Err(ApiError::unprocessable(
-                "INVALID_SUBJECT",
-                "subject must be an object",
-            ))
-        }
+    // The body is checked before the key is looked up (its checks need no D1), so that the
+    // lookup rides in the enqueue's one read. A refused body is answered only to a caller the
+    // key authenticates: anyone else still gets 401 or 403 first.
+    let presented = PresentedKey::of(&req)?;
+    let body = match json_object(&mut req).await {
+        Ok(body) => body,
+        Err(refused) => return Err(refusal_for_caller(&req, ctx, refused).await),
     };
-    let (kind, artifact, version, environment) = parse_subject(subject)?;
-    let input = body.get("input").ok_or_else(|| {
-        ApiError::unprocessable("MISSING_FIELD", "input is required (any JSON value)")
-    })?;
-    let requirements = Requirements::parse(body.get("requirements").unwrap_or(&Value::Null))?;
+    let asked = match EnqueueRequest::parse(&body) {
+        Ok(asked) => asked,
+        Err(refused) => return Err(refusal_for_caller(&req, ctx, refused).await),
+    };
+    let EnqueueRequest {
+        key,
+        kind,
+        artifact,
+        version,
+        environment,
+        input,
+        requirements,
+    } = asked;
 
-    // The version the job binds and an earlier job under the same key: one read.
+    // The caller's key, the version the job binds and an earlier job under the same key: one
+    // read, scoped to the key's organization.
+    let org = presented.organization();
     let read = store::read_batch(
         &ctx.db,
         vec![
-            jobs::select_bindable_version(
-                &ctx.db,
-                &caller.organization_id,
-                artifact,
-                version,
-                environment,
-            )?,
-            jobs::select_by_idempotency_key(&ctx.db, &caller.organization_id, key)?,
+            api_keys::select_by_hash(&ctx.db, presented.hash())?,
+            jobs::select_bindable_version(&ctx.db, org, artifact, version, environment)?,
+            jobs::select_by_idempotency_key(&ctx.db, org, key)?,
         ],
     )
     .await?;
-    let earlier = store::rows_of::<jobs::JobRow>(&read, 1)?.into_iter().next();
-    let bound = store::rows_of::<jobs::BindableVersion>(&read, 0)?
+    let caller = presented.caller(
+        store::rows_of::<api_keys::ApiKeyRow>(&read, 0)?
+            .into_iter()
+            .next(),
+    )?;
+    caller.require(Scope::RunsWrite)?;
+    let earlier = store::rows_of::<jobs::JobRow>(&read, 2)?.into_iter().next();
+    let bound = store::rows_of::<jobs::BindableVersion>(&read, 1)?
         .into_iter()
         .next()
         .ok_or_else(|| {
@@ -181,6 +183,63 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         .next()
         .ok_or_else(|| ApiError::internal("the enqueue's insert answered no row"))?;
     json_response(201, &job.to_json()).map_err(ApiError::from)
+}
+
+/// What an enqueue asks for, as its body says it (checked, not yet looked up).
+struct EnqueueRequest<'a> {
+    key: &'a str,
+    kind: &'a str,
+    artifact: &'a str,
+    version: i64,
+    environment: &'a str,
+    input: &'a Value,
+    requirements: Requirements,
+}
+
+impl<'a> EnqueueRequest<'a> {
+    fn parse(body: &'a Map<String, Value>) -> ApiResult<Self> {
+        refuse_unknown(
+            body,
+            &["idempotencyKey", "subject", "input", "requirements"],
+        )?;
+        let key = required_name(body, "idempotencyKey", 255)?;
+        let subject = match body.get("subject") {
+            Some(Value::Object(map)) => map,
+            _ => {
+                return Err(ApiError::unprocessable(
+                    "INVALID_SUBJECT",
+                    "subject must be an object",
+                ))
+            }
+        };
+        let (kind, artifact, version, environment) = parse_subject(subject)?;
+        let input = body.get("input").ok_or_else(|| {
+            ApiError::unprocessable("MISSING_FIELD", "input is required (any JSON value)")
+        })?;
+        let requirements = Requirements::parse(body.get("requirements").unwrap_or(&Value::Null))?;
+        Ok(Self {
+            key,
+            kind,
+            artifact,
+            version,
+            environment,
+            input,
+            requirements,
+        })
+    }
+}
+
+/// `refused` (a bad body) for a caller whose key may enqueue; for anyone else, the `401` or
+/// `403` they would have got before their body was read.
+async fn refusal_for_caller(req: &Request, ctx: &Ctx, refused: ApiError) -> ApiError {
+    let allowed = match auth::admin(req, ctx).await {
+        Ok(caller) => caller.require(Scope::RunsWrite),
+        Err(err) => Err(err),
+    };
+    match allowed {
+        Ok(()) => refused,
+        Err(err) => err,
+    }
 }
 
 fn same_intent(existing: jobs::JobRow, intent_hash: &str) -> ApiResult<Response> {
@@ -551,6 +610,8 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // runner's object again when the queue moved. Here, because a runner that stops waiting (it
     // drops the connection) ends this invocation: no claim is made for it after it left.
     let deadline = now_ms() + i64::from(wait_ms);
+    // This claim was woken (by a touch, or a wake passed on) and asks its runner's object again.
+    let mut woken = false;
     for _ in 0..MAX_WAIT_ROUNDS {
         let (reply, quiet) =
             objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
@@ -559,10 +620,15 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         let Some(quiet) = quiet.filter(|_| nothing && left > 0) else {
             return reply.into_response();
         };
-        match dispatch_do::look(&ctx.env, &claims.organization_id, Some(&quiet), left).await {
-            Ok(moved) if moved != quiet => {
+        // Woken, and nothing for this runner at the stamp it was woken at: the wake goes on to
+        // another waiting claim (it waits again itself).
+        let pass_on = woken && matches!(&op, RunnerOp::Claim { stamp: Some(at), .. } if *at == quiet);
+        match dispatch_do::wait(&ctx.env, &claims.organization_id, Some(&quiet), left, pass_on).await
+        {
+            Ok(looked) if looked.stamp != quiet => {
+                woken = looked.woken;
                 if let RunnerOp::Claim { stamp, .. } = &mut op {
-                    *stamp = Some(moved);
+                    *stamp = Some(looked.stamp);
                 }
             }
             // The wait ended with nothing queued, or the dispatcher failed: nothing, now.

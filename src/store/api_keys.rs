@@ -22,12 +22,16 @@ const COLUMNS: &str =
     "id, organization_id, name, key_prefix, role, scopes, created_at, last_used_at, revoked_at";
 
 pub(crate) async fn by_hash(db: &Db, key_hash: &str) -> ApiResult<Option<ApiKeyRow>> {
-    first(
-        db,
-        &format!("SELECT {COLUMNS} FROM api_keys WHERE key_hash = ?1"),
-        &[key_hash.into()],
-    )
-    .await
+    first(db, &by_hash_sql(), &[key_hash.into()]).await
+}
+
+/// [`by_hash`] as a statement, to ride in a batch.
+pub(crate) fn select_by_hash(db: &Db, key_hash: &str) -> ApiResult<worker::D1PreparedStatement> {
+    super::stmt(db, &by_hash_sql(), &[key_hash.into()])
+}
+
+fn by_hash_sql() -> String {
+    format!("SELECT {COLUMNS} FROM api_keys WHERE key_hash = ?1")
 }
 
 pub(crate) async fn list(db: &Db, org: &str) -> ApiResult<Vec<ApiKeyRow>> {

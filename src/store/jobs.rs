@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
-use super::{all, first, stmt, Arg, Db};
+use super::{all, first, stmt, Arg, Db, Org};
 use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
 
@@ -124,15 +124,16 @@ pub(crate) async fn by_idempotency_key(db: &Db, org: &str, key: &str) -> ApiResu
 /// [`by_idempotency_key`] as a statement, to ride in a read batch.
 pub(crate) fn select_by_idempotency_key(
     db: &Db,
-    org: &str,
+    org: Org<'_>,
     key: &str,
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         &format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = ?1 AND idempotency_key = ?2"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = {} AND idempotency_key = ?2",
+            org.sql()
         ),
-        &[org.into(), key.into()],
+        &[org.arg(), key.into()],
     )
 }
 
@@ -328,18 +329,21 @@ pub(crate) struct BindableVersion {
 
 pub(crate) fn select_bindable_version(
     db: &Db,
-    org: &str,
+    org: Org<'_>,
     artifact: &str,
     version: i64,
     environment: &str,
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT v.content_hash, a.kind, \
-           EXISTS (SELECT 1 FROM release_promotions p WHERE p.version_id = v.id AND p.environment = ?4) AS promoted \
-         FROM release_versions v JOIN release_artifacts a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
-         WHERE v.id = ?3 AND v.organization_id = ?1 AND v.artifact_id = ?2",
-        &[org.into(), artifact.into(), version.into(), environment.into()],
+        &format!(
+            "SELECT v.content_hash, a.kind, \
+               EXISTS (SELECT 1 FROM release_promotions p WHERE p.version_id = v.id AND p.environment = ?4) AS promoted \
+             FROM release_versions v JOIN release_artifacts a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
+             WHERE v.id = ?3 AND v.organization_id = {} AND v.artifact_id = ?2",
+            org.sql()
+        ),
+        &[org.arg(), artifact.into(), version.into(), environment.into()],
     )
 }
 

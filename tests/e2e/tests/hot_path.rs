@@ -482,6 +482,79 @@ async fn a_long_poll_wakes_when_a_job_is_handed_back() {
     );
 }
 
+/// A touch wakes one waiting claim, the longest-waiting. One whose runner cannot take the job
+/// comes back to wait and passes the wake on, so the job reaches a waiting runner that can take
+/// it before that runner's own wait ends.
+#[tokio::test]
+async fn a_wake_passes_on_past_a_runner_that_cannot_take_the_job() {
+    let f = Fixture::new("hot-long-poll-pass").await;
+    // It waits first, so the touch wakes it first; it runs no prompt jobs.
+    let scorer = Runner::simple(&f.org, &["scorer"], 1).await;
+    for _ in 0..3 {
+        assert_eq!(scorer.claim().await.status, 204);
+    }
+    let mut runner = idle_runner(&f.org, 1).await;
+    let passed_over = waiting_claim(&scorer, 8).await;
+    let started = std::time::Instant::now();
+    let claim = waiting_claim(&runner, 20).await;
+    let job = enqueue_job(
+        f.key(),
+        &f.release,
+        &json!({ "passed on": unique("job") }),
+        &requirements("prompt"),
+    )
+    .await;
+    let reply = claim.await;
+    let waited = started.elapsed();
+    let claimed = runner
+        .verify(&reply, &[])
+        .unwrap_or_else(|e| panic!("{e}: {reply:?}"));
+    assert_eq!(claimed.job_id(), text(&job, "id"));
+    assert!(
+        waited < std::time::Duration::from_secs(20),
+        "woken by the wake the scorer runner passed on, not by the end of its wait: {waited:?}"
+    );
+    // The runner passed over got nothing, and went on waiting until its wait ended.
+    assert_eq!(passed_over.await.status, 204);
+}
+
+/// Each touch wakes a waiting claim of its own: two jobs queued one after the other reach two
+/// waiting runners, neither of them at the end of its wait.
+#[tokio::test]
+async fn two_jobs_queued_together_wake_two_waiting_runners() {
+    let f = Fixture::new("hot-long-poll-two").await;
+    let mut first = idle_runner(&f.org, 1).await;
+    let mut second = idle_runner(&f.org, 1).await;
+    let started = std::time::Instant::now();
+    let first_claim = waiting_claim(&first, 20).await;
+    let second_claim = waiting_claim(&second, 20).await;
+    let mut queued = Vec::new();
+    for n in 0..2 {
+        let input = json!({ "together": unique("job"), "n": n });
+        let job = enqueue_job(f.key(), &f.release, &input, &requirements("prompt")).await;
+        queued.push(text(&job, "id").to_owned());
+    }
+    let (first_reply, second_reply) = tokio::join!(first_claim, second_claim);
+    let waited = started.elapsed();
+    let mut claimed = vec![
+        first
+            .verify(&first_reply, &[])
+            .unwrap_or_else(|e| panic!("{e}: {first_reply:?}"))
+            .job_id(),
+        second
+            .verify(&second_reply, &[])
+            .unwrap_or_else(|e| panic!("{e}: {second_reply:?}"))
+            .job_id(),
+    ];
+    claimed.sort();
+    queued.sort();
+    assert_eq!(claimed, queued);
+    assert!(
+        waited < std::time::Duration::from_secs(20),
+        "both woken by the touches, not by the end of their waits: {waited:?}"
+    );
+}
+
 /// An idle runner's object answers from memory only while nothing changed: a change to the
 /// runner itself (drained, active again, rotated) is answered as D1 would answer it.
 #[tokio::test]

@@ -771,6 +771,38 @@ async fn enqueue_is_idempotent_and_refuses_what_it_cannot_bind() {
     .await;
     enqueue(str_of(&writer, "apiKey"), &body).await.expect(201);
 
+    // Who asks is decided before what is asked (the key's lookup rides in the enqueue's read):
+    // a key unknown, revoked or without runs:write is refused as such, whatever its body.
+    let bad_body = json!({ "idempotencyKey": 5 });
+    let reply = enqueue(f.key(), &bad_body).await;
+    assert_eq!(reply.status, 422, "{reply:?}");
+    enqueue(&reader, &bad_body)
+        .await
+        .expect_error(403, "FORBIDDEN");
+    let unknown = format!("erk_{}", "0".repeat(64));
+    for asked in [&body, &bad_body] {
+        enqueue(&unknown, asked)
+            .await
+            .expect_error(401, "AUTHENTICATION_FAILED");
+    }
+    let revoked = new_api_key(
+        f.key(),
+        &json!({ "name": "revoked", "scopes": ["runs:read", "runs:write"] }),
+    )
+    .await;
+    delete(
+        &format!("/api/developer/api-keys/{}", str_of(&revoked, "id")),
+        f.key(),
+    )
+    .await
+    .expect(200);
+    let fresh = enqueue_body(&unique("revoked"), &f.release, "staging", &input, &reqs);
+    for asked in [&fresh, &bad_body] {
+        enqueue(str_of(&revoked, "apiKey"), asked)
+            .await
+            .expect_error(401, "AUTHENTICATION_FAILED");
+    }
+
     // A runner credential is not an API key.
     let runner = f.runner(1).await;
     let body = enqueue_body(&unique("runner"), &f.release, "staging", &input, &reqs);
