@@ -2172,7 +2172,7 @@ async fn hot_only(
         .as_array()
         .into_iter()
         .flatten()
-        .map(|l| format!("p50 {} vs floor {} = {}x", l["claim"]["p50"], l["floor"]["p50"], l["p50Ratio"]))
+        .map(|l| format!("p50 {} vs floor {} = {}x", l["claim"]["p50Ms"], l["floor"]["p50Ms"], l["p50Ratio"]))
         .collect();
     let lifecycles: Vec<String> = lifecycle
         .as_array()
