@@ -12,7 +12,7 @@ use worker::{Env, Request};
 use crate::error::{ApiError, ApiResult};
 use crate::http::bearer_token;
 use crate::platform::secret_hash;
-use crate::store::{api_keys, runners, Org};
+use crate::store::{api_keys, runners};
 use crate::Ctx;
 
 pub(crate) const API_KEY_PREFIX: &str = "erk";
@@ -83,7 +83,7 @@ pub(crate) async fn admin(req: &Request, ctx: &Ctx) -> ApiResult<AdminCaller> {
 
 /// The API key a request presents, checked for its form only (no D1 yet). A route whose first
 /// read is scoped to the caller's organization can send the key's lookup in that same read
-/// ([`PresentedKey::organization`]) and authenticate from its result ([`PresentedKey::caller`]).
+/// (`store::ORGANIZATION_OF_KEY`) and authenticate from its result ([`PresentedKey::caller`]).
 pub(crate) struct PresentedKey {
     hash: String,
 }
@@ -108,20 +108,13 @@ impl PresentedKey {
         &self.hash
     }
 
-    /// The organization this key authenticates, as a store scope: a statement scoped by it
-    /// reads nothing for an unknown or revoked key.
-    pub(crate) fn organization(&self) -> Org<'_> {
-        Org::OfKey(&self.hash)
-    }
-
     /// The caller, from the key's row as read (`None`: no such key): `401` for an unknown or
     /// revoked key.
     pub(crate) fn caller(self, row: Option<api_keys::ApiKeyRow>) -> ApiResult<AdminCaller> {
         let row = row
             .filter(|row| row.revoked_at.is_none())
             .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
-        let scopes: Vec<String> =
-            serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
+        let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
         Ok(AdminCaller {
             organization_id: row.organization_id.clone(),
             key_id: row.id.clone(),

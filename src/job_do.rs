@@ -171,7 +171,11 @@ async fn move_alarm_unconfirmed(state: &State, at: Option<i64>) -> Result<()> {
     use worker::wasm_bindgen::JsValue;
     let storage = state.as_raw().storage()?;
     let options = Object::new();
-    Reflect::set(&options, &JsValue::from_str("allowUnconfirmed"), &JsValue::TRUE)?;
+    Reflect::set(
+        &options,
+        &JsValue::from_str("allowUnconfirmed"),
+        &JsValue::TRUE,
+    )?;
     let promise = match at {
         // Epoch milliseconds are whole numbers well inside f64's exact range.
         Some(at) => storage.set_alarm(Date::new(&JsValue::from_f64(at as f64)), options)?,

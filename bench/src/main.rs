@@ -2029,7 +2029,15 @@ async fn run(args: Args) -> Res<()> {
         return Ok(());
     }
     if args.hot_only {
-        return hot_only(&args, &mut bench, sizes, &artifact_id, version_id, &load_start).await;
+        return hot_only(
+            &args,
+            &mut bench,
+            sizes,
+            &artifact_id,
+            version_id,
+            &load_start,
+        )
+        .await;
     }
     // First, while the queue is empty (the template is cancelled).
     let trips = round_trips(&bench, &artifact_id, version_id).await?;
@@ -2172,7 +2180,12 @@ async fn hot_only(
         .as_array()
         .into_iter()
         .flatten()
-        .map(|l| format!("p50 {} vs floor {} = {}x", l["claim"]["p50Ms"], l["floor"]["p50Ms"], l["p50Ratio"]))
+        .map(|l| {
+            format!(
+                "p50 {} vs floor {} = {}x",
+                l["claim"]["p50Ms"], l["floor"]["p50Ms"], l["p50Ratio"]
+            )
+        })
         .collect();
     let lifecycles: Vec<String> = lifecycle
         .as_array()
@@ -2180,7 +2193,12 @@ async fn hot_only(
         .flatten()
         .map(|l| format!("x{}: {}x", l["runners"], l["throughputRatio"]))
         .collect();
-    println!("pickup ms {}; from request {}; enqueue {}", line(&pickup["pickupMs"]), line(&pickup["fromRequestMs"]), line(&pickup["enqueueMs"]));
+    println!(
+        "pickup ms {}; from request {}; enqueue {}",
+        line(&pickup["pickupMs"]),
+        line(&pickup["fromRequestMs"]),
+        line(&pickup["enqueueMs"])
+    );
     println!("claim: {}", claims.join("; "));
     println!("lifecycle: {}", lifecycles.join("; "));
     Ok(())

@@ -53,13 +53,19 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
 
     // The caller's key, the version the job binds and an earlier job under the same key: one
     // read, scoped to the key's organization.
-    let org = presented.organization();
+    let key_hash = presented.hash();
     let read = store::read_batch(
         &ctx.db,
         vec![
-            api_keys::select_by_hash(&ctx.db, presented.hash())?,
-            jobs::select_bindable_version(&ctx.db, org, artifact, version, environment)?,
-            jobs::select_by_idempotency_key(&ctx.db, org, key)?,
+            api_keys::select_by_hash(&ctx.db, key_hash)?,
+            jobs::select_bindable_version_of_key(
+                &ctx.db,
+                key_hash,
+                artifact,
+                version,
+                environment,
+            )?,
+            jobs::select_by_idempotency_key_of_key(&ctx.db, key_hash, key)?,
         ],
     )
     .await?;
@@ -622,8 +628,16 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         };
         // Woken, and nothing for this runner at the stamp it was woken at: the wake goes on to
         // another waiting claim (it waits again itself).
-        let pass_on = woken && matches!(&op, RunnerOp::Claim { stamp: Some(at), .. } if *at == quiet);
-        match dispatch_do::wait(&ctx.env, &claims.organization_id, Some(&quiet), left, pass_on).await
+        let pass_on =
+            woken && matches!(&op, RunnerOp::Claim { stamp: Some(at), .. } if *at == quiet);
+        match dispatch_do::wait(
+            &ctx.env,
+            &claims.organization_id,
+            Some(&quiet),
+            left,
+            pass_on,
+        )
+        .await
         {
             Ok(looked) if looked.stamp != quiet => {
                 woken = looked.woken;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
-use super::{all, first, stmt, Arg, Db, Org};
+use super::{all, first, stmt, Arg, Db, ORGANIZATION_OF_KEY};
 use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
 
@@ -121,19 +121,19 @@ pub(crate) async fn by_idempotency_key(db: &Db, org: &str, key: &str) -> ApiResu
     .await
 }
 
-/// [`by_idempotency_key`] as a statement, to ride in a read batch.
-pub(crate) fn select_by_idempotency_key(
+/// [`by_idempotency_key`] as a statement, in the organization of the API key whose hash is
+/// `key_hash` ([`ORGANIZATION_OF_KEY`]), to ride in the enqueue's one read.
+pub(crate) fn select_by_idempotency_key_of_key(
     db: &Db,
-    org: Org<'_>,
+    key_hash: &str,
     key: &str,
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         &format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = {} AND idempotency_key = ?2",
-            org.sql()
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = {ORGANIZATION_OF_KEY} AND idempotency_key = ?2"
         ),
-        &[org.arg(), key.into()],
+        &[key_hash.into(), key.into()],
     )
 }
 
@@ -327,9 +327,11 @@ pub(crate) struct BindableVersion {
     pub(crate) promoted: i64,
 }
 
-pub(crate) fn select_bindable_version(
+/// The [`BindableVersion`] named, in the organization of the API key whose hash is `key_hash`
+/// ([`ORGANIZATION_OF_KEY`]).
+pub(crate) fn select_bindable_version_of_key(
     db: &Db,
-    org: Org<'_>,
+    key_hash: &str,
     artifact: &str,
     version: i64,
     environment: &str,
@@ -340,10 +342,9 @@ pub(crate) fn select_bindable_version(
             "SELECT v.content_hash, a.kind, \
                EXISTS (SELECT 1 FROM release_promotions p WHERE p.version_id = v.id AND p.environment = ?4) AS promoted \
              FROM release_versions v JOIN release_artifacts a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
-             WHERE v.id = ?3 AND v.organization_id = {} AND v.artifact_id = ?2",
-            org.sql()
+             WHERE v.id = ?3 AND v.organization_id = {ORGANIZATION_OF_KEY} AND v.artifact_id = ?2"
         ),
-        &[org.arg(), artifact.into(), version.into(), environment.into()],
+        &[key_hash.into(), artifact.into(), version.into(), environment.into()],
     )
 }
 

@@ -51,32 +51,11 @@ impl Deref for Db {
     }
 }
 
-/// The organization a statement is scoped to, as its `?1`: an id known already, or the
-/// organization of the API key with this hash (unknown or revoked: none), so that an admin
-/// request's first read can carry its authentication (see `auth::PresentedKey`).
-#[derive(Clone, Copy)]
-pub(crate) enum Org<'a> {
-    Id(&'a str),
-    OfKey(&'a str),
-}
-
-impl Org<'_> {
-    /// The SQL that stands for the organization: `?1`, bound to [`Org::arg`].
-    pub(crate) fn sql(self) -> &'static str {
-        match self {
-            Org::Id(_) => "?1",
-            Org::OfKey(_) => {
-                "(SELECT organization_id FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL)"
-            }
-        }
-    }
-
-    pub(crate) fn arg(self) -> Arg {
-        match self {
-            Org::Id(id) | Org::OfKey(id) => id.into(),
-        }
-    }
-}
+/// The organization of the API key whose SHA-256 is bound as `?1` (none for an unknown or
+/// revoked key): a statement scoped by it can ride in one read with the key's own lookup, so an
+/// admin request's first read carries its authentication (see `auth::PresentedKey`).
+pub(crate) const ORGANIZATION_OF_KEY: &str =
+    "(SELECT organization_id FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL)";
 
 /// D1 round trips: every statement or batch sent counts one, a retry of it one more. Counted
 /// by the Worker itself, per request: an object operation reports its count to its caller
