@@ -85,6 +85,32 @@ struct Waiting {
 }
 
 impl Queue {
+    fn new(epoch: String) -> Self {
+        Self {
+            stamp: Stamp { epoch, version: 0 },
+            passes: 0,
+            waiters: BTreeMap::new(),
+            next_waiter: 0,
+        }
+    }
+
+    /// The claimable work may have changed: the stamp moves, and one waiting claim wakes.
+    fn touch(&mut self) {
+        self.stamp.version += 1;
+        self.passes = PASSES_PER_TOUCH;
+        self.wake_one();
+    }
+
+    /// A claim woken at `known` found nothing for its runner: while `known` is still the stamp
+    /// and the touch's passes last, another waiting claim wakes in its place. (A wake of an
+    /// older stamp is spent: the touch since woke a claim of its own.)
+    fn pass_on(&mut self, known: Option<&Stamp>) {
+        if known == Some(&self.stamp) && self.passes > 0 {
+            self.passes -= 1;
+            self.wake_one();
+        }
+    }
+
     /// Wakes the longest-waiting claim that has not seen the current version: it leaves the
     /// queue, and its [`Moved`] resolves.
     fn wake_one(&mut self) {
@@ -111,12 +137,7 @@ impl DurableObject for Dispatcher {
             .map(|b| b.iter().map(|b| format!("{b:02x}")).collect())
             .unwrap_or_else(|_| format!("t{}", crate::platform::now_ms()));
         Self {
-            queue: Rc::new(RefCell::new(Queue {
-                stamp: Stamp { epoch, version: 0 },
-                passes: 0,
-                waiters: BTreeMap::new(),
-                next_waiter: 0,
-            })),
+            queue: Rc::new(RefCell::new(Queue::new(epoch))),
         }
     }
 
@@ -138,9 +159,7 @@ impl DurableObject for Dispatcher {
 impl Dispatcher {
     fn touch(&self) -> Reply {
         let mut queue = self.queue.borrow_mut();
-        queue.stamp.version += 1;
-        queue.passes = PASSES_PER_TOUCH;
-        queue.wake_one();
+        queue.touch();
         looked_reply(&queue.stamp, false)
     }
 
@@ -150,21 +169,12 @@ impl Dispatcher {
         let wait_ms = wait_ms.min(MAX_WAIT_MILLIS);
         let waiting = {
             let mut queue = self.queue.borrow_mut();
-            let unmoved = known.as_ref() == Some(&queue.stamp);
-            // A wake of an older version is spent: the touch since woke a claim of its own.
-            if pass_on && unmoved && queue.passes > 0 {
-                queue.passes -= 1;
-                queue.wake_one();
+            if pass_on {
+                queue.pass_on(known.as_ref());
             }
+            let unmoved = known.as_ref() == Some(&queue.stamp);
             if unmoved && wait_ms > 0 && queue.waiters.len() < MAX_WAITERS {
-                let id = queue.next_waiter;
-                queue.next_waiter += 1;
-                Some(Moved {
-                    queue: Rc::clone(&self.queue),
-                    seen: queue.stamp.version,
-                    id,
-                    waited: false,
-                })
+                Some(Moved::new(&self.queue, &mut queue))
             } else {
                 None
             }
@@ -196,6 +206,21 @@ struct Moved {
     id: u64,
     /// Polled before: it is (or was, until a wake took it out) in the queue.
     waited: bool,
+}
+
+impl Moved {
+    /// A new waiter at `queue`'s current version (`shared` is the same queue, borrowed as
+    /// `queue` by the caller).
+    fn new(shared: &Rc<RefCell<Queue>>, queue: &mut Queue) -> Self {
+        let id = queue.next_waiter;
+        queue.next_waiter += 1;
+        Self {
+            queue: Rc::clone(shared),
+            seen: queue.stamp.version,
+            id,
+            waited: false,
+        }
+    }
 }
 
 impl Future for Moved {
@@ -281,4 +306,125 @@ async fn call(env: &Env, op: &DispatchOp) -> ApiResult<Reply> {
         )));
     }
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A claim waiting in `queue`, polled once (it is then in the queue).
+    struct Waiter {
+        moved: Pin<Box<Moved>>,
+        woken: Arc<Count>,
+    }
+
+    impl Waiter {
+        fn wait(queue: &Rc<RefCell<Queue>>) -> Self {
+            let moved = {
+                let mut borrowed = queue.borrow_mut();
+                Moved::new(queue, &mut borrowed)
+            };
+            let mut waiter = Self {
+                moved: Box::pin(moved),
+                woken: Arc::new(Count(AtomicUsize::new(0))),
+            };
+            assert_eq!(waiter.poll(), Poll::Pending, "a new waiter waits");
+            waiter
+        }
+
+        fn poll(&mut self) -> Poll<bool> {
+            let waker = Waker::from(Arc::clone(&self.woken));
+            self.moved.as_mut().poll(&mut Context::from_waker(&waker))
+        }
+
+        fn woken(&self) -> bool {
+            self.woken.0.load(Ordering::SeqCst) > 0
+        }
+    }
+
+    fn queue() -> Rc<RefCell<Queue>> {
+        Rc::new(RefCell::new(Queue::new("e".to_owned())))
+    }
+
+    #[test]
+    fn a_touch_wakes_only_the_longest_waiting_claim() {
+        let queue = queue();
+        let mut waiters: Vec<Waiter> = (0..3).map(|_| Waiter::wait(&queue)).collect();
+        queue.borrow_mut().touch();
+        let woken: Vec<bool> = waiters.iter().map(Waiter::woken).collect();
+        assert_eq!(woken, [true, false, false]);
+        assert_eq!(waiters[0].poll(), Poll::Ready(true));
+        // The others wait on, for a wake or the end of their wait.
+        assert_eq!(waiters[1].poll(), Poll::Pending);
+        assert_eq!(waiters[2].poll(), Poll::Pending);
+        // The next touch wakes the next one.
+        queue.borrow_mut().touch();
+        assert!(waiters[1].woken() && !waiters[2].woken());
+    }
+
+    #[test]
+    fn a_woken_claim_that_found_nothing_passes_the_wake_on_a_bounded_number_of_times() {
+        let queue = queue();
+        let total = PASSES_PER_TOUCH as usize + 3;
+        let mut waiters: Vec<Waiter> = (0..total).map(|_| Waiter::wait(&queue)).collect();
+        queue.borrow_mut().touch();
+        let at = queue.borrow().stamp.clone();
+        for passer in 0..total - 1 {
+            assert_eq!(waiters[passer].poll(), Poll::Ready(true), "waiter {passer}");
+            // It found nothing, and comes back to wait at the stamp it was woken at.
+            queue.borrow_mut().pass_on(Some(&at));
+            let next = passer + 1;
+            let passed = next <= PASSES_PER_TOUCH as usize;
+            assert_eq!(waiters[next].woken(), passed, "waiter {next}");
+            if !passed {
+                break;
+            }
+        }
+        // A claim that comes back at the stamp without being woken is also bounded: the passes
+        // are spent, so nobody more wakes.
+        queue.borrow_mut().pass_on(Some(&at));
+        assert!(waiters.last().is_some_and(|w| !w.woken()));
+    }
+
+    #[test]
+    fn a_wake_of_an_older_stamp_is_not_passed_on() {
+        let queue = queue();
+        let mut first = Waiter::wait(&queue);
+        let second = Waiter::wait(&queue);
+        let third = Waiter::wait(&queue);
+        queue.borrow_mut().touch();
+        let old = queue.borrow().stamp.clone();
+        assert_eq!(first.poll(), Poll::Ready(true));
+        // A second touch woke a claim of its own before the first woken one came back.
+        queue.borrow_mut().touch();
+        assert!(second.woken());
+        queue.borrow_mut().pass_on(Some(&old));
+        assert!(!third.woken(), "the stale wake woke nobody");
+    }
+
+    #[test]
+    fn a_claim_that_saw_the_stamp_move_before_waiting_holds_no_wake() {
+        let queue = queue();
+        let moved = {
+            let mut borrowed = queue.borrow_mut();
+            Moved::new(&queue, &mut borrowed)
+        };
+        let mut late = Waiter {
+            moved: Box::pin(moved),
+            woken: Arc::new(Count(AtomicUsize::new(0))),
+        };
+        queue.borrow_mut().touch();
+        assert_eq!(late.poll(), Poll::Ready(false));
+    }
 }
