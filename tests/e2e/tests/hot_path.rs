@@ -421,16 +421,15 @@ async fn a_long_poll_answers_204_when_its_wait_ends_and_wait_seconds_is_bounded(
     assert_eq!(claim.await.status, 204);
 }
 
-#[tokio::test]
-async fn a_long_poll_wakes_when_a_job_is_enqueued() {
-    let f = Fixture::new("hot-long-poll-enqueue").await;
-    let mut runner = idle_runner(&f.org, 1).await;
+/// Enqueues a prompt job while `runner` long-polls (20 s), and checks that the poll got that job
+/// before its wait ended: it was woken, not answered at the end of its wait.
+async fn enqueue_while_waiting(f: &Fixture, runner: &mut Runner, woken_by: &str) {
     let started = std::time::Instant::now();
-    let claim = waiting_claim(&runner, 20).await;
+    let claim = waiting_claim(runner, 20).await;
     let job = enqueue_job(
         f.key(),
         &f.release,
-        &json!({ "woken": unique("job") }),
+        &json!({ "wokenBy": woken_by, "job": unique("job") }),
         &requirements("prompt"),
     )
     .await;
@@ -442,8 +441,15 @@ async fn a_long_poll_wakes_when_a_job_is_enqueued() {
     assert_eq!(claimed.job_id(), text(&job, "id"));
     assert!(
         waited < std::time::Duration::from_secs(20),
-        "woken by the enqueue, not by the end of its wait: {waited:?}"
+        "woken by {woken_by}, not by the end of its wait: {waited:?}"
     );
+}
+
+#[tokio::test]
+async fn a_long_poll_wakes_when_a_job_is_enqueued() {
+    let f = Fixture::new("hot-long-poll-enqueue").await;
+    let mut runner = idle_runner(&f.org, 1).await;
+    enqueue_while_waiting(&f, &mut runner, "the enqueue").await;
 }
 
 #[tokio::test]
@@ -495,25 +501,7 @@ async fn a_wake_passes_on_past_a_runner_that_cannot_take_the_job() {
     }
     let mut runner = idle_runner(&f.org, 1).await;
     let passed_over = waiting_claim(&scorer, 8).await;
-    let started = std::time::Instant::now();
-    let claim = waiting_claim(&runner, 20).await;
-    let job = enqueue_job(
-        f.key(),
-        &f.release,
-        &json!({ "passed on": unique("job") }),
-        &requirements("prompt"),
-    )
-    .await;
-    let reply = claim.await;
-    let waited = started.elapsed();
-    let claimed = runner
-        .verify(&reply, &[])
-        .unwrap_or_else(|e| panic!("{e}: {reply:?}"));
-    assert_eq!(claimed.job_id(), text(&job, "id"));
-    assert!(
-        waited < std::time::Duration::from_secs(20),
-        "woken by the wake the scorer runner passed on, not by the end of its wait: {waited:?}"
-    );
+    enqueue_while_waiting(&f, &mut runner, "the wake the scorer runner passed on").await;
     // The runner passed over got nothing, and went on waiting until its wait ended.
     assert_eq!(passed_over.await.status, 204);
 }
