@@ -1,8 +1,9 @@
 //! `JobObject`: one Durable Object per job (`id_from_name(job id)`), the single writer of that
-//! job's rows.
+//! job's rows after its grant (which the claiming runner's object writes: `crate::grant`).
 //!
-//! It serializes everything that changes its job — grant, heartbeat, stream append,
-//! completion, cancellation — by running each operation under `block_concurrency_while`:
+//! It serializes everything that changes its job after that — heartbeat, stream append,
+//! completion, hand-back, cancellation, recovery — by running each operation under
+//! `block_concurrency_while`:
 //! a Durable Object is only single-threaded *until it awaits*, and every operation here reads
 //! D1, decides, and writes D1. Each operation loads the job's state fresh (one batched read),
 //! decides with the protocol crate's pure rules, and applies the decision as one D1 batch whose
@@ -19,36 +20,27 @@ use edgerunner_protocol::chunk::{
 use edgerunner_protocol::completion::{
     reconcile, AcceptedCompletion, ActiveClaim, Completion, JobCompletionView, Outcome,
 };
-use edgerunner_protocol::envelope::{
-    sign, ClaimId, CredentialGeneration, DispatchAttempt, EnvelopeRequirements, Environment,
-    IdempotencyKey, JobEnvelope, JobId, JobSigning, Nonce, OrganizationId, RunnerId, Subject,
-    SubjectKind,
-};
+use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, JobId, OrganizationId, RunnerId};
 use edgerunner_protocol::recovery::{
     decide, decide_release, next_check_at_ms, JobLease, RecoveryDecision, ReleaseDecision,
     LEASE_EXTENSION_SECONDS,
 };
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobInput, JobState};
-use edgerunner_protocol::time::{Timestamp, UnixMillis};
+use edgerunner_protocol::time::UnixMillis;
 use serde_json::{json, Value};
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State, Storage};
 
-use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
 use crate::objects::{answer, read_op};
 use crate::ops::{Holder, JobOp};
-use crate::platform::{now_ms, random_bytes, rfc3339};
+use crate::platform::{now_ms, rfc3339};
 use crate::replies::{
-    Cancelled, ChunkAccepted, ClaimGrant, CompletionDecision, EvidenceHolder, GrantedClaim,
-    HeartbeatAnswer, JobRefusal, JobReply, LeaseUse, LostClaim, Recovered, Released,
+    Cancelled, ChunkAccepted, CompletionDecision, EvidenceHolder, HeartbeatAnswer, JobRefusal,
+    JobReply, LeaseUse, LostClaim, Recovered, Released,
 };
 use crate::store::{self, events, guards, jobs, runners, Db, RoundTrips};
 
-/// How long a signed envelope may be acted on after it is issued.
-const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
-/// The lease a claim starts with, before its first heartbeat sets its own.
-const INITIAL_LEASE_MILLIS: i64 = 60 * 1000;
 /// Largest stream payload, as stable JSON bytes (the schema's cap too).
 pub(crate) const MAX_CHUNK_PAYLOAD_BYTES: usize = 256 * 1024;
 /// How many recent checksums the duplicate-checksum rule remembers from storage.
@@ -61,6 +53,8 @@ pub struct JobObject {
     /// What this object knows of its job after its last committed write (see [`dispatch`]):
     /// a runner's next heartbeat, chunk or completion decides from it without reading D1.
     known: Known,
+    /// Whether the job's id is stored beside the alarm (see [`JobObject::run`]).
+    named: Cell<bool>,
 }
 
 /// The job as its object last left it, or nothing (the next operation loads it).
@@ -72,6 +66,7 @@ impl DurableObject for JobObject {
             state,
             env,
             known: Known::default(),
+            named: Cell::new(false),
         }
     }
 
@@ -89,6 +84,9 @@ impl DurableObject for JobObject {
     async fn alarm(&self) -> Result<Response> {
         let job_id: Option<String> = self.state.storage().get(JOB_ID_KEY).await.ok().flatten();
         let Some(job_id) = job_id else {
+            // Its id is stored with the first alarm; should that write have failed, the cron
+            // pass covers the lease.
+            worker::console_error!("job object: an alarm with no job id stored");
             return Response::ok("no job");
         };
         let op = JobOp::Recover {
@@ -114,23 +112,33 @@ impl JobObject {
     /// interleaves with its read-decide-write), then points the alarm at the lease it left.
     ///
     /// The alarm and the D1 batch cannot commit together, so their order carries the promise
-    /// that every lease has an alarm at or before its expiry: an operation that *starts* a
-    /// lease arms the alarm before its batch commits ([`OpCtx::arm_before_commit`]); one that
-    /// extends or ends a lease moves the alarm afterwards, where a failure (or a crash) leaves
-    /// the earlier alarm, which finds the lease alive and re-arms at it (see `recover`). So
-    /// nothing after the commit can fail the operation: a committed grant is never answered
-    /// with an error.
+    /// that every lease has an alarm at or before its expiry. The grant, the one write that
+    /// *starts* a lease, is the runner's object's, which arms its own alarm for the lease
+    /// before the grant commits ([`crate::grant`]) and asks this object at that lease whether
+    /// it watches it now. An operation here extends or ends a lease and moves the alarm afterwards,
+    /// where a failure (or a crash) leaves the earlier alarm, which finds the lease alive and
+    /// re-arms at it (see `recover`). So nothing after the commit can fail the operation.
     async fn run(&self, op: JobOp, trips: &RoundTrips) -> Answer {
+        let op = match op {
+            JobOp::Watch { job_id, attempt } => {
+                if self.watching(&job_id, attempt).await {
+                    return Ok(JobReply::Watching);
+                }
+                JobOp::Recover {
+                    job_id,
+                    actor: "system:alarm".to_owned(),
+                }
+            }
+            op => op,
+        };
         let env = self.env.clone();
-        let storage = self.state.storage();
         let trips = trips.clone();
         let known = Rc::clone(&self.known);
         let recovering = matches!(op, JobOp::Recover { .. });
+        let job_id = op.job_id().to_owned();
         let outcome = self
             .state
-            .block_concurrency_while(
-                async move { Ok(dispatch(env, storage, trips, known, op).await) },
-            )
+            .block_concurrency_while(async move { Ok(dispatch(env, trips, known, op).await) })
             .await
             .map_err(JobRefusal::internal)??;
         let move_to = match (outcome.alarm_at, outcome.clear_alarm) {
@@ -140,11 +148,33 @@ impl JobObject {
         };
         let moved = match move_to {
             None => Ok(()),
-            // Recovery (its alarm, or a reap pass) has no runner waiting on it: its move is
-            // confirmed before the object answers, so an alarm that re-armed is on disk when
-            // the runtime counts the alarm as handled.
-            Some(at) if recovering => confirmed_alarm_move(&self.state.storage(), at).await,
-            Some(at) => move_alarm_unconfirmed(&self.state, at).await,
+            Some(at) => {
+                let storage = self.state.storage();
+                // The alarm has no request to name its job: the object's first alarm stores
+                // the job's id beside it, asked for in the same turn (one storage write).
+                let unnamed = at.is_some() && !self.named.get();
+                let name = async {
+                    match unnamed {
+                        true => storage.put(JOB_ID_KEY, job_id.as_str()).await,
+                        false => Ok(()),
+                    }
+                };
+                let arm = async {
+                    match recovering {
+                        // Recovery (its alarm, a runner object's watch, a reap pass) has no
+                        // runner waiting on it: its move is confirmed before the object
+                        // answers, so an alarm that re-armed is on disk when the runtime counts
+                        // the alarm as handled.
+                        true => confirmed_alarm_move(&storage, at).await,
+                        false => move_alarm_unconfirmed(&self.state, at).await,
+                    }
+                };
+                let moved = futures_util::future::try_join(name, arm).await.map(|_| ());
+                if moved.is_ok() && unnamed {
+                    self.named.set(true);
+                }
+                moved
+            }
         };
         if let Err(err) = moved {
             // Committed already: the earlier alarm (or the cron pass) still covers the lease.
@@ -155,6 +185,20 @@ impl JobObject {
             crate::dispatch_do::touch(&self.env, org).await;
         }
         outcome.answer
+    }
+
+    /// Whether this object watches the lease of attempt `attempt` itself (`JobOp::Watch`): it
+    /// knows that attempt or a later one from its own writes, and either that attempt's claim
+    /// is over or its alarm is set (each write left it at the lease).
+    async fn watching(&self, job_id: &str, attempt: i64) -> bool {
+        let (knows, over) = match self.known.borrow().as_ref() {
+            Some(known) if known.job.id == job_id && known.job.dispatch_attempt >= attempt => (
+                true,
+                known.job.dispatch_attempt > attempt || known.job.active_claim_id.is_none(),
+            ),
+            _ => (false, false),
+        };
+        knows && (over || matches!(self.state.storage().get_alarm().await, Ok(Some(_))))
     }
 }
 
@@ -224,58 +268,23 @@ struct OpOutcome {
 /// final only when that batch committed. Anything else decides on the job read fresh: a warm
 /// try that wrote nothing (a refusal, a replay) is decided again from D1, and so is one whose
 /// assertion found the job moved. Every other operation (grant, cancel, recovery) reads fresh.
-async fn dispatch(
-    env: Env,
-    storage: Storage,
-    trips: RoundTrips,
-    known: Known,
-    op: JobOp,
-) -> OpResult<OpOutcome> {
+async fn dispatch(env: Env, trips: RoundTrips, known: Known, op: JobOp) -> OpResult<OpOutcome> {
     let db = Db::of(&env, trips)?;
     let job_id = op.job_id();
     let holder = op.holder();
-    // A grant from a candidate row older than this object's last write (it granted the job
-    // since the row was read: claims that raced for it) is refused without D1. The object is
-    // its job's only writer, and it forgets the job on every write that could queue it again.
-    if let JobOp::Grant { job: Some(row), .. } = &op {
-        let granted_since = known
-            .borrow()
-            .as_ref()
-            .filter(|known| known.job.id == job_id)
-            .is_some_and(|known| known.job.dispatch_attempt > row.dispatch_attempt);
-        if granted_since {
-            return Ok(OpOutcome {
-                answer: Err(JobRefusal::NotQueued {
-                    why: "job was claimed".to_owned(),
-                }),
-                alarm_at: None,
-                clear_alarm: false,
-                touched: None,
-            });
-        }
-    }
     let cached = known
         .borrow_mut()
         .take()
         .filter(|known| known.job.id == job_id && holder.is_some());
     let mut warm = cached.is_some();
-    // A grant comes with the job row the claim's candidate read found: it decides from that
-    // (its batch asserts the job is still so) rather than reading the job again.
-    let candidate = match &op {
-        JobOp::Grant { job: Some(row), .. } => Some(row.as_ref().clone()),
-        _ => None,
-    };
-    let mut snapshot = match (cached, candidate) {
-        (Some(known), _) => known,
-        (None, Some(row)) => Snapshot::of_candidate(row),
-        (None, None) => Snapshot::load(&db, job_id, holder).await?,
+    let mut snapshot = match cached {
+        Some(known) => known,
+        None => Snapshot::load(&db, job_id, holder).await?,
     };
     // A warm try, then at most two fresh ones (a second move is someone else's D1 write).
     for _ in 0..3 {
         let op_ctx = OpCtx {
-            env: &env,
             db: &db,
-            storage: &storage,
             now: now_ms(),
             holder,
             alarm: Cell::new(AlarmChange::Keep),
@@ -331,21 +340,6 @@ async fn dispatch(
 
 async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
     match op {
-        JobOp::Grant {
-            organization_id,
-            runner_id,
-            generation,
-            request_id,
-            ..
-        } => {
-            let grantee = Grantee {
-                org: organization_id,
-                runner: runner_id,
-                generation: *generation,
-                request_id: request_id.as_deref(),
-            };
-            grant(ctx, snapshot, grantee).await
-        }
         JobOp::Heartbeat {
             claim_id,
             extend_seconds,
@@ -360,6 +354,11 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
             ..
         } => cancel(ctx, snapshot, organization_id, actor, reason).await,
         JobOp::Recover { actor, .. } => recover(ctx, snapshot, actor).await,
+        // Answered by `JobObject::run` before an operation reaches the job's snapshot.
+        JobOp::Watch { .. } => Err(JobRefusal::internal(format!(
+            "{} reached the snapshot's operations",
+            op.name()
+        ))),
         JobOp::Release {
             claim_id, reason, ..
         } => release(ctx, snapshot, claim_id, reason).await,
@@ -375,9 +374,7 @@ enum AlarmChange {
 }
 
 struct OpCtx<'a> {
-    env: &'a Env,
     db: &'a Db,
-    storage: &'a Storage,
     now: i64,
     /// The runner a runner's operation comes from.
     holder: Option<&'a Holder>,
@@ -445,23 +442,6 @@ impl OpCtx<'_> {
     fn learn(&self, snap: Snapshot) {
         *self.learned.borrow_mut() = Some(snap);
     }
-
-    /// Arms the job's alarm at `at` before a batch that starts a lease expiring then commits,
-    /// so no crash between the two can leave a lease without an alarm. Should the batch then
-    /// fail, the alarm finds no lease to recover and does nothing.
-    ///
-    /// The alarm has no request to name its job, so the job's id is stored with it. Both are
-    /// asked for in the same turn, without an await between them: the runtime coalesces them
-    /// into one storage write.
-    async fn arm_before_commit(&self, at: i64, job_id: &str) -> ApiResult<()> {
-        futures_util::future::try_join(
-            self.storage.put(JOB_ID_KEY, job_id),
-            self.storage.set_alarm(alarm_delay(at)),
-        )
-        .await
-        .map(|_| ())
-        .map_err(ApiError::internal)
-    }
 }
 
 /// Everything an operation decides from, read in one round trip.
@@ -477,21 +457,6 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    /// A queued job as a claim's candidate read found it. A queued job's grant decides from the
-    /// row alone: its earlier claims, stream and refused decisions are not read. What the object
-    /// then knows lacks them, so a later warm decision that would need them (a completion naming
-    /// an earlier attempt, a refused decision at the stored cap) refuses or meets a guard, and
-    /// is decided again from D1.
-    fn of_candidate(job: jobs::JobRow) -> Self {
-        Self {
-            job,
-            claims: Vec::new(),
-            head: Vec::new(),
-            accepted: None,
-            stored_refusals: 0,
-        }
-    }
-
     /// The job read fresh, in one round trip; with a `holder`, that runner's credential
     /// generation is checked in the same read (`401` when it moved on, or the runner is
     /// revoked or not approved), as the edge once did before every runner request.
@@ -598,195 +563,6 @@ fn event<'a>(job: &'a jobs::JobRow, actor: &'a str, kind: &'a str) -> events::Ne
         detail_json: None,
         at: 0,
     }
-}
-
-// ------------------------------------------------------------------------------------------
-// Grant: the claim's last step, asked by the runner's object for one candidate job.
-// ------------------------------------------------------------------------------------------
-
-/// Who a grant is for, as the runner's object found it.
-struct Grantee<'a> {
-    org: &'a str,
-    runner: &'a str,
-    generation: u64,
-    request_id: Option<&'a str>,
-}
-
-async fn grant(ctx: &OpCtx<'_>, snap: Snapshot, grantee: Grantee<'_>) -> Answer {
-    let Grantee {
-        org,
-        runner,
-        generation,
-        request_id,
-    } = grantee;
-    let job = &snap.job;
-    if job.organization_id != org {
-        return Err(JobRefusal::NoSuchJob);
-    }
-    if snap.state()? != JobState::Queued {
-        return Err(JobRefusal::NotQueued {
-            why: format!("job is {}", job.state),
-        });
-    }
-    let attempt = job.dispatch_attempt + 1;
-    let job_id = JobId::parse(&job.id).map_err(ApiError::internal)?;
-    let dispatch_attempt = DispatchAttempt::new(u32::try_from(attempt).unwrap_or(0))
-        .ok_or_else(|| ApiError::internal("attempt out of range"))?;
-    let claim = ClaimId::for_attempt(&job_id, dispatch_attempt).map_err(ApiError::internal)?;
-    let claim_id = claim.as_str().to_owned();
-    let nonce = Nonce::from_random(random_bytes::<32>()?);
-    let master = master_secret(ctx.env)?;
-    let runner_id = RunnerId::parse(runner).map_err(ApiError::internal)?;
-    let signing = JobSigning::derive(&master, &runner_id, CredentialGeneration(generation));
-    let (issued, expires, lease) = (
-        ctx.now,
-        ctx.now + ENVELOPE_VALIDITY_MILLIS,
-        ctx.now + INITIAL_LEASE_MILLIS,
-    );
-    let requirements: Value =
-        serde_json::from_str(&job.requirements).map_err(ApiError::internal)?;
-    let envelope = JobEnvelope {
-        organization_id: OrganizationId::parse(org).map_err(ApiError::internal)?,
-        job_id,
-        claim_id: claim,
-        runner_id,
-        dispatch_attempt,
-        idempotency_key: IdempotencyKey::parse(&job.idempotency_key).map_err(ApiError::internal)?,
-        subject: Subject {
-            kind: SubjectKind::parse(&job.subject_kind).map_err(ApiError::internal)?,
-            artifact_id: edgerunner_protocol::envelope::ArtifactId::parse(&job.subject_artifact_id)
-                .map_err(ApiError::internal)?,
-            version_id: u64::try_from(job.subject_version_id).map_err(ApiError::internal)?,
-            content_hash: Sha256Hex::parse(&job.subject_content_hash)
-                .map_err(ApiError::internal)?,
-            environment: Environment::parse(&job.subject_environment)?,
-        },
-        input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
-        requirements: EnvelopeRequirements::from_value(requirements)?,
-        issued_at: timestamp(issued)?,
-        expires_at: timestamp(expires)?,
-        nonce: nonce.clone(),
-    };
-    let signed = sign(&envelope, &signing.secret, &signing.key_id).to_json();
-    let actor = format!("runner:{runner}");
-    let detail = json!({ "claimId": claim_id, "keyId": signing.key_id.as_str() }).to_string();
-    let mut claimed = event(job, &actor, "job.claimed");
-    claimed.runner_id = Some(runner);
-    claimed.claim_id = Some(&claim_id);
-    claimed.attempt = Some(attempt);
-    claimed.detail_json = Some(&detail);
-    claimed.at = ctx.now;
-    let statements = vec![
-        // Order matters (see the migration): the claim first, while the job is still queued.
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/grant_claim.sql"),
-            &[
-                claim_id.as_str().into(),
-                job.id.as_str().into(),
-                org.into(),
-                runner.into(),
-                attempt.into(),
-                nonce.as_str().into(),
-                signing.key_id.as_str().into(),
-                issued.into(),
-                expires.into(),
-                lease.into(),
-                signed.to_string().as_str().into(),
-                request_id.into(),
-            ],
-        )?,
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/grant_job.sql"),
-            &[
-                job.id.as_str().into(),
-                org.into(),
-                attempt.into(),
-                claim_id.as_str().into(),
-                lease.into(),
-                ctx.now.into(),
-            ],
-        )?,
-        // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/grant_runner.sql"),
-            &[runner.into(), ctx.now.into()],
-        )?,
-        events::insert(ctx.db, &claimed)?,
-    ];
-    ctx.arm_before_commit(lease, &job.id).await?;
-    let changed = match ctx.commit(&snap, false, statements).await {
-        Ok(changed) => changed,
-        // The job was claimed, or changed, since its row was read: the runner's object tries
-        // its next candidate. (A runner at capacity or not active is answered as the guard
-        // table says.)
-        Err(err)
-            if matches!(
-                err.guard(),
-                Some(
-                    guards::CLAIM_REQUIRES_QUEUED_JOB
-                        | guards::UNIQUE_CLAIM_ATTEMPT
-                        | guards::UNIQUE_ACTIVE_CLAIM
-                )
-            ) =>
-        {
-            return Err(JobRefusal::NotQueued {
-                why: "the job was claimed or changed concurrently".to_owned(),
-            });
-        }
-        Err(err) => return Err(err.into()),
-    };
-    if changed.get(1) != Some(&1) || changed.get(2) != Some(&1) {
-        return Err(JobRefusal::internal(format!(
-            "grant batch changed {changed:?} rows"
-        )));
-    }
-    // The alarm is at `lease` already (armed before the commit): no second write.
-    // The holder's first heartbeat finds the object warm.
-    let mut known = snap.clone();
-    known.job.state = JobState::Claimed.as_str().to_owned();
-    known.job.dispatch_attempt = attempt;
-    known.job.active_claim_id = Some(claim_id.clone());
-    known.job.lease_expires_at = Some(lease);
-    known.job.updated_at = ctx.now;
-    known.claims.push(jobs::ClaimRow {
-        id: claim_id.clone(),
-        runner_id: runner.to_owned(),
-        dispatch_attempt: attempt,
-        state: "active".to_owned(),
-        key_id: signing.key_id.as_str().to_owned(),
-        issued_at: issued,
-        expires_at: expires,
-        lease_expires_at: lease,
-        started_at: None,
-        ended_at: None,
-        end_reason: None,
-        last_heartbeat_at: None,
-    });
-    // The new attempt's stream is empty.
-    known.head.clear();
-    ctx.learn(known);
-
-    Ok(JobReply::Granted(ClaimGrant {
-        claim: GrantedClaim {
-            id: claim_id,
-            job_id: job.id.clone(),
-            runner_id: runner.to_owned(),
-            dispatch_attempt: attempt,
-            issued_at: rfc3339(issued),
-            expires_at: rfc3339(expires),
-            lease_expires_at: rfc3339(lease),
-        },
-        signed_job: signed,
-    }))
-}
-
-fn timestamp(ms: i64) -> ApiResult<Timestamp> {
-    UnixMillis::new(ms)
-        .map(Timestamp::from_instant)
-        .map_err(ApiError::internal)
 }
 
 // ------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ mod auth;
 mod dispatch_do;
 mod error;
 mod gate_do;
+mod grant;
 mod http;
 mod job_do;
 mod objects;

@@ -8,22 +8,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::dispatch_do::Stamp;
-use crate::store::jobs::JobRow;
 
 /// An operation of a job's object (`JobObject`).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub(crate) enum JobOp {
-    /// A runner's claim found this queued job (its row as read) and asks for it.
-    Grant {
-        job_id: String,
-        organization_id: String,
-        runner_id: String,
-        generation: u64,
-        job: Option<Box<JobRow>>,
-        /// The runner's idempotency key for its claim, stored on the claim.
-        request_id: Option<String>,
-    },
+    /// A runner's object's alarm, at the first lease of a claim it granted: does this object
+    /// watch that lease now (it wrote since, and its alarm is set, or the claim is over)? If
+    /// not, recovery looks at the lease.
+    Watch { job_id: String, attempt: i64 },
     Heartbeat {
         job_id: String,
         holder: Holder,
@@ -62,7 +55,7 @@ pub(crate) enum JobOp {
 impl JobOp {
     pub(crate) fn job_id(&self) -> &str {
         match self {
-            JobOp::Grant { job_id, .. }
+            JobOp::Watch { job_id, .. }
             | JobOp::Heartbeat { job_id, .. }
             | JobOp::Stream { job_id, .. }
             | JobOp::Complete { job_id, .. }
@@ -79,14 +72,14 @@ impl JobOp {
             | JobOp::Stream { holder, .. }
             | JobOp::Complete { holder, .. }
             | JobOp::Release { holder, .. } => Some(holder),
-            JobOp::Grant { .. } | JobOp::Cancel { .. } | JobOp::Recover { .. } => None,
+            JobOp::Watch { .. } | JobOp::Cancel { .. } | JobOp::Recover { .. } => None,
         }
     }
 
     /// The operation's name, for the request path and logs.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            JobOp::Grant { .. } => "grant",
+            JobOp::Watch { .. } => "watch",
             JobOp::Heartbeat { .. } => "heartbeat",
             JobOp::Stream { .. } => "stream",
             JobOp::Complete { .. } => "complete",

@@ -33,8 +33,6 @@ use crate::store::jobs::ClaimAnswer;
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum JobReply {
-    /// A grant: the runner's claim answer.
-    Granted(ClaimGrant),
     Heartbeat(HeartbeatAnswer),
     /// A chunk appended to the stream.
     Appended(ChunkAccepted),
@@ -47,19 +45,25 @@ pub(crate) enum JobReply {
     Cancelled(Cancelled),
     /// Recovery looked at the job's lease.
     Recovered(Recovered),
+    /// The object watches the lease a runner's object asked about (`JobOp::Watch`).
+    Watching,
 }
 
 impl JobReply {
     /// The `200` a runner gets: the payload as its document.
     pub(crate) fn into_response(self) -> ApiResult<Response> {
         let document = match self {
-            JobReply::Granted(grant) => serde_json::to_value(grant),
             JobReply::Heartbeat(beat) => serde_json::to_value(beat),
             JobReply::Appended(chunk) => serde_json::to_value(chunk),
             JobReply::Completed(decision) => serde_json::to_value(decision),
             JobReply::Released(released) => serde_json::to_value(released),
             JobReply::Cancelled(cancelled) => serde_json::to_value(cancelled),
             JobReply::Recovered(recovered) => serde_json::to_value(recovered),
+            JobReply::Watching => {
+                return Err(ApiError::internal(format!(
+                    "{self:?} is an object's answer to an object, not a runner's"
+                )))
+            }
         }
         .map_err(ApiError::internal)?;
         // Through a `Value`, so the members are in the order every other body has (sorted).
@@ -420,7 +424,10 @@ impl RunnerReply {
     /// What the runner gets.
     pub(crate) fn into_response(self) -> ApiResult<Response> {
         match self {
-            RunnerReply::Granted(grant) => JobReply::Granted(grant).into_response(),
+            RunnerReply::Granted(grant) => {
+                let document = serde_json::to_value(grant).map_err(ApiError::internal)?;
+                json_response(200, &document).map_err(ApiError::from)
+            }
             RunnerReply::Nothing => Ok(Response::empty()?.with_status(204)),
             RunnerReply::Floor => {
                 json_response(200, &serde_json::json!({ "ok": true })).map_err(ApiError::from)
@@ -762,7 +769,7 @@ mod tests {
     #[test]
     fn a_granted_claim_keeps_its_signed_number_lexemes_across_the_wire() {
         let signed: Value = serde_json::from_str(r#"{"requirements":{"cpu":1.50}}"#).unwrap();
-        let grant = JobReply::Granted(ClaimGrant {
+        let grant = RunnerReply::Granted(ClaimGrant {
             claim: GrantedClaim {
                 id: "job_1-a1".into(),
                 job_id: "job_1".into(),
@@ -774,9 +781,9 @@ mod tests {
             },
             signed_job: signed,
         });
-        let wire = serde_json::to_string(&Ok::<_, JobRefusal>(grant)).unwrap();
-        let Ok(Ok(JobReply::Granted(back))) =
-            serde_json::from_str::<Result<JobReply, JobRefusal>>(&wire)
+        let wire = serde_json::to_string(&Ok::<_, RunnerRefusal>(grant)).unwrap();
+        let Ok(Ok(RunnerReply::Granted(back))) =
+            serde_json::from_str::<Result<RunnerReply, RunnerRefusal>>(&wire)
         else {
             panic!("not a grant: {wire}");
         };

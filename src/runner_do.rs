@@ -1,10 +1,11 @@
 //! `RunnerObject`: one Durable Object per runner (`id_from_name(runner id)`).
 //!
 //! It serializes that runner's claims (under `block_concurrency_while`, since each claim reads
-//! D1 and calls job objects): check the runner's live state and capacity, find candidate jobs
-//! through the queue index, filter them with the protocol crate's matching rules (never
-//! relaxed), and ask each candidate's `JobObject` to grant until one does. Capacity is also a
-//! CHECK in the schema, so even a claim racing outside this object cannot exceed it.
+//! and writes D1): check the runner's live state and capacity, find candidate jobs through the
+//! queue index, filter them with the protocol crate's matching rules (never relaxed), and grant
+//! the candidates in turn until one grant commits (`crate::grant`). Capacity is also a CHECK in
+//! the schema, so even a claim racing outside this object cannot exceed it. It keeps the lease
+//! book: an alarm for each lease it granted, until the job's object watches it ([`LeaseBook`]).
 
 use edgerunner_protocol::capability::{
     match_job, parse_served_targets, parse_tags, CapabilityDocument, Requirements, RunnerProfile,
@@ -16,16 +17,17 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 
 use worker::{
-    durable_object, D1PreparedStatement, D1Result, DurableObject, Env, Request, Response, Result,
-    State,
+    durable_object, D1PreparedStatement, D1Result, DurableObject, Env, ListOptions, Request,
+    Response, Result, State, Storage,
 };
 
 use crate::dispatch_do::{self, Stamp};
 use crate::error::{ApiError, ApiResult};
+use crate::grant::{self, Prepared};
 use crate::objects::{self, answer, read_op};
 use crate::ops::{JobOp, RunnerOp};
 use crate::platform::{now_ms, random_bytes};
-use crate::replies::{ClaimGrant, JobRefusal, JobReply, RunnerRefusal, RunnerReply};
+use crate::replies::{ClaimGrant, JobRefusal, RunnerRefusal, RunnerReply};
 use crate::store::{self, jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
@@ -123,6 +125,30 @@ impl DurableObject for RunnerObject {
         }
         Ok(res)
     }
+
+    /// The lease book's alarm: the first leases now due, asked about at their jobs' objects
+    /// (see [`LeaseBook`]).
+    async fn alarm(&self) -> Result<Response> {
+        // The asking runs beside this runner's claims; the re-arming does not (a claim moves
+        // the alarm to its own lease when it finds none set, which it does while this runs).
+        let watched = LeaseBook::of(&self.state).watch_due(&self.env).await;
+        let failed = watched.as_ref().map_or(true, |w| w.failed);
+        let book = LeaseBook::of(&self.state);
+        let rearmed = self
+            .state
+            .block_concurrency_while(async move { book.rearm(failed).await })
+            .await;
+        match (watched, rearmed) {
+            (Ok(watched), Ok(())) => {
+                Response::ok(format!("{} leases asked about", watched.answered))
+            }
+            (Err(err), _) | (_, Err(err)) => {
+                worker::console_error!("runner object: lease book alarm failed: {err:?}");
+                // Retried by the runtime; the cron pass catches any lease it still misses.
+                Err(err)
+            }
+        }
+    }
 }
 
 /// A runner's claim as the edge passed it on.
@@ -214,6 +240,7 @@ impl RunnerObject {
         trips: &RoundTrips,
     ) -> RunnerAnswer {
         let env = self.env.clone();
+        let book = LeaseBook::of(&self.state);
         let counted = trips.clone();
         let profile = Rc::clone(&self.profile);
         let quiet = Rc::clone(&self.quiet);
@@ -230,7 +257,7 @@ impl RunnerObject {
                         served_targets: request.served_targets.as_ref(),
                         request_id: request.request_id.as_deref(),
                     };
-                    claim(&env, &db, &profile, claimant).await
+                    claim(&env, &db, &book, &profile, claimant).await
                 }
                 .await;
                 let found_nothing = matches!(&outcome, Ok(RunnerReply::Nothing));
@@ -319,15 +346,6 @@ impl Profile {
     }
 }
 
-/// A claim: one D1 read and one D1 write when the object is warm.
-///
-/// The read is one batch: the runner's row (its credential generation, state and capacity,
-/// checked fresh on every claim) and the first page of candidates, whose index ranges come from
-/// the capabilities the object remembers from its last claim. When the row shows other
-/// capabilities or tags than those, the ranges are built again from the row and read again (a
-/// cold object reads the row first). The write is the grant, by the candidate's job object,
-/// from the candidate row as read here (no read of its own; its batch asserts the job is still
-/// as read).
 /// Who claims, as the edge verified the credential.
 struct Claimant<'a> {
     org: &'a str,
@@ -338,9 +356,19 @@ struct Claimant<'a> {
     request_id: Option<&'a str>,
 }
 
+/// A claim: one D1 read and one D1 write when the object is warm.
+///
+/// The read is one batch: the runner's row (its credential generation, state and capacity,
+/// checked fresh on every claim) and the first page of candidates, whose index ranges come from
+/// the capabilities the object remembers from its last claim. When the row shows other
+/// capabilities or tags than those, the ranges are built again from the row and read again (a
+/// cold object reads the row first). The write is the grant (`crate::grant`), from the
+/// candidate row as read here: no read of its own; its batch asserts the job is still as read
+/// and the runner's credential generation as checked.
 async fn claim(
     env: &Env,
     db: &Db,
+    book: &LeaseBook,
     remembered: &RefCell<Option<Profile>>,
     claimant: Claimant<'_>,
 ) -> RunnerAnswer {
@@ -407,6 +435,12 @@ async fn claim(
     if runner.active_claims >= runner.max_concurrent_jobs {
         return Err(RunnerRefusal::AtCapacity);
     }
+    let grantee = grant::Grantee {
+        org,
+        runner: runner_id,
+        generation: u64::try_from(runner.credential_generation).map_err(ApiError::internal)?,
+        request_id,
+    };
 
     let mut page = first_page;
     for pages in 1..=MAX_PAGES {
@@ -428,28 +462,27 @@ async fn claim(
             if match_job(&runner_profile, &requirements, &subject, served.as_deref()).is_err() {
                 continue;
             }
-            let op = JobOp::Grant {
-                job_id: candidate.id.clone(),
-                organization_id: org.to_owned(),
-                runner_id: runner_id.to_owned(),
-                generation: u64::try_from(runner.credential_generation)
-                    .map_err(ApiError::internal)?,
-                job: Some(Box::new(candidate)),
-                request_id: request_id.map(str::to_owned),
-            };
-            match objects::ask_job(env, db.trips(), &op).await? {
-                Ok(JobReply::Granted(grant)) => return Ok(RunnerReply::Granted(grant)),
-                Ok(other) => {
-                    return Err(RunnerRefusal::internal(format!(
-                        "a grant answered {other:?}"
-                    )))
+            let refusal = match grant::prepare(env, db, &candidate, &grantee, now_ms()) {
+                Ok(prepared) => {
+                    // Before the commit: no crash between the two leaves a lease unwatched.
+                    let entry = book.arm(&prepared).await?;
+                    match grant::commit(db, prepared).await {
+                        Ok(granted) => return Ok(RunnerReply::Granted(granted)),
+                        Err(refusal) => {
+                            book.forget(&entry).await;
+                            refusal
+                        }
+                    }
                 }
+                Err(refusal) => refusal,
+            };
+            match refusal {
                 // Another runner got there first, or it changed: try the next candidate.
-                Err(JobRefusal::NotQueued { .. }) => {
+                JobRefusal::NotQueued { .. } => {
                     if !scattered {
                         // Other runners are claiming from the same head of the queue, and in
-                        // order they would all ask for the same next job, one grant at a time
-                        // (its object serializes them). From a random place in the rest of
+                        // order they would all ask for the same next job, of which only one
+                        // grant commits. From a random place in the rest of
                         // the page they mostly ask for different ones. A runner alone never
                         // loses a race, so for it the queue order holds exactly; racing
                         // runners may take the jobs of one page in another order.
@@ -462,7 +495,7 @@ async fn claim(
                     }
                     continue;
                 }
-                Err(refusal) => return Err(RunnerRefusal::Job(refusal)),
+                refusal => return Err(RunnerRefusal::Job(refusal)),
             }
         }
         if pages == MAX_PAGES {
@@ -471,6 +504,180 @@ async fn claim(
         page = ranges.next_page(db, org, Vec::new()).await?.1;
     }
     Ok(RunnerReply::Nothing)
+}
+
+/// The first leases of the claims this runner's object granted, one storage entry each
+/// (`lease:<lease ms>:<attempt>:<job id>`, so listed in the order they end), and an alarm at or
+/// before the first of them: what watches a lease until its job's object does.
+///
+/// A grant is written here before its batch commits ([`LeaseBook::arm`]), so every lease has an
+/// alarm before it exists. The job's object is not called by the grant (see `crate::grant`);
+/// it arms its own alarm with its first write, normally the holder's first heartbeat. At the
+/// first lease, this object's alarm asks the job's object whether it watches the lease now
+/// (`JobOp::Watch`): it does when it wrote since and its alarm is set, or when the claim is
+/// over. If not (no heartbeat came, or the object was evicted since), recovery looks at the
+/// lease right then, and either recovers it or arms the job's own alarm where it now ends.
+/// The entry is deleted once the job's object answered.
+struct LeaseBook(Storage);
+
+const LEASE_PREFIX: &str = "lease:";
+/// Entries an alarm asks about per run; it runs again at once for the rest.
+const WATCHES_PER_ALARM: usize = 32;
+/// When asking about an entry failed in an alarm, the next try.
+const WATCH_RETRY_MILLIS: i64 = 30_000;
+
+fn entry_of(grant: &Prepared) -> String {
+    format!(
+        "{LEASE_PREFIX}{:015}:{}:{}",
+        grant.lease(),
+        grant.attempt(),
+        grant.job_id()
+    )
+}
+
+/// An entry's lease, attempt and job id.
+fn parse_entry(entry: &str) -> Option<(i64, i64, &str)> {
+    let mut parts = entry.strip_prefix(LEASE_PREFIX)?.splitn(3, ':');
+    let lease = parts.next()?.parse().ok()?;
+    let attempt = parts.next()?.parse().ok()?;
+    let job_id = parts.next().filter(|id| !id.is_empty())?;
+    Some((lease, attempt, job_id))
+}
+
+/// What a lease book alarm does with the entries it listed (in key order, so by lease).
+#[derive(Debug, PartialEq)]
+struct Plan<'a> {
+    /// Entries whose lease is due, with their attempt and job id: asked about now.
+    due: Vec<(&'a str, i64, &'a str)>,
+    /// Entries that are not the book's (deleted).
+    malformed: Vec<&'a str>,
+}
+
+fn plan(entries: &[String], now: i64) -> Plan<'_> {
+    let mut plan = Plan {
+        due: Vec::new(),
+        malformed: Vec::new(),
+    };
+    for entry in entries {
+        match parse_entry(entry) {
+            None => plan.malformed.push(entry),
+            Some((lease, _, _)) if lease > now => break,
+            Some((_, attempt, job_id)) => plan.due.push((entry, attempt, job_id)),
+        }
+    }
+    plan
+}
+
+/// When the lease book's alarm runs next, given the first entry's lease after a run: at it
+/// when it is ahead; at once when an entry is due still (listed past the run's limit, or due
+/// since), unless asking failed in the run (those entries come first again): then after
+/// [`WATCH_RETRY_MILLIS`]. Never, with no entry left.
+fn next_alarm(first: Option<i64>, now: i64, failed: bool) -> Option<i64> {
+    match first {
+        None => None,
+        Some(lease) if lease > now => Some(lease),
+        Some(_) if failed => Some(now + WATCH_RETRY_MILLIS),
+        Some(_) => Some(now),
+    }
+}
+
+/// What one lease book alarm did.
+struct Watched {
+    /// Entries the jobs' objects answered (deleted).
+    answered: usize,
+    /// Whether asking about an entry failed (it stays).
+    failed: bool,
+}
+
+impl LeaseBook {
+    fn of(state: &State) -> Self {
+        Self(state.storage())
+    }
+
+    /// Writes the grant's entry, with the alarm moved to its lease unless it is set earlier
+    /// already; answers the entry's key once both are on disk.
+    async fn arm(&self, grant: &Prepared) -> ApiResult<String> {
+        let entry = entry_of(grant);
+        let lease = grant.lease();
+        let alarm = self.0.get_alarm().await.map_err(ApiError::internal)?;
+        let put = self.0.put(&entry, grant.job_id());
+        if alarm.is_some_and(|at| at <= lease) {
+            put.await
+        } else {
+            // Asked for in the same turn: the runtime writes both at once.
+            futures_util::future::try_join(put, self.0.set_alarm(alarm_delay(lease)))
+                .await
+                .map(|_| ())
+        }
+        .map_err(ApiError::internal)?;
+        Ok(entry)
+    }
+
+    /// Deletes the entry of a grant that did not commit. Should that fail, the alarm finds no
+    /// lease of its attempt to watch and recovery's look changes nothing.
+    async fn forget(&self, entry: &str) {
+        if let Err(err) = self.0.delete(entry).await {
+            worker::console_error!("runner object: forgetting {entry} failed: {err:?}");
+        }
+    }
+
+    /// The alarm's asking: each entry whose lease is due is asked about at its job's object
+    /// (which recovers the lease unless it watches it), and deleted once answered.
+    async fn watch_due(&self, env: &Env) -> Result<Watched> {
+        let entries = self.list(WATCHES_PER_ALARM).await?;
+        let Plan { due, malformed } = plan(&entries, now_ms());
+        for entry in malformed {
+            self.forget(entry).await;
+        }
+        let mut watched = Watched {
+            answered: 0,
+            failed: false,
+        };
+        for (entry, attempt, job_id) in due {
+            let op = JobOp::Watch {
+                job_id: job_id.to_owned(),
+                attempt,
+            };
+            let why = match objects::ask_job(env, &RoundTrips::default(), &op).await {
+                Ok(Ok(_)) => {
+                    self.forget(entry).await;
+                    watched.answered += 1;
+                    continue;
+                }
+                Ok(Err(refusal)) => format!("{refusal:?}"),
+                Err(err) => format!("{err:?}"),
+            };
+            worker::console_error!("runner object: watching {entry}: {why}");
+            watched.failed = true;
+        }
+        Ok(watched)
+    }
+
+    /// Moves the alarm to where the entries now need it ([`next_alarm`]).
+    async fn rearm(&self, failed: bool) -> Result<()> {
+        let first = self.list(1).await?;
+        let first = first.first().and_then(|entry| parse_entry(entry));
+        match next_alarm(first.map(|(lease, _, _)| lease), now_ms(), failed) {
+            Some(at) => self.0.set_alarm(alarm_delay(at)).await,
+            None => self.0.delete_alarm().await,
+        }
+    }
+
+    /// The first `limit` entries' keys, in the order their leases end.
+    async fn list(&self, limit: usize) -> Result<Vec<String>> {
+        let listed = self
+            .0
+            .list_with_options(ListOptions::new().prefix(LEASE_PREFIX).limit(limit))
+            .await?;
+        let mut entries = Vec::new();
+        listed.for_each(&mut |_, key| entries.extend(key.as_string()));
+        Ok(entries)
+    }
+}
+
+/// The alarm's offset for an instant: worker 0.8 reads an i64 as "ms from now".
+fn alarm_delay(at: i64) -> std::time::Duration {
+    std::time::Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
 }
 
 /// The index ranges a runner's claim reads: one per (execution kind, runtime) it declares,
@@ -580,4 +787,64 @@ async fn floor(db: &Db) -> RunnerAnswer {
     )
     .await?;
     Ok(RunnerReply::Floor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(lease: i64, attempt: i64, job_id: &str) -> String {
+        format!("{LEASE_PREFIX}{lease:015}:{attempt}:{job_id}")
+    }
+
+    #[test]
+    fn an_entry_names_its_lease_attempt_and_job_and_sorts_by_lease() {
+        let early = entry(999_999_999_999, 3, "job_b");
+        let late = entry(1_764_000_000_000, 1, "job_a");
+        assert!(early < late, "entries list in the order their leases end");
+        assert_eq!(parse_entry(&late), Some((1_764_000_000_000, 1, "job_a")));
+        assert_eq!(parse_entry("lease:12:1:"), None);
+        assert_eq!(parse_entry("lease:x:1:job_a"), None);
+        assert_eq!(parse_entry("other:12:1:job_a"), None);
+    }
+
+    #[test]
+    fn an_alarm_asks_about_the_due_entries_only() {
+        let entries = vec![
+            entry(100, 1, "job_a"),
+            "lease:garbage".to_owned(),
+            entry(200, 2, "job_b"),
+            entry(300, 1, "job_c"),
+            "lease:after-the-first-ahead".to_owned(),
+        ];
+        assert_eq!(
+            plan(&entries, 200),
+            Plan {
+                due: vec![
+                    (entries[0].as_str(), 1, "job_a"),
+                    (entries[2].as_str(), 2, "job_b")
+                ],
+                malformed: vec!["lease:garbage"],
+            }
+        );
+        assert_eq!(
+            plan(&[], 200),
+            Plan {
+                due: vec![],
+                malformed: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn the_alarm_runs_next_at_the_first_lease_ahead_or_at_once_or_later_after_a_failure() {
+        assert_eq!(next_alarm(Some(300), 200, false), Some(300));
+        assert_eq!(next_alarm(Some(300), 200, true), Some(300));
+        assert_eq!(next_alarm(Some(150), 200, false), Some(200));
+        assert_eq!(
+            next_alarm(Some(150), 200, true),
+            Some(200 + WATCH_RETRY_MILLIS)
+        );
+        assert_eq!(next_alarm(None, 200, true), None);
+    }
 }

@@ -452,6 +452,65 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
     assert_eq!(record["completedJobs"], 1, "{record}");
 }
 
+/// A claim whose runner never heartbeats, chunks or completes: nothing but the grant ever
+/// touched the job, and its job's object was never called. The runner's object, which granted
+/// it, armed an alarm for the first lease before the grant committed; at that lease it asks the
+/// job's object, which watches nothing, and recovery takes the lease.
+#[tokio::test]
+async fn a_claim_never_heard_from_again_is_recovered_at_its_first_lease_by_an_alarm() {
+    let f = Fixture::new("recovery-first-lease").await;
+    let job_id = f.enqueue().await;
+    let mut a = f.runner(1).await;
+    let claimed = a.claim_job().await;
+    assert_eq!(claimed.job_id(), job_id);
+    let lease = parse_time(str_of(&claimed.assignment["claim"], "leaseExpiresAt"));
+
+    // Poll until the job is back in the queue. Global passes could recover the lease too once
+    // it lapsed: from shortly before, only the alarm may (and no D1 write of this suite locks
+    // the file under it).
+    let deadline = lease + RECOVERY_GRACE_MS;
+    let mut polls = 0;
+    let mut windows = None;
+    let recovered = loop {
+        if windows.is_none() && now_ms() >= lease - 5_000 {
+            windows = Some((no_global_passes().await, quiet().await));
+        }
+        let view = f.job(&job_id).await;
+        match str_of(&view, "state") {
+            "queued" => break view,
+            "claimed" => assert!(
+                now_ms() < deadline,
+                "not recovered {RECOVERY_GRACE_MS} ms after the first lease lapsed: {view}"
+            ),
+            _ => panic!(
+                "an unheard-of claim's job went neither back to the queue nor stayed: {view}"
+            ),
+        }
+        polls += 1;
+        tokio::time::sleep(POLL).await;
+    };
+    assert!(
+        polls > 0,
+        "the job was recovered before its lease could lapse"
+    );
+    let lost = assert_one_loss(
+        &recovered,
+        &claimed,
+        &a.id,
+        "system:alarm",
+        "job.requeued",
+        "LEASE_LOST_REQUEUED",
+    );
+    drop(windows);
+    let lost_at = parse_time(str_of(lost, "at"));
+    assert!(
+        lost_at >= lease,
+        "recovered before the lease lapsed ({lost_at} < {lease}): {recovered}"
+    );
+    assert_requeued(&recovered, 1);
+    assert_runner_lost(&f.runner_record(&a.id).await);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The cron trigger
 // ---------------------------------------------------------------------------------------------
