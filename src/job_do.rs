@@ -115,9 +115,10 @@ impl JobObject {
     /// that every lease has an alarm at or before its expiry. The grant, the one write that
     /// *starts* a lease, is the runner's object's, which arms its own alarm for the lease
     /// before the grant commits ([`crate::grant`]) and asks this object at that lease whether
-    /// it watches it now. An operation here extends or ends a lease and moves the alarm afterwards,
-    /// where a failure (or a crash) leaves the earlier alarm, which finds the lease alive and
-    /// re-arms at it (see `recover`). So nothing after the commit can fail the operation.
+    /// it watches it now. An operation here extends or ends a lease and moves the alarm
+    /// afterwards, where a failure (or a crash) leaves the earlier alarm, which finds the lease
+    /// alive and re-arms at it (see `recover`). So nothing after the commit can fail the
+    /// operation.
     async fn run(&self, op: JobOp, trips: &RoundTrips) -> Answer {
         let op = match op {
             JobOp::Watch { job_id, attempt } => {
@@ -267,7 +268,7 @@ struct OpOutcome {
 /// attempt, active claim and live lease. So a warm answer costs one D1 round trip, and is
 /// final only when that batch committed. Anything else decides on the job read fresh: a warm
 /// try that wrote nothing (a refusal, a replay) is decided again from D1, and so is one whose
-/// assertion found the job moved. Every other operation (grant, cancel, recovery) reads fresh.
+/// assertion found the job moved. Every other operation (cancel, recovery) reads fresh.
 async fn dispatch(env: Env, trips: RoundTrips, known: Known, op: JobOp) -> OpResult<OpOutcome> {
     let db = Db::of(&env, trips)?;
     let job_id = op.job_id();

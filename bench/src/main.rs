@@ -1855,7 +1855,7 @@ fn markdown(report: &Value, analysis: &str) -> String {
     }
     let rec = &r["recovery"];
     md.push_str(&format!(
-        "\n## 4. Recovery of expired leases\n\n{} jobs claimed (in {} s by {} runners in parallel; {} claim answers lost and retried; while they were claimed, the leases granted so far were moved an hour ahead every 15 s, so that none lapsed before the measurement and each job's alarm, finding its lease alive, re-armed there), their leases moved 2 minutes into the past with one D1 `UPDATE`, then admin reap passes (`POST /api/remote-runners/jobs/reap`, limit 500) until `more` is false.\n\n| leases | time to requeue all | passes | pass ms | requeued | ended | still leased after |\n|---|---|---|---|---|---|---|\n| {} | {} s | {} | {} | {} | {} | {} |\n",
+        "\n## 4. Recovery of expired leases\n\n{} jobs claimed (in {} s by {} runners in parallel; {} claim answers lost and retried; while they were claimed, the leases granted so far were moved an hour ahead every 15 s, so that none lapsed before the measurement, and each first-lease alarm, finding its lease alive, armed the job's own alarm there), their leases moved 2 minutes into the past with one D1 `UPDATE`, then admin reap passes (`POST /api/remote-runners/jobs/reap`, limit 500) until `more` is false.\n\n| leases | time to requeue all | passes | pass ms | requeued | ended | still leased after |\n|---|---|---|---|---|---|---|\n| {} | {} s | {} | {} | {} | {} | {} |\n",
         rec["leases"], rec["claimSeconds"], rec["runners"], rec["claimErrors"],
         rec["leases"], rec["seconds"], rec["passes"],
         rec["passMs"].as_array().map(|a| a.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")).unwrap_or_default(),
