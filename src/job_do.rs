@@ -55,7 +55,16 @@ pub struct JobObject {
     known: Known,
     /// Whether the job's id is stored beside the alarm (see [`JobObject::run`]).
     named: Cell<bool>,
+    /// The alarm as this object last set it (`Some(None)`: deleted), or not known (`None`: a
+    /// fresh object, or a move that failed).
+    alarm: Cell<Option<Option<i64>>>,
 }
+
+/// A lease's alarm is left where this object last set it while that is at or before the lease
+/// and at least this far ahead: so a runner heartbeating well inside its lease moves it only
+/// every few heartbeats, and one that stops is still recovered at its lease (the earlier alarm
+/// finds the lease alive and re-arms there).
+const ALARM_KEPT_AHEAD_MILLIS: i64 = 30_000;
 
 /// The job as its object last left it, or nothing (the next operation loads it).
 type Known = Rc<RefCell<Option<Snapshot>>>;
@@ -67,6 +76,7 @@ impl DurableObject for JobObject {
             env,
             known: Known::default(),
             named: Cell::new(false),
+            alarm: Cell::new(None),
         }
     }
 
@@ -143,7 +153,9 @@ impl JobObject {
             .await
             .map_err(JobRefusal::internal)??;
         let move_to = match (outcome.alarm_at, outcome.clear_alarm) {
+            (Some(at), _) if keeps(self.alarm.get(), at, now_ms()) => None,
             (Some(at), _) => Some(Some(at)),
+            (None, true) if self.alarm.get() == Some(None) => None,
             (None, true) => Some(None),
             (None, false) => None,
         };
@@ -174,6 +186,7 @@ impl JobObject {
                 if moved.is_ok() && unnamed {
                     self.named.set(true);
                 }
+                self.alarm.set(moved.is_ok().then_some(at));
                 moved
             }
         };
@@ -201,6 +214,12 @@ impl JobObject {
         };
         knows && (over || matches!(self.state.storage().get_alarm().await, Ok(Some(_))))
     }
+}
+
+/// Whether the alarm as this object last set it (`set`) may stay for a lease ending at `lease`:
+/// it fires at or before the lease, and not within [`ALARM_KEPT_AHEAD_MILLIS`] of `now`.
+fn keeps(set: Option<Option<i64>>, lease: i64, now: i64) -> bool {
+    matches!(set, Some(Some(at)) if at <= lease && at >= now + ALARM_KEPT_AHEAD_MILLIS)
 }
 
 /// Moves the alarm to `at` (or deletes it) after a commit, without holding the object's answer
@@ -1391,4 +1410,25 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
         ctx.touched.replace(Some(job.organization_id.clone()));
     }
     Ok(JobReply::Released(answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_alarm_stays_while_it_fires_at_or_before_the_lease_and_not_soon() {
+        let now = 1_000_000;
+        let ahead = now + ALARM_KEPT_AHEAD_MILLIS;
+        let lease = ahead + 60_000;
+        assert!(keeps(Some(Some(ahead)), lease, now));
+        assert!(keeps(Some(Some(lease)), lease, now));
+        // A lease that ends sooner than the alarm: moved.
+        assert!(!keeps(Some(Some(lease + 1)), lease, now));
+        // An alarm about to fire: moved to the lease rather than fire early.
+        assert!(!keeps(Some(Some(ahead - 1)), lease, now));
+        // Not known (a fresh object, a failed move), or deleted: set.
+        assert!(!keeps(None, lease, now));
+        assert!(!keeps(Some(None), lease, now));
+    }
 }

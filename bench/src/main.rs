@@ -2139,7 +2139,7 @@ async fn run(args: Args) -> Res<()> {
 
 /// `--hot-only`: the hot path's figures alone, for comparing one change with another on the
 /// same machine within minutes. The claim runs three times at 100 queued (three ratios show the
-/// noise of one).
+/// noise of one); then the lifecycles, and the warm heartbeats and appends of section 3.
 async fn hot_only(
     args: &Args,
     bench: &mut Bench,
@@ -2156,14 +2156,17 @@ async fn hot_only(
         ..*sizes
     };
     let claim = claim_latency(bench, &claim_sizes).await?;
+    // The lifecycles and the stream's one claim take from the remaining queue.
     let needed = sizes
         .lifecycle
         .iter()
         .map(|(c, k)| (c * k) as u64)
-        .sum::<u64>();
+        .sum::<u64>()
+        + 1;
     let queued = bench.queued()?;
     bench.seed(needed.saturating_sub(queued))?;
     let lifecycle = lifecycle(bench, sizes).await?;
+    let (stream, heartbeats) = stream_rate(bench, sizes).await?;
     let report = json!({
         "command": args.command,
         "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]),
@@ -2172,6 +2175,8 @@ async fn hot_only(
         "pickup": pickup,
         "claim": claim,
         "lifecycle": lifecycle,
+        "stream": stream,
+        "heartbeats": heartbeats,
     });
     let text = serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n";
     std::fs::write(&args.json, &text).map_err(err("write json"))?;
@@ -2199,8 +2204,24 @@ async fn hot_only(
         line(&pickup["fromRequestMs"]),
         line(&pickup["enqueueMs"])
     );
+    let appends: Vec<String> = stream
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            format!(
+                "{}: p50 {} vs floor {} = {}x",
+                s["payload"], s["append"]["p50Ms"], s["floor"]["p50Ms"], s["p50Ratio"]
+            )
+        })
+        .collect();
     println!("claim: {}", claims.join("; "));
     println!("lifecycle: {}", lifecycles.join("; "));
+    println!(
+        "warm heartbeat: p50 {} vs floor {} = {}x",
+        heartbeats["heartbeat"]["p50Ms"], heartbeats["floor"]["p50Ms"], heartbeats["p50Ratio"]
+    );
+    println!("appends: {}", appends.join("; "));
     Ok(())
 }
 

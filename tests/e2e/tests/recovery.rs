@@ -287,7 +287,12 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
 
     // Nothing but the alarm may recover this lease.
     let exclusive = no_global_passes().await;
-    let (claimed_a, lease) = claim_running(&mut a, 15).await;
+    let (claimed_a, _) = claim_running(&mut a, 40).await;
+    // A second beat at once: the alarm the first one set is at or before the new lease and
+    // more than 30 s ahead, so the object leaves it there. It fires just before the lease ends,
+    // finds the lease alive and re-arms at it; the loss comes at the lease, not before.
+    let beat = a.heartbeat(&claimed_a.claim_id(), 40).await.expect(200);
+    let lease = parse_time(str_of(&beat, "leaseExpiresAt"));
     assert_eq!(claimed_a.job_id(), job_id);
     assert_eq!(claimed_a.attempt().get(), 1);
     let mut chain_a = claimed_a.writer();
