@@ -34,7 +34,7 @@ use worker::{durable_object, DurableObject, Env, Request, Response, Result, Stat
 use crate::error::{ApiError, ApiResult};
 use crate::objects::{answer, read_op};
 use crate::ops::{Holder, JobOp};
-use crate::platform::{now_ms, rfc3339};
+use crate::platform::{alarm_delay, now_ms, rfc3339};
 use crate::replies::{
     Cancelled, ChunkAccepted, CompletionDecision, EvidenceHolder, HeartbeatAnswer, JobRefusal,
     JobReply, LeaseUse, LostClaim, Recovered, Released,
@@ -261,12 +261,6 @@ type Answer = OpResult<JobReply>;
 
 /// The job object's own result: a refusal (or failure) is answered to the edge as itself.
 type OpResult<T> = std::result::Result<T, JobRefusal>;
-
-/// The alarm's offset for an instant: worker 0.8 reads an i64 as "ms from now", so this is an
-/// offset, never negative.
-fn alarm_delay(at: i64) -> std::time::Duration {
-    std::time::Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
-}
 
 /// An operation's decision, and what it means for the job's alarm.
 struct OpOutcome {

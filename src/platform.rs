@@ -10,6 +10,12 @@ pub(crate) fn now_ms() -> i64 {
     worker::Date::now().as_millis() as i64
 }
 
+/// The offset from now of instant `at` (epoch ms), never negative: worker 0.8's `set_alarm`
+/// reads a duration as "ms from now", so an alarm's instant is passed as this.
+pub(crate) fn alarm_delay(at: i64) -> std::time::Duration {
+    std::time::Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
+}
+
 pub(crate) fn random_bytes<const N: usize>() -> ApiResult<[u8; N]> {
     let mut bytes = [0u8; N];
     getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;

@@ -26,7 +26,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::grant::{self, Prepared};
 use crate::objects::{self, answer, read_op};
 use crate::ops::{JobOp, RunnerOp};
-use crate::platform::{now_ms, random_bytes};
+use crate::platform::{alarm_delay, now_ms, random_bytes};
 use crate::replies::{ClaimGrant, JobRefusal, RunnerRefusal, RunnerReply};
 use crate::store::{self, jobs, runners, Db, RoundTrips};
 
@@ -653,11 +653,18 @@ impl LeaseBook {
         Ok(watched)
     }
 
-    /// Moves the alarm to where the entries now need it ([`next_alarm`]).
+    /// Moves the alarm to where the entries now need it ([`next_alarm`]). A key that is not
+    /// an entry (`watch_due` deletes those) never hides the entries after it.
     async fn rearm(&self, failed: bool) -> Result<()> {
-        let first = self.list(1).await?;
-        let first = first.first().and_then(|entry| parse_entry(entry));
-        match next_alarm(first.map(|(lease, _, _)| lease), now_ms(), failed) {
+        let listed = self.list(WATCHES_PER_ALARM).await?;
+        let now = now_ms();
+        // A full listing of such keys alone: run again, which deletes them.
+        let first = listed
+            .iter()
+            .find_map(|entry| parse_entry(entry))
+            .map(|(lease, _, _)| lease)
+            .or((listed.len() == WATCHES_PER_ALARM).then_some(now));
+        match next_alarm(first, now, failed) {
             Some(at) => self.0.set_alarm(alarm_delay(at)).await,
             None => self.0.delete_alarm().await,
         }
@@ -673,11 +680,6 @@ impl LeaseBook {
         listed.for_each(&mut |_, key| entries.extend(key.as_string()));
         Ok(entries)
     }
-}
-
-/// The alarm's offset for an instant: worker 0.8 reads an i64 as "ms from now".
-fn alarm_delay(at: i64) -> std::time::Duration {
-    std::time::Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
 }
 
 /// The index ranges a runner's claim reads: one per (execution kind, runtime) it declares,
