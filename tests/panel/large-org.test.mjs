@@ -20,7 +20,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ARTIFACTS, BASE_URL, STATE_DIR, launchChromium, newOrg } from './support.mjs';
+import { ARTIFACTS, BASE_URL, STATE_DIR, launchChromium, newOrg, pause } from './support.mjs';
 
 const RUNNERS = Number(process.env.LARGE_ORG_RUNNERS || 1000);
 const JOBS = Number(process.env.LARGE_ORG_JOBS || 10000);
@@ -56,8 +56,26 @@ async function call(key, method, path, body) {
   }
 }
 
-/** One SQL statement against the server's local D1, as an operator would run it. */
-function d1(sql) {
+/**
+ * One SQL statement against the server's local D1, as an operator would run it.
+ *
+ * The running server shares the database file, and its background writes (work finishing after
+ * an answer, alarms) can hold the write lock at the moment the statement starts; SQLite then
+ * answers SQLITE_BUSY and the statement writes nothing. Only that answer is tried again, a
+ * bounded number of times, after a short pause; any other failure is thrown at once.
+ */
+async function d1(sql) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await d1Once(sql);
+    } catch (error) {
+      if (!/SQLITE_BUSY|database is locked/.test(error.message) || attempt >= 5) throw error;
+      await pause(500 * attempt);
+    }
+  }
+}
+
+function d1Once(sql) {
   return new Promise((resolvePromise, reject) => {
     execFile('node_modules/.bin/wrangler',
       ['d1', 'execute', 'DB', '--local', '--persist-to', STATE_DIR, '--yes', '--command', sql],
