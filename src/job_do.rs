@@ -291,21 +291,29 @@ async fn dispatch(env: Env, trips: RoundTrips, known: Known, op: JobOp) -> OpRes
         .take()
         .filter(|known| known.job.id == job_id && holder.is_some());
     let mut warm = cached.is_some();
+    if let (
+        None,
+        JobOp::Heartbeat {
+            claim_id,
+            extend_seconds,
+            ..
+        },
+    ) = (&cached, &op)
+    {
+        let op_ctx = OpCtx::new(&db, holder);
+        if let Some(reply) =
+            presumed_first_heartbeat(&op_ctx, job_id, claim_id, *extend_seconds).await?
+        {
+            return Ok(op_ctx.outcome(Ok(reply), &known, None));
+        }
+    }
     let mut snapshot = match cached {
         Some(known) => known,
         None => Snapshot::load(&db, job_id, holder).await?,
     };
     // A warm try, then at most two fresh ones (a second move is someone else's D1 write).
     for _ in 0..3 {
-        let op_ctx = OpCtx {
-            db: &db,
-            now: now_ms(),
-            holder,
-            alarm: Cell::new(AlarmChange::Keep),
-            wrote: Cell::new(false),
-            learned: RefCell::new(None),
-            touched: RefCell::new(None),
-        };
+        let op_ctx = OpCtx::new(&db, holder);
         // A fresh read that the operation then does not write over stays what the object knows.
         let fresh = (!warm && holder.is_some()).then(|| snapshot.clone());
         let answer = run_op(&op_ctx, &op, snapshot).await;
@@ -333,19 +341,7 @@ async fn dispatch(env: Env, trips: RoundTrips, known: Known, op: JobOp) -> OpRes
         if let Err(failure @ (JobRefusal::Guard(_) | JobRefusal::Internal)) = answer {
             return Err(failure);
         }
-        let learned = op_ctx.learned.take();
-        *known.borrow_mut() = if op_ctx.wrote.get() { learned } else { fresh };
-        let (alarm_at, clear_alarm) = match op_ctx.alarm.get() {
-            AlarmChange::Keep => (None, false),
-            AlarmChange::At(at) => (Some(at), false),
-            AlarmChange::Clear => (None, true),
-        };
-        return Ok(OpOutcome {
-            answer,
-            alarm_at,
-            clear_alarm,
-            touched: op_ctx.touched.take(),
-        });
+        return Ok(op_ctx.outcome(answer, &known, fresh));
     }
     Err(JobRefusal::internal(format!(
         "job {job_id} kept changing in D1 under its own object"
@@ -403,7 +399,46 @@ struct OpCtx<'a> {
     touched: RefCell<Option<String>>,
 }
 
-impl OpCtx<'_> {
+/// The job's state, attempt and active claim an operation decided from, which its write
+/// asserts ([`OpCtx::commit_as`]).
+struct AsKnown<'a> {
+    job_id: &'a str,
+    state: &'a str,
+    attempt: i64,
+    active_claim: Option<&'a str>,
+}
+
+impl<'a> OpCtx<'a> {
+    fn new(db: &'a Db, holder: Option<&'a Holder>) -> Self {
+        Self {
+            db,
+            now: now_ms(),
+            holder,
+            alarm: Cell::new(AlarmChange::Keep),
+            wrote: Cell::new(false),
+            learned: RefCell::new(None),
+            touched: RefCell::new(None),
+        }
+    }
+
+    /// The decided operation's outcome; the object now knows the job as its write left it,
+    /// or, when it wrote nothing, as `fresh` (a fresh read it decided from) has it.
+    fn outcome(self, answer: Answer, known: &Known, fresh: Option<Snapshot>) -> OpOutcome {
+        let learned = self.learned.take();
+        *known.borrow_mut() = if self.wrote.get() { learned } else { fresh };
+        let (alarm_at, clear_alarm) = match self.alarm.get() {
+            AlarmChange::Keep => (None, false),
+            AlarmChange::At(at) => (Some(at), false),
+            AlarmChange::Clear => (None, true),
+        };
+        OpOutcome {
+            answer,
+            alarm_at,
+            clear_alarm,
+            touched: self.touched.take(),
+        }
+    }
+
     /// The holder's runner id; an internal error for an operation that has none.
     fn runner(&self) -> ApiResult<&str> {
         self.holder
@@ -421,6 +456,28 @@ impl OpCtx<'_> {
         live_lease: bool,
         statements: Vec<worker::D1PreparedStatement>,
     ) -> ApiResult<Vec<usize>> {
+        let job = &snap.job;
+        let decided_from = AsKnown {
+            job_id: &job.id,
+            state: &job.state,
+            attempt: job.dispatch_attempt,
+            active_claim: job.active_claim_id.as_deref(),
+        };
+        self.commit_as(&decided_from, live_lease, statements)
+            .await?
+            .iter()
+            .map(store::changes)
+            .collect()
+    }
+
+    /// [`OpCtx::commit`] for a decision made from `decided_from`, answering the results of
+    /// `statements` (the rows of any read among them, which then sees the batch's writes).
+    async fn commit_as(
+        &self,
+        decided_from: &AsKnown<'_>,
+        live_lease: bool,
+        statements: Vec<worker::D1PreparedStatement>,
+    ) -> ApiResult<Vec<worker::D1Result>> {
         let mut batch = Vec::with_capacity(statements.len() + 2);
         if let Some(holder) = self.holder {
             batch.push(store::stmt(
@@ -433,23 +490,22 @@ impl OpCtx<'_> {
                 ],
             )?);
         }
-        let job = &snap.job;
         batch.push(store::stmt(
             self.db,
             include_str!("store/queries/assert_job_as_known.sql"),
             &[
-                job.id.as_str().into(),
-                job.state.as_str().into(),
-                job.dispatch_attempt.into(),
-                job.active_claim_id.as_deref().into(),
+                decided_from.job_id.into(),
+                decided_from.state.into(),
+                decided_from.attempt.into(),
+                decided_from.active_claim.into(),
                 live_lease.then_some(self.now).into(),
             ],
         )?);
         let assertions = batch.len();
         batch.extend(statements);
-        let changed = store::batch(self.db, batch).await?;
+        let mut results = store::write_batch(self.db, batch).await?;
         self.wrote.set(true);
-        Ok(changed.get(assertions..).unwrap_or_default().to_vec())
+        Ok(results.split_off(assertions.min(results.len())))
     }
 
     /// What the object knows of its job after this operation's write.
@@ -457,6 +513,9 @@ impl OpCtx<'_> {
         *self.learned.borrow_mut() = Some(snap);
     }
 }
+
+/// How many statements read a [`Snapshot`] ([`Snapshot::reads`]).
+const SNAPSHOT_READS: usize = 5;
 
 /// Everything an operation decides from, read in one round trip.
 #[derive(Clone)]
@@ -475,13 +534,7 @@ impl Snapshot {
     /// generation is checked in the same read (`401` when it moved on, or the runner is
     /// revoked or not approved), as the edge once did before every runner request.
     async fn load(db: &Db, job_id: &str, holder: Option<&Holder>) -> OpResult<Self> {
-        let mut statements = vec![
-            jobs::select_job(db, job_id)?,
-            jobs::select_claims(db, job_id)?,
-            jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS)?,
-            jobs::select_accepted(db, job_id)?,
-            jobs::select_stored_refusals(db, job_id)?,
-        ];
+        let mut statements = Self::reads(db, job_id)?;
         if let Some(holder) = holder {
             statements.push(store::stmt(
                 db,
@@ -494,19 +547,32 @@ impl Snapshot {
             )?);
         }
         let results = store::read_batch(db, statements).await?;
-        let (job, claims, head, accepted, refusals) = match results.as_slice() {
-            [job, claims, head, accepted, refusals] => (job, claims, head, accepted, refusals),
-            [job, claims, head, accepted, refusals, credential] => {
-                if credential.results::<Value>()?.is_empty() {
-                    return Err(JobRefusal::CredentialRevoked);
-                }
-                (job, claims, head, accepted, refusals)
+        if let Some(credential) = results.get(SNAPSHOT_READS) {
+            if credential.results::<Value>()?.is_empty() {
+                return Err(JobRefusal::CredentialRevoked);
             }
-            _ => {
-                return Err(JobRefusal::internal(
-                    "job snapshot batch returned the wrong number of results",
-                ))
-            }
+        }
+        Self::from_reads(&results)
+    }
+
+    /// The statements a snapshot is read with, [`SNAPSHOT_READS`] of them: alone (a fresh
+    /// read), or at the end of a write's batch, which then reads what it wrote.
+    fn reads(db: &Db, job_id: &str) -> ApiResult<Vec<worker::D1PreparedStatement>> {
+        Ok(vec![
+            jobs::select_job(db, job_id)?,
+            jobs::select_claims(db, job_id)?,
+            jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS)?,
+            jobs::select_accepted(db, job_id)?,
+            jobs::select_stored_refusals(db, job_id)?,
+        ])
+    }
+
+    /// The snapshot from the first [`SNAPSHOT_READS`] results of `results`.
+    fn from_reads(results: &[worker::D1Result]) -> OpResult<Self> {
+        let [job, claims, head, accepted, refusals, ..] = results else {
+            return Err(JobRefusal::internal(
+                "job snapshot batch returned too few results",
+            ));
         };
         let job = job
             .results::<jobs::JobRow>()?
@@ -681,6 +747,121 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, extend: i64)
         state: next_state,
         lease_expires_at: rfc3339(lease),
     }))
+}
+
+/// A heartbeat to an object that knows nothing of its job, decided as the first heartbeat of
+/// the claim it names: the claim id names its job and attempt ([`ClaimId::job_and_attempt`]),
+/// and right after a grant (whose write is the runner's object's, [`crate::grant`]) the job is
+/// `claimed` at that attempt, with that claim active and its lease live. The batch asserts
+/// exactly that, and that the claim is the holder's; so it commits only where the heartbeat
+/// [`heartbeat`] would decide from a fresh read writes the same rows, and it reads the job
+/// back at its end, so the object learns the job from its own write. One D1 round trip where
+/// a fresh read and then the write would take two.
+///
+/// `Ok(None)`: not presumed (the claim names another job, the extension is out of bounds:
+/// left to the fresh decision and its refusals), or refuted by D1 (the job moved on: a later
+/// heartbeat to an object that lost its memory, a cancel, a lapsed lease). The caller then
+/// decides from a fresh read, as for any cold operation.
+async fn presumed_first_heartbeat(
+    ctx: &OpCtx<'_>,
+    job_id: &str,
+    claim_id: &str,
+    extend: i64,
+) -> OpResult<Option<JobReply>> {
+    let Some(holder) = ctx.holder else {
+        return Ok(None);
+    };
+    let attempt = match ClaimId::job_and_attempt(claim_id) {
+        Some((job, attempt)) if job == job_id => i64::from(attempt.get()),
+        _ => return Ok(None),
+    };
+    if !u32::try_from(extend).is_ok_and(|s| LEASE_EXTENSION_SECONDS.contains(&s)) {
+        return Ok(None);
+    }
+    let claimed = JobState::Claimed;
+    let running = claimed.transition(JobInput::Heartbeat)?;
+    let lease = ctx.now + extend * 1000;
+    let runner = holder.runner_id.as_str();
+    let actor = format!("runner:{runner}");
+    let started = events::NewEvent {
+        organization_id: &holder.organization_id,
+        job_id: Some(job_id),
+        runner_id: Some(runner),
+        claim_id: Some(claim_id),
+        actor: &actor,
+        kind: "job.started",
+        attempt: Some(attempt),
+        reason: None,
+        detail_json: None,
+        at: ctx.now,
+    };
+    let mut statements = vec![
+        store::stmt(
+            ctx.db,
+            include_str!("store/queries/assert_claim_held.sql"),
+            &[
+                claim_id.into(),
+                runner.into(),
+                holder.organization_id.as_str().into(),
+            ],
+        )?,
+        store::stmt(
+            ctx.db,
+            include_str!("store/queries/heartbeat_job.sql"),
+            &[
+                job_id.into(),
+                claim_id.into(),
+                attempt.into(),
+                lease.into(),
+                running.as_str().into(),
+                ctx.now.into(),
+                claimed.as_str().into(),
+            ],
+        )?,
+        store::stmt(
+            ctx.db,
+            include_str!("store/queries/heartbeat_claim.sql"),
+            &[claim_id.into(), lease.into(), ctx.now.into()],
+        )?,
+        store::stmt(
+            ctx.db,
+            include_str!("store/queries/heartbeat_runner.sql"),
+            &[runner.into(), ctx.now.into()],
+        )?,
+        events::insert(ctx.db, &started)?,
+    ];
+    let writes = statements.len();
+    statements.extend(Snapshot::reads(ctx.db, job_id)?);
+    let presumed = AsKnown {
+        job_id,
+        state: claimed.as_str(),
+        attempt,
+        active_claim: Some(claim_id),
+    };
+    let results = match ctx.commit_as(&presumed, true, statements).await {
+        Ok(results) => results,
+        Err(err) => match JobRefusal::from(err) {
+            JobRefusal::Guard(guard) if guard.name == guards::JOB_MOVED => return Ok(None),
+            refusal => return Err(refusal),
+        },
+    };
+    // The job's row and the claim's: one each, as the assertions promised.
+    for index in [1, 2] {
+        let changed = results.get(index).map(store::changes).transpose()?;
+        store::expect_one(changed.unwrap_or(0), || {
+            ApiError::internal("a presumed first heartbeat's write missed under its assertions")
+        })?;
+    }
+    let known = Snapshot::from_reads(results.get(writes..).unwrap_or_default())?;
+    let answer = HeartbeatAnswer {
+        cancel_requested: false,
+        cancel_reason: known.job.cancel_reason.clone(),
+        state: running,
+        lease_expires_at: rfc3339(lease),
+    };
+    ctx.alarm.set(AlarmChange::At(lease));
+    ctx.learn(known);
+    Ok(Some(JobReply::Heartbeat(answer)))
 }
 
 // ------------------------------------------------------------------------------------------

@@ -2457,6 +2457,46 @@ class ProductionStatementTests(SchemaTest):
         self.assertRefused(self.heartbeat, claim, 1, "claimed", NOW + 1_000, message="credential_revoked")
         self.assertEqual(self.w.job_row(self.job), before)
 
+    def presumed_heartbeat(self, claim, attempt, at, runner=None, org=None):
+        """A cold job object's first heartbeat, decided from the claim id alone
+        (job_do::presumed_first_heartbeat): its assertions, the writes, then the job read back."""
+        runner = runner or self.runner
+        lease = at + 2 * LEASE_MS
+        batch(self.conn, [
+            (query("assert_credential_current"), (runner, org or self.org, 1)),
+            self.known("claimed", attempt, claim, at),
+            (query("assert_claim_held"), (claim, runner, org or self.org)),
+            (query("heartbeat_job"), (self.job, claim, attempt, lease, "running", at, "claimed")),
+            (query("heartbeat_claim"), (claim, lease, at)),
+            (query("heartbeat_runner"), (runner, at)),
+        ])
+        return lease
+
+    def test_a_presumed_first_heartbeat_commits_only_on_the_claim_it_presumes(self):
+        claim = self.grant(1)
+        before = self.w.job_row(self.job)
+        # Another runner of the organization naming the claim: not its claim.
+        other = self.w.runner(self.org)
+        self.assertRefused(self.presumed_heartbeat, claim, 1, NOW + 1_000, runner=other, message="job_moved")
+        # The holder, presuming another attempt.
+        self.assertRefused(self.presumed_heartbeat, f"{self.job}-a2", 2, NOW + 1_000, message="job_moved")
+        # The holder, after its lease lapsed.
+        self.assertRefused(self.presumed_heartbeat, claim, 1, NOW + LEASE_MS, message="job_moved")
+        self.assertEqual(self.w.job_row(self.job), before)
+        # The holder, as presumed: the first heartbeat's rows.
+        lease = self.presumed_heartbeat(claim, 1, NOW + 1_000)
+        self.assertEqual(self.w.job_row(self.job)[:4], ("running", 1, claim, lease))
+        # A second heartbeat presumed first is refuted (the job runs), and changes nothing.
+        self.assertRefused(self.presumed_heartbeat, claim, 1, NOW + 2_000, message="job_moved")
+        self.assertEqual(self.w.job_row(self.job)[3], lease)
+
+    def test_a_presumed_first_heartbeat_of_a_job_asked_to_cancel_is_refuted(self):
+        claim = self.grant(1)
+        batch(self.conn, [self.known("claimed", 1, claim),
+                          (query("cancel_request_job"), (self.job, self.org, "claimed", "stop", NOW))])
+        self.assertRefused(self.presumed_heartbeat, claim, 1, NOW + 1_000, message="job_moved")
+        self.assertEqual(self.w.job_row(self.job)[0], "cancel_requested")
+
     def test_cancel_statements(self):
         batch(self.conn, [self.known("queued", 0, None),
                           (query("cancel_queued_job"), (self.job, self.org, "queued", "no longer needed", NOW))])

@@ -131,6 +131,93 @@ async fn a_lease_moved_into_the_past_behind_a_warm_object_refuses_its_heartbeat(
     runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
 }
 
+// A job's object first runs on its holder's first heartbeat, and decides it from the claim id
+// alone: the job claimed at that attempt, that claim active, held by the runner, lease live. Its
+// one write asserts all of it; each test below breaks one part before that first heartbeat.
+
+/// A fresh job claimed by a fresh runner, nothing sent since: its object has not run yet.
+async fn cold_claim(f: &Fixture) -> (Runner, Claimed) {
+    let input = json!({ "cold": unique("job") });
+    let job = enqueue_job(f.key(), &f.release, &input, &requirements("prompt")).await;
+    let mut runner = Runner::simple(&f.org, &["prompt"], 1).await;
+    let claimed = runner.claim_job().await;
+    assert_eq!(claimed.job_id(), text(&job, "id"));
+    (runner, claimed)
+}
+
+/// The job's `job.started` events.
+fn started_events(job: &Value) -> usize {
+    array_of(job, "events")
+        .iter()
+        .filter(|e| e["type"] == "job.started")
+        .count()
+}
+
+#[tokio::test]
+async fn a_first_heartbeat_naming_another_runners_claim_is_refused_and_changes_nothing() {
+    let f = Fixture::new("hot-first-foreign").await;
+    let (holder, claimed) = cold_claim(&f).await;
+    let lease = f.lease_of(&claimed.job_id()).await;
+    let stranger = Runner::simple(&f.org, &["prompt"], 1).await;
+
+    stranger
+        .heartbeat(&claimed.claim_id(), 60)
+        .await
+        .expect_error(404, "NOT_FOUND");
+    let job = get_job(f.key(), &claimed.job_id()).await.expect(200);
+    assert_eq!(job["state"], "claimed", "{job}");
+    assert_eq!(job["leaseExpiresAt"], lease, "{job}");
+    assert_eq!(started_events(&job), 0, "{job}");
+
+    // Control: the holder's first heartbeat starts the job, once.
+    let beat = holder.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+    assert_eq!(beat["state"], "running", "{beat}");
+    let beat = holder.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+    assert_eq!(beat["state"], "running", "{beat}");
+    let job = get_job(f.key(), &claimed.job_id()).await.expect(200);
+    assert_eq!(started_events(&job), 1, "{job}");
+}
+
+#[tokio::test]
+async fn a_rotation_between_the_claim_and_its_first_heartbeat_refuses_the_heartbeat() {
+    let f = Fixture::new("hot-first-rotation").await;
+    let (runner, claimed) = cold_claim(&f).await;
+    let lease = f.lease_of(&claimed.job_id()).await;
+
+    rotate(f.key(), &runner.id).await.expect(200);
+    runner
+        .heartbeat(&claimed.claim_id(), 60)
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    let job = get_job(f.key(), &claimed.job_id()).await.expect(200);
+    assert_eq!(job["state"], "claimed", "{job}");
+    assert_eq!(job["leaseExpiresAt"], lease, "{job}");
+
+    // Control: its new credential starts the job.
+    let rotated = rotate(f.key(), &runner.id).await.expect(200);
+    let fresh = Runner::connect(&runner.id, text(&rotated, "bootstrapToken")).await;
+    let beat = fresh.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+    assert_eq!(beat["state"], "running", "{beat}");
+}
+
+#[tokio::test]
+async fn a_first_heartbeat_after_the_claims_lease_lapsed_in_d1_is_refused() {
+    let f = Fixture::new("hot-first-lapsed").await;
+    let (runner, claimed) = cold_claim(&f).await;
+    recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() - 1_000);
+    runner
+        .heartbeat(&claimed.claim_id(), 60)
+        .await
+        .expect_error(409, "LEASE_EXPIRED");
+    let job = get_job(f.key(), &claimed.job_id()).await.expect(200);
+    assert_eq!(job["state"], "claimed", "{job}");
+
+    // Control: moved back into the future, the same heartbeat starts the job.
+    recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() + 60_000);
+    let beat = runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+    assert_eq!(beat["state"], "running", "{beat}");
+}
+
 /// Bounded: each round is one race; the property must hold in every round, whichever wins.
 const PATCH_RACE_ROUNDS: usize = 12;
 
