@@ -11,10 +11,11 @@
 //!
 //! No job object is called for the grant: locally, calling a new job object made a claim about
 //! 8 ms slower at p50 whether the call came before the answer or right after it (ARCHITECTURE.md,
-//! "Claim"), most of what a claim cost beyond the floor. The job's object comes to life with the holder's first heartbeat (a
-//! cold object: it reads the job, then writes) and arms its alarm then. Until its object takes
-//! over, the lease is watched by the runner's object, which wrote an alarm for it before the
-//! batch committed (`runner_do`'s lease book).
+//! "Claim"), most of what a claim cost beyond the floor. The job's object comes to life with
+//! the holder's first heartbeat (decided from the claim id, one D1 round trip:
+//! `job_do::presumed_first_heartbeat`) and arms its alarm then. Until its object takes over, the
+//! lease is watched by the runner's object, which wrote an alarm for it before the batch
+//! committed (`runner_do`'s lease book).
 
 use edgerunner_protocol::envelope::{
     sign, ClaimId, CredentialGeneration, DispatchAttempt, EnvelopeRequirements, Environment,

@@ -4,11 +4,13 @@
 //! It serializes everything that changes its job after that — heartbeat, stream append,
 //! completion, hand-back, cancellation, recovery — by running each operation under
 //! `block_concurrency_while`:
-//! a Durable Object is only single-threaded *until it awaits*, and every operation here reads
-//! D1, decides, and writes D1. Each operation loads the job's state fresh (one batched read),
-//! decides with the protocol crate's pure rules, and applies the decision as one D1 batch whose
-//! statements carry their guards (state + attempt); the schema's triggers and constraints make
-//! a guard that does not hold abort the whole batch rather than match nothing.
+//! a Durable Object is only single-threaded *until it awaits*, and an operation here may read
+//! D1, decides, and writes D1. It decides with the protocol crate's pure rules from the job as
+//! the object's own last write left it (a warm object), from what a claim's first heartbeat
+//! implies (`presumed_first_heartbeat`), or from the job read fresh (one batched read), and
+//! applies the decision as one D1 batch whose statements carry their guards (state + attempt)
+//! and assert what the decision relied on; the schema's triggers and constraints make a guard
+//! that does not hold abort the whole batch rather than match nothing ([`dispatch`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
