@@ -694,40 +694,19 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, extend: i64)
         state
     };
     let lease = ctx.now + extend * 1000;
-    let actor = format!("runner:{runner}");
-    let mut statements = vec![
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/heartbeat_job.sql"),
-            &[
-                job.id.as_str().into(),
-                claim_id.into(),
-                claim.dispatch_attempt.into(),
-                lease.into(),
-                next_state.as_str().into(),
-                ctx.now.into(),
-                state.as_str().into(),
-            ],
-        )?,
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/heartbeat_claim.sql"),
-            &[claim_id.into(), lease.into(), ctx.now.into()],
-        )?,
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/heartbeat_runner.sql"),
-            &[runner.into(), ctx.now.into()],
-        )?,
-    ];
-    if first {
-        let mut started = event(job, &actor, "job.started");
-        started.runner_id = Some(runner);
-        started.claim_id = Some(claim_id);
-        started.attempt = Some(claim.dispatch_attempt);
-        started.at = ctx.now;
-        statements.push(events::insert(ctx.db, &started)?);
-    }
+    let statements = beat_statements(
+        ctx,
+        &Beat {
+            org: &job.organization_id,
+            job_id: &job.id,
+            claim_id,
+            attempt: claim.dispatch_attempt,
+            runner,
+            lease,
+            from: state,
+            to: next_state,
+        },
+    )?;
     let changed = ctx.commit(&snap, true, statements).await?;
     store::expect_one(changed.first().copied().unwrap_or(0), || {
         ApiError::internal("heartbeat guard failed under the job's own lock")
@@ -749,6 +728,71 @@ async fn heartbeat(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, extend: i64)
         state: next_state,
         lease_expires_at: rfc3339(lease),
     }))
+}
+
+/// What a heartbeat writes: the lease it sets, on `runner`'s claim `claim_id` (attempt
+/// `attempt`) of job `job_id`, moving the job `from` → `to`.
+struct Beat<'a> {
+    org: &'a str,
+    job_id: &'a str,
+    claim_id: &'a str,
+    attempt: i64,
+    runner: &'a str,
+    lease: i64,
+    from: JobState,
+    to: JobState,
+}
+
+/// A heartbeat's statements: the job's lease and state, the claim's lease and beat, the
+/// runner's contact time, and on the first heartbeat (from `claimed`) the `job.started` event.
+fn beat_statements(
+    ctx: &OpCtx<'_>,
+    beat: &Beat<'_>,
+) -> ApiResult<Vec<worker::D1PreparedStatement>> {
+    let mut statements = vec![
+        store::stmt(
+            ctx.db,
+            include_str!("store/queries/heartbeat_job.sql"),
+            &[
+                beat.job_id.into(),
+                beat.claim_id.into(),
+                beat.attempt.into(),
+                beat.lease.into(),
+                beat.to.as_str().into(),
+                ctx.now.into(),
+                beat.from.as_str().into(),
+            ],
+        )?,
+        store::stmt(
+            ctx.db,
+            include_str!("store/queries/heartbeat_claim.sql"),
+            &[beat.claim_id.into(), beat.lease.into(), ctx.now.into()],
+        )?,
+        store::stmt(
+            ctx.db,
+            include_str!("store/queries/heartbeat_runner.sql"),
+            &[beat.runner.into(), ctx.now.into()],
+        )?,
+    ];
+    if beat.from == JobState::Claimed {
+        let actor = format!("runner:{}", beat.runner);
+        statements.push(events::insert(
+            ctx.db,
+            &events::NewEvent {
+                organization_id: beat.org,
+                job_id: Some(beat.job_id),
+                runner_id: Some(beat.runner),
+                claim_id: Some(beat.claim_id),
+                actor: &actor,
+                kind: "job.started",
+                attempt: Some(beat.attempt),
+                reason: None,
+                detail_json: None,
+                at: ctx.now,
+            },
+        )?);
+    }
+    Ok(statements)
 }
 
 /// A heartbeat to an object that knows nothing of its job, decided as the first heartbeat of
@@ -783,55 +827,28 @@ async fn presumed_first_heartbeat(
     let claimed = JobState::Claimed;
     let running = claimed.transition(JobInput::Heartbeat)?;
     let lease = ctx.now + extend * 1000;
-    let runner = holder.runner_id.as_str();
-    let actor = format!("runner:{runner}");
-    let started = events::NewEvent {
-        organization_id: &holder.organization_id,
-        job_id: Some(job_id),
-        runner_id: Some(runner),
-        claim_id: Some(claim_id),
-        actor: &actor,
-        kind: "job.started",
-        attempt: Some(attempt),
-        reason: None,
-        detail_json: None,
-        at: ctx.now,
-    };
-    let mut statements = vec![
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/assert_claim_held.sql"),
-            &[
-                claim_id.into(),
-                runner.into(),
-                holder.organization_id.as_str().into(),
-            ],
-        )?,
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/heartbeat_job.sql"),
-            &[
-                job_id.into(),
-                claim_id.into(),
-                attempt.into(),
-                lease.into(),
-                running.as_str().into(),
-                ctx.now.into(),
-                claimed.as_str().into(),
-            ],
-        )?,
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/heartbeat_claim.sql"),
-            &[claim_id.into(), lease.into(), ctx.now.into()],
-        )?,
-        store::stmt(
-            ctx.db,
-            include_str!("store/queries/heartbeat_runner.sql"),
-            &[runner.into(), ctx.now.into()],
-        )?,
-        events::insert(ctx.db, &started)?,
-    ];
+    let mut statements = vec![store::stmt(
+        ctx.db,
+        include_str!("store/queries/assert_claim_held.sql"),
+        &[
+            claim_id.into(),
+            holder.runner_id.as_str().into(),
+            holder.organization_id.as_str().into(),
+        ],
+    )?];
+    statements.extend(beat_statements(
+        ctx,
+        &Beat {
+            org: &holder.organization_id,
+            job_id,
+            claim_id,
+            attempt,
+            runner: &holder.runner_id,
+            lease,
+            from: claimed,
+            to: running,
+        },
+    )?);
     let writes = statements.len();
     statements.extend(Snapshot::reads(ctx.db, job_id)?);
     let presumed = AsKnown {
