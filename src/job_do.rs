@@ -144,6 +144,7 @@ impl JobObject {
             }
             op => op,
         };
+        let presume = self.never_ran(&op).await;
         let env = self.env.clone();
         let trips = trips.clone();
         let known = Rc::clone(&self.known);
@@ -151,7 +152,9 @@ impl JobObject {
         let job_id = op.job_id().to_owned();
         let outcome = self
             .state
-            .block_concurrency_while(async move { Ok(dispatch(env, trips, known, op).await) })
+            .block_concurrency_while(
+                async move { Ok(dispatch(env, trips, known, op, presume).await) },
+            )
             .await
             .map_err(JobRefusal::internal)??;
         let move_to = match (outcome.alarm_at, outcome.clear_alarm) {
@@ -201,6 +204,28 @@ impl JobObject {
             crate::dispatch_do::touch(&self.env, org).await;
         }
         outcome.answer
+    }
+
+    /// Whether `op` is a heartbeat to an object that never wrote for its job, which may then
+    /// be decided as the claim's first heartbeat (`presumed_first_heartbeat`). An object that
+    /// armed an alarm once stored its job's id beside it, and that key is never deleted: one
+    /// that finds it in storage was evicted or restarted mid-job, where the presumption would
+    /// only cost an aborted batch before the fresh read. A failed look presumes nothing.
+    async fn never_ran(&self, op: &JobOp) -> bool {
+        if !matches!(op, JobOp::Heartbeat { .. })
+            || self.named.get()
+            || self.known.borrow().is_some()
+        {
+            return false;
+        }
+        match self.state.storage().get::<String>(JOB_ID_KEY).await {
+            Ok(None) => true,
+            Ok(Some(_)) => {
+                self.named.set(true);
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// Whether this object watches the lease of attempt `attempt` itself (`JobOp::Watch`): it
@@ -284,7 +309,16 @@ struct OpOutcome {
 /// final only when that batch committed. Anything else decides on the job read fresh: a warm
 /// try that wrote nothing (a refusal, a replay) is decided again from D1, and so is one whose
 /// assertion found the job moved. Every other operation (cancel, recovery) reads fresh.
-async fn dispatch(env: Env, trips: RoundTrips, known: Known, op: JobOp) -> OpResult<OpOutcome> {
+///
+/// With `presume`, a heartbeat to an object that never ran for its job is first tried as the
+/// claim's first heartbeat ([`presumed_first_heartbeat`]).
+async fn dispatch(
+    env: Env,
+    trips: RoundTrips,
+    known: Known,
+    op: JobOp,
+    presume: bool,
+) -> OpResult<OpOutcome> {
     let db = Db::of(&env, trips)?;
     let job_id = op.job_id();
     let holder = op.holder();
@@ -294,13 +328,14 @@ async fn dispatch(env: Env, trips: RoundTrips, known: Known, op: JobOp) -> OpRes
         .filter(|known| known.job.id == job_id && holder.is_some());
     let mut warm = cached.is_some();
     if let (
+        true,
         None,
         JobOp::Heartbeat {
             claim_id,
             extend_seconds,
             ..
         },
-    ) = (&cached, &op)
+    ) = (presume, &cached, &op)
     {
         let op_ctx = OpCtx::new(&db, holder);
         if let Some(reply) =
@@ -805,9 +840,10 @@ fn beat_statements(
 /// a fresh read and then the write would take two.
 ///
 /// `Ok(None)`: not presumed (the claim names another job, the extension is out of bounds:
-/// left to the fresh decision and its refusals), or refuted by D1 (the job moved on: a later
-/// heartbeat to an object that lost its memory, a cancel, a lapsed lease). The caller then
-/// decides from a fresh read, as for any cold operation.
+/// left to the fresh decision and its refusals), or refuted by D1 (the job moved on: a cancel,
+/// a lapsed lease, a claim not the sender's). The caller then decides from a fresh read, as for
+/// any cold operation. Only an object that never wrote for its job tries this
+/// (`JobObject::never_ran`).
 async fn presumed_first_heartbeat(
     ctx: &OpCtx<'_>,
     job_id: &str,
