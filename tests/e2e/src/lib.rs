@@ -392,13 +392,13 @@ pub async fn send(what: String, request: RequestBuilder) -> Reply {
     let response = client
         .execute(request)
         .await
-        .unwrap_or_else(|e| panic!("{what}: request failed: {e}"));
+        .unwrap_or_else(|e| panic!("{what}: request failed: {}", error_chain(&e)));
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let text = response
         .text()
         .await
-        .unwrap_or_else(|e| panic!("{what}: reading the body failed: {e}"));
+        .unwrap_or_else(|e| panic!("{what}: reading the body failed: {}", error_chain(&e)));
     let reply = Reply {
         what,
         status,
@@ -416,6 +416,19 @@ pub async fn send(what: String, request: RequestBuilder) -> Reply {
         panic!("contract: docs/openapi.json does not list this answer: {problem}\n{reply:?}");
     }
     reply
+}
+
+/// An error and each of its sources, so that "error sending request" says why (connection
+/// refused, reset, timed out).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// A JSON request to the server under test, with an optional bearer token.
