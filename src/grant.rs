@@ -32,7 +32,7 @@ use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
 use crate::platform::{random_bytes, rfc3339};
 use crate::replies::{ClaimGrant, GrantedClaim, JobRefusal};
-use crate::store::{self, events, guards, jobs, Db};
+use crate::store::{self, events, guards, jobs, runners, Db};
 
 /// How long a signed envelope may be acted on after it is issued.
 const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
@@ -149,16 +149,11 @@ pub(crate) fn prepare(
     };
     let statements = vec![
         // The runner still holds the credential generation its claim's read checked.
-        store::stmt(
+        runners::assert_credential_current(
             db,
-            include_str!("store/queries/assert_credential_current.sql"),
-            &[
-                runner.into(),
-                org.into(),
-                i64::try_from(generation)
-                    .map_err(ApiError::internal)?
-                    .into(),
-            ],
+            runner,
+            org,
+            i64::try_from(generation).map_err(ApiError::internal)?,
         )?,
         // The job is still as the candidate read found it: queued, at its attempt, unclaimed.
         store::stmt(
@@ -204,11 +199,7 @@ pub(crate) fn prepare(
             ],
         )?,
         // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
-        store::stmt(
-            db,
-            include_str!("store/queries/grant_runner.sql"),
-            &[runner.into(), now.into()],
-        )?,
+        runners::take_capacity(db, runner, now)?,
         events::insert(db, &claimed)?,
     ];
     Ok(Prepared {

@@ -517,14 +517,11 @@ impl<'a> OpCtx<'a> {
     ) -> ApiResult<Vec<worker::D1Result>> {
         let mut batch = Vec::with_capacity(statements.len() + 2);
         if let Some(holder) = self.holder {
-            batch.push(store::stmt(
+            batch.push(runners::assert_credential_current(
                 self.db,
-                include_str!("store/queries/assert_credential_current.sql"),
-                &[
-                    holder.runner_id.as_str().into(),
-                    holder.organization_id.as_str().into(),
-                    holder.generation.into(),
-                ],
+                &holder.runner_id,
+                &holder.organization_id,
+                holder.generation,
             )?);
         }
         batch.push(store::stmt(
@@ -573,14 +570,11 @@ impl Snapshot {
     async fn load(db: &Db, job_id: &str, holder: Option<&Holder>) -> OpResult<Self> {
         let mut statements = Self::reads(db, job_id)?;
         if let Some(holder) = holder {
-            statements.push(store::stmt(
+            statements.push(runners::credential_current(
                 db,
-                include_str!("store/queries/credential_current.sql"),
-                &[
-                    holder.runner_id.as_str().into(),
-                    holder.organization_id.as_str().into(),
-                    holder.generation.into(),
-                ],
+                &holder.runner_id,
+                &holder.organization_id,
+                holder.generation,
             )?);
         }
         let results = store::read_batch(db, statements).await?;

@@ -9,6 +9,7 @@ use edgerunner_protocol::keypair::{
     verify_challenge_signature, verify_enrollment_signature, Challenge, Fingerprint, KeyError,
     PublicKey,
 };
+use edgerunner_protocol::state::RunnerState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
@@ -210,7 +211,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         version,
         machine_json: machine.as_deref(),
         address: address.as_deref(),
-        state: "pending_approval",
+        state: RunnerState::PendingApproval.as_str(),
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),
         protocol_version: edgerunner_protocol::capability::PROTOCOL_VERSION,
@@ -278,15 +279,15 @@ pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found("no runner enrolled with that fingerprint"))?;
-    match runner.state.as_str() {
-        "pending_approval" => {
+    match runner.state()? {
+        RunnerState::PendingApproval => {
             return Err(ApiError::new(
                 403,
                 "RUNNER_PENDING_APPROVAL",
                 "an administrator has not approved this key yet",
             ));
         }
-        "revoked" => {
+        RunnerState::Revoked => {
             return Err(ApiError::new(
                 403,
                 "RUNNER_REVOKED",

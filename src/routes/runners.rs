@@ -427,7 +427,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
             "key-pair runners have no bootstrap token; revoke and enroll a new identity",
         ));
     }
-    if runner.state == "revoked" {
+    if runner.state()? == RunnerState::Revoked {
         return Err(ApiError::conflict(
             "RUNNER_REVOKED",
             "a revoked runner cannot be rotated; register a new one",

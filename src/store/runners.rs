@@ -451,6 +451,60 @@ pub(crate) fn recover(db: &Db, id: &str, now: i64, reason: &str) -> ApiResult<D1
     )
 }
 
+/// The assertion, in a write's batch, that runner `id` of `org` still holds credential
+/// generation `generation` and is in a state that may act ([`RunnerState::can_authenticate`]):
+/// a rotation, revocation or approval withdrawn behind the writer's back aborts the batch with
+/// `credential_revoked`.
+pub(crate) fn assert_credential_current(
+    db: &Db,
+    id: &str,
+    org: &str,
+    generation: i64,
+) -> ApiResult<D1PreparedStatement> {
+    let authenticating = authenticating_states();
+    stmt(
+        db,
+        include_str!("queries/assert_credential_current.sql"),
+        &[
+            id.into(),
+            org.into(),
+            generation.into(),
+            authenticating.as_str().into(),
+        ],
+    )
+}
+
+/// The read-side twin of [`assert_credential_current`]: one row when the credential is current.
+pub(crate) fn credential_current(
+    db: &Db,
+    id: &str,
+    org: &str,
+    generation: i64,
+) -> ApiResult<D1PreparedStatement> {
+    let authenticating = authenticating_states();
+    stmt(
+        db,
+        include_str!("queries/credential_current.sql"),
+        &[
+            id.into(),
+            org.into(),
+            generation.into(),
+            authenticating.as_str().into(),
+        ],
+    )
+}
+
+/// A grant's runner write: one more active claim for a runner in a state that may claim
+/// ([`RunnerState::can_claim`]); the schema's capacity CHECK aborts the batch when it is full.
+pub(crate) fn take_capacity(db: &Db, id: &str, now: i64) -> ApiResult<D1PreparedStatement> {
+    let claiming = claiming_states();
+    stmt(
+        db,
+        include_str!("queries/grant_runner.sql"),
+        &[id.into(), now.into(), claiming.as_str().into()],
+    )
+}
+
 // ------------------------------------------------------------------------------------------
 // The runner machine as statement parameters
 // ------------------------------------------------------------------------------------------
@@ -498,6 +552,11 @@ pub(crate) fn lease_lost_retiring() -> String {
 /// The states that may obtain a session at all ([`RunnerState::can_authenticate`]).
 pub(crate) fn authenticating_states() -> String {
     states_where(RunnerState::can_authenticate)
+}
+
+/// The states that may be offered new work ([`RunnerState::can_claim`]).
+pub(crate) fn claiming_states() -> String {
+    states_where(RunnerState::can_claim)
 }
 
 /// What a fresh session does to its runner, by the runner's state (`record_session.sql`).
@@ -635,8 +694,8 @@ mod tests {
     use edgerunner_protocol::state::{RunnerInput, RunnerState};
 
     use super::{
-        authenticating_states, lease_lost_moves, lease_lost_retiring, session_proven_moves,
-        MoveEffects, StateChange,
+        authenticating_states, claiming_states, lease_lost_moves, lease_lost_retiring,
+        session_proven_moves, MoveEffects, StateChange,
     };
 
     /// Every admin move that changes the state, with what it stamps: (from, input, to,
@@ -744,6 +803,12 @@ mod tests {
     fn active_draining_and_lost_runners_may_authenticate() {
         assert_eq!(authenticating_states(), r#"["active","draining","lost"]"#);
         assert_schema_tests_bind("AUTHENTICATING_STATES", &authenticating_states());
+    }
+
+    #[test]
+    fn only_active_runners_may_claim() {
+        assert_eq!(claiming_states(), r#"["active"]"#);
+        assert_schema_tests_bind("CLAIMING_STATES", &claiming_states());
     }
 
     #[test]

@@ -2181,7 +2181,7 @@ class BatchAssertionTests(SchemaTest):
         """A warm heartbeat's batch: both assertions, then the write they guard."""
         return [
             (self.CREDENTIAL, (runner, self.w.one("SELECT organization_id FROM runners WHERE id = ?", runner)[0],
-                               generation)),
+                               generation, AUTHENTICATING_STATES)),
             (self.JOB_AS_KNOWN, (job, state, 1, claim, now if lease_check else None)),
             ("UPDATE jobs SET lease_expires_at = ?, updated_at = ? WHERE id = ?", (now + LEASE_MS, now, job)),
         ]
@@ -2213,15 +2213,38 @@ class BatchAssertionTests(SchemaTest):
         org, runner, job, claim = self.claimed_job()
         other = self.w.org()
         statements = self.heartbeat(job, claim, runner, 1)
-        statements[0] = (self.CREDENTIAL, (runner, other, 1))
+        statements[0] = (self.CREDENTIAL, (runner, other, 1, AUTHENTICATING_STATES))
         self.assertRefused(batch, self.conn, statements, message="credential_revoked")
 
     def test_the_credential_read_agrees_with_the_assertion(self):
         org, runner, job, claim = self.claimed_job()
-        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 1).fetchall(), [(1,)])
-        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 2).fetchall(), [])
+        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 1, AUTHENTICATING_STATES).fetchall(), [(1,)])
+        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 2, AUTHENTICATING_STATES).fetchall(), [])
         self.execute("UPDATE runners SET state = 'revoked', revoked_at = ? WHERE id = ?", NOW, runner)
-        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 1).fetchall(), [])
+        self.assertEqual(self.execute(self.CREDENTIAL_READ, runner, org, 1, AUTHENTICATING_STATES).fetchall(), [])
+
+    def test_the_credential_statements_pass_exactly_the_states_that_may_authenticate(self):
+        # A key pair awaiting approval (a bootstrap runner is never pending): no row, no pass.
+        org = self.w.org()
+        pending = self.w.keypair_runner(org, state="pending_approval")
+        self.assertNotIn("pending_approval", json.loads(AUTHENTICATING_STATES))
+        self.assertEqual(self.execute(self.CREDENTIAL_READ, pending, org, 1, AUTHENTICATING_STATES).fetchall(), [])
+        self.assertRefused(batch, self.conn, [(self.CREDENTIAL, (pending, org, 1, AUTHENTICATING_STATES))],
+                           message="credential_revoked")
+        org, runner, job, claim = self.claimed_job()
+        for state in ("active", "draining", "lost", "revoked"):
+            self.execute("UPDATE runners SET state = ?, revoked_at = ? WHERE id = ?",
+                         state, NOW if state == "revoked" else None, runner)
+            passes = state in json.loads(AUTHENTICATING_STATES)
+            read = self.execute(self.CREDENTIAL_READ, runner, org, 1, AUTHENTICATING_STATES).fetchall()
+            self.assertEqual(read, [(1,)] if passes else [], state)
+            if passes:
+                batch(self.conn, self.heartbeat(job, claim, runner, 1))
+            else:
+                self.assertRefused(batch, self.conn, self.heartbeat(job, claim, runner, 1),
+                                   message="credential_revoked")
+            if state == "revoked":
+                break  # permanent (runners_revocation_is_permanent); it is the last state
 
     def test_a_job_not_as_its_object_knew_it_aborts_the_batch(self):
         org, runner, job, claim = self.claimed_job()
@@ -2327,6 +2350,7 @@ def query(name):
 LEASE_LOST_MOVES = '{"active":"lost"}'
 LEASE_LOST_RETIRING = '["active"]'
 AUTHENTICATING_STATES = '["active","draining","lost"]'
+CLAIMING_STATES = '["active"]'
 SESSION_PROVEN_MOVES = '{"lost":"active"}'
 SESSION_REASON = "session exchanged after loss"
 
@@ -2358,7 +2382,7 @@ class ProductionStatementTests(SchemaTest):
         return (query("assert_job_as_known"), (self.job, state, attempt, claim, now))
 
     def credential(self, generation=1):
-        return (query("assert_credential_current"), (self.runner, self.org, generation))
+        return (query("assert_credential_current"), (self.runner, self.org, generation, AUTHENTICATING_STATES))
 
     def grant(self, attempt, at=NOW, request_id=None):
         claim = f"{self.job}-a{attempt}"
@@ -2368,7 +2392,7 @@ class ProductionStatementTests(SchemaTest):
             (query("grant_claim"), (claim, self.job, self.org, self.runner, attempt, sha("nonce" + claim),
                                     "kid", at, at + 300_000, lease, '{"signed": true}', request_id)),
             (query("grant_job"), (self.job, self.org, attempt, claim, lease, at)),
-            (query("grant_runner"), (self.runner, at)),
+            (query("grant_runner"), (self.runner, at, CLAIMING_STATES)),
         ])
         return claim
 
@@ -2463,7 +2487,7 @@ class ProductionStatementTests(SchemaTest):
         runner = runner or self.runner
         lease = at + 2 * LEASE_MS
         batch(self.conn, [
-            (query("assert_credential_current"), (runner, org or self.org, 1)),
+            (query("assert_credential_current"), (runner, org or self.org, 1, AUTHENTICATING_STATES)),
             self.known("claimed", attempt, claim, at),
             (query("assert_claim_held"), (claim, runner, org or self.org)),
             (query("heartbeat_job"), (self.job, claim, attempt, lease, "running", at, "claimed")),
