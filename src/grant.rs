@@ -149,8 +149,9 @@ pub(crate) fn prepare(
     };
     let statements = vec![
         // The runner still holds the credential generation its claim's read checked.
-        runners::assert_credential_current(
+        runners::credential_check(
             db,
+            runners::ASSERT_CREDENTIAL_CURRENT,
             runner,
             org,
             i64::try_from(generation).map_err(ApiError::internal)?,

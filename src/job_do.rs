@@ -517,8 +517,9 @@ impl<'a> OpCtx<'a> {
     ) -> ApiResult<Vec<worker::D1Result>> {
         let mut batch = Vec::with_capacity(statements.len() + 2);
         if let Some(holder) = self.holder {
-            batch.push(runners::assert_credential_current(
+            batch.push(runners::credential_check(
                 self.db,
+                runners::ASSERT_CREDENTIAL_CURRENT,
                 &holder.runner_id,
                 &holder.organization_id,
                 holder.generation,
@@ -570,8 +571,9 @@ impl Snapshot {
     async fn load(db: &Db, job_id: &str, holder: Option<&Holder>) -> OpResult<Self> {
         let mut statements = Self::reads(db, job_id)?;
         if let Some(holder) = holder {
-            statements.push(runners::credential_current(
+            statements.push(runners::credential_check(
                 db,
+                runners::CREDENTIAL_CURRENT,
                 &holder.runner_id,
                 &holder.organization_id,
                 holder.generation,

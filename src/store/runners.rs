@@ -451,32 +451,20 @@ pub(crate) fn recover(db: &Db, id: &str, now: i64, reason: &str) -> ApiResult<D1
     )
 }
 
-/// The assertion, in a write's batch, that runner `id` of `org` still holds credential
-/// generation `generation` and is in a state that may act ([`RunnerState::can_authenticate`]):
-/// a rotation, revocation or approval withdrawn behind the writer's back aborts the batch with
-/// `credential_revoked`.
-pub(crate) fn assert_credential_current(
-    db: &Db,
-    id: &str,
-    org: &str,
-    generation: i64,
-) -> ApiResult<D1PreparedStatement> {
-    let authenticating = authenticating_states();
-    stmt(
-        db,
-        include_str!("queries/assert_credential_current.sql"),
-        &[
-            id.into(),
-            org.into(),
-            generation.into(),
-            authenticating.as_str().into(),
-        ],
-    )
-}
+/// The assertion, in a write's batch, that the runner still holds its credential generation and
+/// is in a state that may act ([`RunnerState::can_authenticate`]): a rotation, revocation or
+/// approval withdrawn behind the writer's back aborts the batch with `credential_revoked`.
+pub(crate) const ASSERT_CREDENTIAL_CURRENT: &str =
+    include_str!("queries/assert_credential_current.sql");
 
-/// The read-side twin of [`assert_credential_current`]: one row when the credential is current.
-pub(crate) fn credential_current(
+/// The read-side twin of [`ASSERT_CREDENTIAL_CURRENT`]: one row when the credential is current.
+pub(crate) const CREDENTIAL_CURRENT: &str = include_str!("queries/credential_current.sql");
+
+/// `check` ([`ASSERT_CREDENTIAL_CURRENT`] or [`CREDENTIAL_CURRENT`]) for runner `id` of `org`
+/// at credential generation `generation`, with the states that may authenticate bound.
+pub(crate) fn credential_check(
     db: &Db,
+    check: &str,
     id: &str,
     org: &str,
     generation: i64,
@@ -484,7 +472,7 @@ pub(crate) fn credential_current(
     let authenticating = authenticating_states();
     stmt(
         db,
-        include_str!("queries/credential_current.sql"),
+        check,
         &[
             id.into(),
             org.into(),
