@@ -89,9 +89,34 @@ struct Args {
     /// figures as JSON on stdout and write them to --json. Needs the floor route.
     #[arg(long)]
     hot_only: bool,
+    /// Run only scenario 2 (lifecycle throughput) at one size, `RUNNERSxPER_RUNNERxROUNDS`
+    /// (e.g. `32x2x3`): print its figures as JSON on stdout. Needs the floor route. For
+    /// comparing two changes, or for holding a load while a profiler watches the server.
+    #[arg(long, value_parser = parse_lifecycle_plan)]
+    lifecycle_only: Option<(usize, usize, usize)>,
+    /// With --lifecycle-only: jobs queued beyond the lifecycles' own, so that they run on a
+    /// queue this deep (the full run's lifecycles follow the claim at 100,000 queued).
+    #[arg(long, default_value_t = 0)]
+    lifecycle_depth: u64,
     /// Payload bytes per log chunk for the chatty jobs (the runner's --batch-bytes).
     #[arg(long, env = "EDGERUNNER_BENCH_BATCH_BYTES", default_value_t = BatchLimits::DEFAULT.max_bytes)]
     batch_bytes: usize,
+}
+
+/// `RUNNERSxPER_RUNNERxROUNDS`, each at least 1.
+fn parse_lifecycle_plan(text: &str) -> Result<(usize, usize, usize), String> {
+    let parts: Vec<usize> = text
+        .split('x')
+        .map(|p| p.parse::<usize>().map_err(|e| format!("{p:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    match parts[..] {
+        [runners, per_runner, rounds] if runners > 0 && per_runner > 0 && rounds > 0 => {
+            Ok((runners, per_runner, rounds))
+        }
+        _ => Err(format!(
+            "{text:?} is not RUNNERSxPER_RUNNERxROUNDS, each at least 1"
+        )),
+    }
 }
 
 struct Sizes {
@@ -115,7 +140,7 @@ const FULL: Sizes = Sizes {
     queue_levels: [100, 10_000, 100_000],
     claim_reps: 60,
     lifecycle: [(1, 20), (8, 5), (32, 2)],
-    lifecycle_rounds: 3,
+    lifecycle_rounds: 5,
     stream: [(0, 200), (4096, 100), (65536, 40)],
     recovery: 10_000,
     pickup: 100,
@@ -528,18 +553,19 @@ async fn claim_latency(bench: &mut Bench, sizes: &Sizes) -> Res<Value> {
 /// brackets both). A round's ratio is its requests per second over the mean of its two floors;
 /// the scenario's ratio is the median of its rounds', so one round that a burst of background
 /// load slowed (or the floor beside it) does not decide it.
-async fn lifecycle(bench: &Bench, sizes: &Sizes) -> Res<Value> {
-    let most = sizes.lifecycle.iter().map(|(c, _)| *c).max().unwrap_or(1);
+async fn lifecycle(bench: &Bench, plan: &[(usize, usize)], rounds_each: usize) -> Res<Value> {
+    let most = plan.iter().map(|(c, _)| *c).max().unwrap_or(1);
     let runners = bench.register_runners(most, 1).await?;
     let mut out = Vec::new();
-    for (concurrency, per_runner) in sizes.lifecycle {
+    for &(concurrency, per_runner) in plan {
         let per_round = concurrency * per_runner;
         let floor_requests = per_runner * LIFECYCLE_REQUESTS;
         let mut floors = vec![floor_throughput(bench, concurrency, floor_requests).await?];
         let (mut latencies, mut rounds) = (Vec::new(), Vec::new());
-        let (mut wall, mut cpu) = (0.0, 0.0);
-        for _ in 0..sizes.lifecycle_rounds {
+        let (mut wall, mut cpu, mut all_trips) = (0.0, 0.0, 0u64);
+        for _ in 0..rounds_each {
             let mut runs = bench.evaluation_runs(per_round).await?;
+            let trips_before = bench.round_trips().await?;
             let phase = Phase::start();
             let mut tasks = Vec::new();
             for credentials in runners.iter().take(concurrency) {
@@ -560,6 +586,8 @@ async fn lifecycle(bench: &Bench, sizes: &Sizes) -> Res<Value> {
                 latencies.extend(task.await.map_err(err("task"))??);
             }
             let (round_wall, round_cpu) = phase.end();
+            let trips = bench.round_trips().await?.saturating_sub(trips_before);
+            all_trips += trips;
             let before = floors.last().copied().unwrap_or(0.0);
             let after = floor_throughput(bench, concurrency, floor_requests).await?;
             floors.push(after);
@@ -569,11 +597,12 @@ async fn lifecycle(bench: &Bench, sizes: &Sizes) -> Res<Value> {
                 "requestsPerSecond": round(rps),
                 "floorRequestsPerSecond": round(floor_rps),
                 "throughputRatio": round(rps / floor_rps),
+                "d1RoundTripsPerLifecycle": round(trips as f64 / per_round as f64),
             }));
             wall += round_wall;
             cpu += round_cpu * round_wall;
         }
-        let total = per_round * sizes.lifecycle_rounds;
+        let total = per_round * rounds_each;
         let rps = (total * LIFECYCLE_REQUESTS) as f64 / wall;
         let floor_rps = floors.iter().sum::<f64>() / floors.len() as f64;
         let ratios: Vec<f64> = rounds.iter().map(|r| f(&r["throughputRatio"])).collect();
@@ -592,6 +621,7 @@ async fn lifecycle(bench: &Bench, sizes: &Sizes) -> Res<Value> {
             "floorRequestsPerSecondEach": floors.iter().map(|x| round(*x)).collect::<Vec<_>>(),
             "floorLifecyclesPerSecond": round(floor_rps / LIFECYCLE_REQUESTS as f64),
             "rounds": rounds,
+            "d1RoundTripsPerLifecycle": round(all_trips as f64 / total as f64),
             "throughputRatio": round(ratio),
             "wallSeconds": round(wall),
             "clientCpu": round(cpu / wall),
@@ -1845,8 +1875,8 @@ fn markdown(report: &Value, analysis: &str) -> String {
             f(&c["clientCpu"]) * 100.0
         ));
     }
-    md.push_str("\n## 2. Full lifecycle throughput\n\nA lifecycle is session exchange (fresh client), claim, heartbeat, 10 log chunks, complete: 14 requests. The lifecycles run in rounds; the floor runs at the same concurrency and the same number of requests before the first round and after each one, so two floors bracket every round. A round's ratio compares its requests per second with the mean of its two floors; the ratio is the median of the rounds' (each round's in brackets). Requests/s and floor req/s are over all rounds.\n\n");
-    md.push_str("| runners | lifecycles | lifecycles/s | requests/s | floor req/s | ratio (each round) | lifecycle p50 ms | lifecycle p99 ms | client CPU |\n|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("\n## 2. Full lifecycle throughput\n\nA lifecycle is session exchange (fresh client), claim, heartbeat, 10 log chunks, complete: 14 requests. The lifecycles run in rounds; the floor runs at the same concurrency and the same number of requests before the first round and after each one, so two floors bracket every round. A round's ratio compares its requests per second with the mean of its two floors; the ratio is the median of the rounds' (each round's in brackets). Requests/s and floor req/s are over all rounds. D1 round trips per lifecycle are the bench build's count (section 8) over the rounds, divided by the lifecycles: 16 for a runner alone (session 2, claim 2, then one per request), more where racing claims lose a job to another runner and try the next (each lost race is one aborted grant batch).\n\n");
+    md.push_str("| runners | lifecycles | lifecycles/s | requests/s | floor req/s | ratio (each round) | D1 round trips per lifecycle | lifecycle p50 ms | lifecycle p99 ms | client CPU |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for l in r["lifecycle"].as_array().cloned().unwrap_or_default() {
         let rounds: Vec<String> = l["rounds"]
             .as_array()
@@ -1855,7 +1885,7 @@ fn markdown(report: &Value, analysis: &str) -> String {
             .map(|round| round["throughputRatio"].to_string())
             .collect();
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {:.0}% |\n",
+            "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.0}% |\n",
             l["runners"],
             l["lifecycles"],
             l["lifecyclesPerSecond"],
@@ -1863,6 +1893,7 @@ fn markdown(report: &Value, analysis: &str) -> String {
             l["floorRequestsPerSecond"],
             l["throughputRatio"],
             rounds.join(", "),
+            l["d1RoundTripsPerLifecycle"],
             l["lifecycle"]["p50Ms"],
             l["lifecycle"]["p99Ms"],
             f(&l["clientCpu"]) * 100.0
@@ -2068,6 +2099,17 @@ async fn run(args: Args) -> Res<()> {
         print!("{}", chatty_markdown(&report));
         return Ok(());
     }
+    if let Some((runners, per_runner, rounds)) = args.lifecycle_only {
+        let queued = bench.queued()?;
+        let wanted = (runners * per_runner * rounds) as u64 + args.lifecycle_depth;
+        bench.seed(wanted.saturating_sub(queued))?;
+        let figures = lifecycle(&bench, &[(runners, per_runner)], rounds).await?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&figures).map_err(err("json"))?
+        );
+        return Ok(());
+    }
     if args.hot_only {
         return hot_only(
             &args,
@@ -2120,7 +2162,7 @@ async fn run(args: Args) -> Res<()> {
         + sizes.recovery as u64;
     let queued = bench.queued()?;
     bench.seed(needed.saturating_sub(queued))?;
-    let lifecycle = lifecycle(&bench, sizes).await?;
+    let lifecycle = lifecycle(&bench, &sizes.lifecycle, sizes.lifecycle_rounds).await?;
     memory.push(memory_reading(probe, "after 2. lifecycle throughput")?);
     let (stream, heartbeats) = stream_rate(&bench, sizes).await?;
     memory.push(memory_reading(probe, "after 3. stream appends")?);
@@ -2145,7 +2187,7 @@ async fn run(args: Args) -> Res<()> {
         "machine": machine(),
         "versions": versions(),
         "loadAverage": { "start": load_start, "end": loadavg() },
-        "sizesNote": if args.smoke { "smoke sizes (tiny)" } else { "claim: 60 claims per depth; lifecycle: 3 rounds of 20 at 1 runner, 40 at 8, 64 at 32; stream: 200 / 100 / 40 appends; recovery: 10,000 leases; pickup: 100 jobs, 32 runners; chatty: `seq 1 200000` and 20 MB of 100-byte lines" },
+        "sizesNote": if args.smoke { "smoke sizes (tiny)" } else { "claim: 60 claims per depth; lifecycle: 5 rounds of 20 at 1 runner, 40 at 8, 64 at 32; stream: 200 / 100 / 40 appends; recovery: 10,000 leases; pickup: 100 jobs, 32 runners; chatty: `seq 1 200000` and 20 MB of 100-byte lines" },
         "wallSeconds": round(wall),
         "clientCpu": round(cpu),
         "explain": explain,
@@ -2205,7 +2247,7 @@ async fn hot_only(
         + 1;
     let queued = bench.queued()?;
     bench.seed(needed.saturating_sub(queued))?;
-    let lifecycle = lifecycle(bench, sizes).await?;
+    let lifecycle = lifecycle(bench, &sizes.lifecycle, sizes.lifecycle_rounds).await?;
     let (stream, heartbeats) = stream_rate(bench, sizes).await?;
     let report = json!({
         "command": args.command,
