@@ -90,33 +90,56 @@ struct Args {
     #[arg(long)]
     hot_only: bool,
     /// Run only scenario 2 (lifecycle throughput) at one size, `RUNNERSxPER_RUNNERxROUNDS`
-    /// (e.g. `32x2x3`): print its figures as JSON on stdout. Needs the floor route. For
-    /// comparing two changes, or for holding a load while a profiler watches the server.
+    /// (e.g. `32x2x3`; runners 1–256, lifecycles per runner 1–1000, rounds 1–50): print its
+    /// figures as JSON on stdout. Needs the floor route. For comparing two changes, or for
+    /// holding a load while a profiler watches the server.
     #[arg(long, value_parser = parse_lifecycle_plan)]
     lifecycle_only: Option<(usize, usize, usize)>,
-    /// With --lifecycle-only: jobs queued beyond the lifecycles' own, so that they run on a
-    /// queue this deep (the full run's lifecycles follow the claim at 100,000 queued).
-    #[arg(long, default_value_t = 0)]
+    /// With --lifecycle-only: jobs queued beyond the lifecycles' own (0–1,000,000), so that
+    /// they run on a queue this deep (the full run's lifecycles follow the claim at 100,000).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_LIFECYCLE_DEPTH))]
     lifecycle_depth: u64,
     /// Payload bytes per log chunk for the chatty jobs (the runner's --batch-bytes).
     #[arg(long, env = "EDGERUNNER_BENCH_BATCH_BYTES", default_value_t = BatchLimits::DEFAULT.max_bytes)]
     batch_bytes: usize,
 }
 
-/// `RUNNERSxPER_RUNNERxROUNDS`, each at least 1.
+/// The bounds of `--lifecycle-only`: each runner is registered for the run, and the queue is
+/// seeded with a job per lifecycle (one SQL statement).
+const MAX_LIFECYCLE_RUNNERS: usize = 256;
+const MAX_LIFECYCLES_PER_RUNNER: usize = 1000;
+const MAX_LIFECYCLE_ROUNDS: usize = 50;
+/// Jobs `--lifecycle-depth` may queue beyond the lifecycles' own (the full run's deepest is
+/// 100,000, seeded in about 2 s).
+const MAX_LIFECYCLE_DEPTH: u64 = 1_000_000;
+
+/// `RUNNERSxPER_RUNNERxROUNDS`, each at least 1 and within its bound.
 fn parse_lifecycle_plan(text: &str) -> Result<(usize, usize, usize), String> {
     let parts: Vec<usize> = text
-        .split('x')
+        .splitn(4, 'x')
         .map(|p| p.parse::<usize>().map_err(|e| format!("{p:?}: {e}")))
         .collect::<Result<_, _>>()?;
     match parts[..] {
-        [runners, per_runner, rounds] if runners > 0 && per_runner > 0 && rounds > 0 => {
+        [runners, per_runner, rounds]
+            if (1..=MAX_LIFECYCLE_RUNNERS).contains(&runners)
+                && (1..=MAX_LIFECYCLES_PER_RUNNER).contains(&per_runner)
+                && (1..=MAX_LIFECYCLE_ROUNDS).contains(&rounds) =>
+        {
             Ok((runners, per_runner, rounds))
         }
         _ => Err(format!(
-            "{text:?} is not RUNNERSxPER_RUNNERxROUNDS, each at least 1"
+            "{text:?} is not RUNNERSxPER_RUNNERxROUNDS with runners 1–{MAX_LIFECYCLE_RUNNERS}, \
+             lifecycles per runner 1–{MAX_LIFECYCLES_PER_RUNNER}, rounds 1–{MAX_LIFECYCLE_ROUNDS}"
         )),
     }
+}
+
+/// The queued jobs the lifecycles of `plan` (runners, lifecycles per runner) take in `rounds`
+/// rounds each.
+fn lifecycle_jobs(plan: &[(usize, usize)], rounds: usize) -> u64 {
+    plan.iter()
+        .map(|&(runners, per_runner)| (runners * per_runner * rounds) as u64)
+        .sum()
 }
 
 struct Sizes {
@@ -2101,7 +2124,7 @@ async fn run(args: Args) -> Res<()> {
     }
     if let Some((runners, per_runner, rounds)) = args.lifecycle_only {
         let queued = bench.queued()?;
-        let wanted = (runners * per_runner * rounds) as u64 + args.lifecycle_depth;
+        let wanted = lifecycle_jobs(&[(runners, per_runner)], rounds) + args.lifecycle_depth;
         bench.seed(wanted.saturating_sub(queued))?;
         let figures = lifecycle(&bench, &[(runners, per_runner)], rounds).await?;
         println!(
@@ -2153,13 +2176,8 @@ async fn run(args: Args) -> Res<()> {
     let claim = claim_latency(&mut bench, sizes).await?;
     memory.push(memory_reading(probe, "after 1. claim latency")?);
     // Lifecycles, stream and recovery claim from the remaining queue; top it up.
-    let needed = sizes
-        .lifecycle
-        .iter()
-        .map(|(c, k)| (c * k * sizes.lifecycle_rounds) as u64)
-        .sum::<u64>()
-        + 1
-        + sizes.recovery as u64;
+    let needed =
+        lifecycle_jobs(&sizes.lifecycle, sizes.lifecycle_rounds) + 1 + sizes.recovery as u64;
     let queued = bench.queued()?;
     bench.seed(needed.saturating_sub(queued))?;
     let lifecycle = lifecycle(&bench, &sizes.lifecycle, sizes.lifecycle_rounds).await?;
@@ -2239,12 +2257,7 @@ async fn hot_only(
     };
     let claim = claim_latency(bench, &claim_sizes).await?;
     // The lifecycles and the stream's one claim take from the remaining queue.
-    let needed = sizes
-        .lifecycle
-        .iter()
-        .map(|(c, k)| (c * k * sizes.lifecycle_rounds) as u64)
-        .sum::<u64>()
-        + 1;
+    let needed = lifecycle_jobs(&sizes.lifecycle, sizes.lifecycle_rounds) + 1;
     let queued = bench.queued()?;
     bench.seed(needed.saturating_sub(queued))?;
     let lifecycle = lifecycle(bench, &sizes.lifecycle, sizes.lifecycle_rounds).await?;
@@ -2323,5 +2336,81 @@ fn main() {
     if let Err(error) = runtime.block_on(run(args)) {
         eprintln!("error: {error}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lifecycle_plan_is_three_bounded_counts() {
+        assert_eq!(parse_lifecycle_plan("32x2x3"), Ok((32, 2, 3)));
+        assert_eq!(parse_lifecycle_plan("256x1000x50"), Ok((256, 1000, 50)));
+        for refused in [
+            "0x2x3",
+            "32x0x3",
+            "32x2x0",
+            "257x1x1",
+            "1x1001x1",
+            "1x1x51",
+            "32x2",
+            "32x2x3x4",
+            "32x2x",
+            "x2x3",
+            "32,2,3",
+            "-1x2x3",
+            "99999999999999999999999x1x1",
+        ] {
+            assert!(
+                parse_lifecycle_plan(refused).is_err(),
+                "{refused} was taken"
+            );
+        }
+    }
+
+    #[test]
+    fn the_lifecycles_take_a_job_each() {
+        assert_eq!(
+            lifecycle_jobs(&[(1, 20), (8, 5), (32, 2)], 5),
+            5 * (20 + 40 + 64)
+        );
+        assert_eq!(lifecycle_jobs(&[], 3), 0);
+    }
+
+    #[test]
+    fn the_queue_depth_is_bounded() {
+        use clap::Parser;
+        let args = |depth: &str| {
+            Args::try_parse_from([
+                "edgerunner-bench",
+                "--server",
+                "http://127.0.0.1:1",
+                "--api-key",
+                "k",
+                "--state",
+                "s",
+                "--markdown",
+                "m",
+                "--json",
+                "j",
+                "--wasm-bytes",
+                "0",
+                "--wasm-gzip-bytes",
+                "0",
+                "--claim-query",
+                "q",
+                "--lifecycle-only",
+                "1x1x1",
+                "--lifecycle-depth",
+                depth,
+            ])
+        };
+        assert_eq!(
+            args("1000000").map(|a| a.lifecycle_depth).ok(),
+            Some(1_000_000)
+        );
+        assert!(args("1000001").is_err());
+        assert!(args("-1").is_err());
     }
 }
