@@ -200,9 +200,45 @@ pub(crate) fn client_address(req: &Request) -> Option<String> {
     req.headers().get("cf-connecting-ip").ok().flatten()
 }
 
+/// The network a limit is kept for: the client's IPv4 address, or the /64 its IPv6 address is
+/// in (one host is normally given a whole /64 and can rotate addresses inside it freely), or
+/// `"unknown"` when no address was reported (a local client) or it does not parse.
+pub(crate) fn client_network(req: &Request) -> String {
+    client_address(req).map_or_else(|| "unknown".to_owned(), |address| network_of(&address))
+}
+
+/// [`client_network`]'s rule on an address as text. An IPv4-mapped IPv6 address
+/// (`::ffff:192.0.2.1`) is its IPv4 address, so one host cannot count twice.
+pub(crate) fn network_of(address: &str) -> String {
+    use std::net::IpAddr;
+    match address.trim().parse::<IpAddr>() {
+        Ok(IpAddr::V4(v4)) => v4.to_string(),
+        Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+        Err(_) => "unknown".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::depth_within;
+    use super::{depth_within, network_of};
+
+    #[test]
+    fn an_ipv6_host_is_limited_by_its_64_and_an_ipv4_host_by_its_address() {
+        assert_eq!(network_of("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(network_of("2001:0db8:0001:0002:ffff:ffff:ffff:ffff"), "2001:db8:1:2::/64");
+        assert_ne!(network_of("2001:db8:1:3::1"), network_of("2001:db8:1:2::1"));
+        assert_eq!(network_of("192.0.2.7"), "192.0.2.7");
+        assert_ne!(network_of("192.0.2.8"), network_of("192.0.2.7"));
+        assert_eq!(network_of("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(network_of("not an address"), "unknown");
+        assert_eq!(network_of(""), "unknown");
+    }
 
     fn nested(depth: usize) -> String {
         format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
