@@ -63,10 +63,11 @@ impl Bucket {
     }
 }
 
-/// The address a limit is kept for. Behind Cloudflare's edge `CF-Connecting-IP` is the
-/// client's; a request without it (a local client) shares one bucket.
+/// The network a limit is kept for ([`crate::http::client_network`]: an IPv4 address or an
+/// IPv6 /64). Behind Cloudflare's edge `CF-Connecting-IP` is the client's; a request without
+/// it (a local client) shares one bucket.
 fn address(req: &Request) -> String {
-    crate::http::client_address(req).unwrap_or_else(|| "unknown".to_owned())
+    crate::http::client_network(req)
 }
 
 /// Counts one use of `bucket` for the request's address; `429` with `Retry-After` when the
