@@ -587,10 +587,10 @@ async fn the_cron_pass_expires_old_enrollments_and_deletes_spent_challenges() {
     let stale_id = id_of(&stale.enroll_from(&fresh_address(), &body).await.expect(201)["runner"]);
     let fresh = KeyPairRunner::generate();
     let fresh_id = fresh.enroll(&org).await;
-    // A week and a minute old (the default PENDING_ENROLLMENT_MAX_AGE_HOURS is 168).
-    let week = 168 * 3_600_000_i64 + 60_000;
+    // A day and a minute old (the default PENDING_ENROLLMENT_MAX_AGE_HOURS is 24).
+    let day = 24 * 3_600_000_i64 + 60_000;
     d1(&format!(
-        "UPDATE runners SET registered_at = registered_at - {week} WHERE id = {}",
+        "UPDATE runners SET registered_at = registered_at - {day} WHERE id = {}",
         sql_text(&stale_id)
     ));
     // A spent challenge of an approved runner.
