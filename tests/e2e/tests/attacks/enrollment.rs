@@ -65,6 +65,30 @@ async fn listed_token(org: &Org, id: &str) -> Value {
         .unwrap_or_else(|| panic!("token {id} not listed"))
 }
 
+const DAY: i64 = 86_400_000;
+
+/// A token of `org` written as an operator would (its times never move once it is made, so a
+/// test that needs one in the past makes it there): `(id, secret)`.
+fn insert_token(org: &Org, created_at: i64, expires_at: i64, uses: i64) -> (String, String) {
+    let secret = format!("ere_{}", sha256_hex(&random_bytes()));
+    let id = format!("ent_{}", &sha256_hex(&random_bytes())[..24]);
+    let last_used = if uses > 0 {
+        created_at.to_string()
+    } else {
+        "NULL".to_owned()
+    };
+    d1(&format!(
+        "INSERT INTO enrollment_tokens (id, organization_id, name, token_prefix, token_hash, max_uses, \
+           uses, created_at, created_by, expires_at, last_used_at) \
+         VALUES ({}, {}, 'old', {}, {}, 5, {uses}, {created_at}, 'api_key:e2e', {expires_at}, {last_used})",
+        sql_text(&id),
+        sql_text(&org.id),
+        sql_text(&secret[..12]),
+        sql_text(&sha256_hex(secret.as_bytes())),
+    ));
+    (id, secret)
+}
+
 /// An enrollment of a fresh key into `org_id`, from a fresh address, presenting `token`.
 async fn enroll_with(org_id: &str, token: Option<&str>) -> Reply {
     let runner = KeyPairRunner::generate();
@@ -218,19 +242,8 @@ async fn the_token_policy_refuses_every_enrollment_without_a_live_token_of_the_o
 
     // Expired: a token whose lifetime ended yesterday (written as an operator would, since a
     // token's expiry never moves once it is made).
-    let expired = format!("ere_{}", sha256_hex(&random_bytes()));
-    let expired_id = format!("ent_{}", &sha256_hex(&random_bytes())[..24]);
     let now = now_ms();
-    d1(&format!(
-        "INSERT INTO enrollment_tokens (id, organization_id, name, token_prefix, token_hash, max_uses, \
-           created_at, created_by, expires_at) VALUES ({}, {}, 'old', {}, {}, 5, {}, 'api_key:e2e', {})",
-        sql_text(&expired_id),
-        sql_text(&org.id),
-        sql_text(&expired[..12]),
-        sql_text(&sha256_hex(expired.as_bytes())),
-        now - 2 * 86_400_000,
-        now - 86_400_000,
-    ));
+    let (expired_id, expired) = insert_token(&org, now - 2 * DAY, now - DAY, 0);
     assert_eq!(listed_token(&org, &expired_id).await["state"], "expired");
     enroll_with(&org.id, Some(&expired))
         .await
@@ -460,4 +473,25 @@ async fn only_an_admin_key_sets_the_policy_or_handles_tokens_and_every_bound_is_
         .expect(200);
     new_token(&org, &json!({})).await;
     assert_eq!(listed(&org).await.len(), 101);
+}
+
+#[tokio::test]
+async fn the_cron_pass_deletes_tokens_a_week_past_expiry_that_admitted_no_one() {
+    let org = bootstrap_org("attack-token-purge");
+    let now = now_ms();
+    let (stale, _) = insert_token(&org, now - 10 * DAY, now - 8 * DAY, 0);
+    // Kept: one that admitted a runner (as the runners it admitted are), and one that expired
+    // only yesterday.
+    let (used, _) = insert_token(&org, now - 10 * DAY, now - 8 * DAY, 1);
+    let (recent, _) = insert_token(&org, now - 2 * DAY, now - DAY, 0);
+    assert_eq!(listed(&org).await.len(), 3);
+
+    edgerunner_e2e::recovery::fire_cron().await;
+
+    let ids: Vec<Value> = listed(&org).await.iter().map(|t| t["id"].clone()).collect();
+    assert!(!ids.contains(&json!(stale)), "{ids:?}");
+    assert!(
+        ids.contains(&json!(used)) && ids.contains(&json!(recent)),
+        "{ids:?}"
+    );
 }
