@@ -3,7 +3,8 @@
 //! # Layout
 //! - `lib.rs`: the fetch and scheduled entry points and the route table.
 //! - [`auth`]: API keys and runner credentials, as proof types handlers require.
-//! - [`routes`]: one module per HTTP surface (API keys, runner administration, runner identity).
+//! - [`routes`]: one module per HTTP surface (API keys, enrollment policy and tokens, runner
+//!   administration, runner identity).
 //! - [`store`]: named SQL, one module per table group; guarded writes with checked row counts.
 //! - [`job_do`]: `JobObject`, one Durable Object per job, the single writer of that job's rows.
 //! - [`runner_do`]: `RunnerObject`, one Durable Object per runner, which serializes its claims.
@@ -162,6 +163,21 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         (Get, ["api", "developer", "api-keys"]) => api_keys::list(req, &ctx).await,
         (Get, ["api", "developer", "api-keys", "self"]) => api_keys::get_self(req, &ctx).await,
         (Delete, ["api", "developer", "api-keys", id]) => api_keys::revoke(req, &ctx, id).await,
+        (Get, ["api", "developer", "enrollment-policy"]) => {
+            routes::enrollment::get_policy(req, &ctx).await
+        }
+        (Put, ["api", "developer", "enrollment-policy"]) => {
+            routes::enrollment::put_policy(req, &ctx).await
+        }
+        (Post, ["api", "developer", "enrollment-tokens"]) => {
+            routes::enrollment::create_token(req, &ctx).await
+        }
+        (Get, ["api", "developer", "enrollment-tokens"]) => {
+            routes::enrollment::list_tokens(req, &ctx).await
+        }
+        (Delete, ["api", "developer", "enrollment-tokens", id]) => {
+            routes::enrollment::revoke_token(req, &ctx, id).await
+        }
 
         (Post, ["api", "remote-runners", "session"]) => identity::session(req, &ctx).await,
         (Post, ["api", "remote-runners", "enroll"]) => identity::enroll(req, &ctx).await,

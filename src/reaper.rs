@@ -128,8 +128,11 @@ pub(crate) fn limit_from(body: &Value) -> ApiResult<i64> {
 /// Pending enrollments and challenges handled by one purge pass, at most.
 const PURGE_LIMIT: i64 = 500;
 /// How long a key-pair enrollment may wait for approval unless
-/// `PENDING_ENROLLMENT_MAX_AGE_HOURS` says otherwise (a week).
-const DEFAULT_PENDING_MAX_AGE_HOURS: i64 = 168;
+/// `PENDING_ENROLLMENT_MAX_AGE_HOURS` says otherwise (a day: a real runner's operator approves
+/// it while they are at the machine, and a squatter's rows hold their slots for no longer).
+const DEFAULT_PENDING_MAX_AGE_HOURS: i64 = 24;
+/// An enrollment token that admitted no runner is deleted this long after it expired.
+const UNUSED_TOKEN_KEPT_MILLIS: i64 = 7 * 24 * 3_600_000;
 
 fn pending_max_age_millis(env: &Env) -> i64 {
     crate::platform::setting(
@@ -143,7 +146,8 @@ fn pending_max_age_millis(env: &Env) -> i64 {
 /// The cron pass's housekeeping of what strangers can leave behind: enrollments nobody
 /// approved in time are revoked (their files deleted and the machine facts cleared; the row and
 /// its audit event stay, as every revoked identity's do), and used or expired challenges are
-/// deleted. Bounded like a recovery pass; what remains waits for the next minute.
+/// deleted, and so are enrollment tokens that expired a week ago without admitting anyone.
+/// Bounded like a recovery pass; what remains waits for the next minute.
 pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     let cutoff = now - pending_max_age_millis(env);
@@ -181,11 +185,13 @@ pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
                    WHERE expires_at <= ?1 OR consumed_at IS NOT NULL LIMIT ?2)",
                 &[now.into(), PURGE_LIMIT.into()],
             )?,
+            store::enrollment::purge(&db, now - UNUSED_TOKEN_KEPT_MILLIS, PURGE_LIMIT)?,
         ],
     )
     .await?;
     Ok(json!({
         "expiredEnrollments": changed.get(2).copied().unwrap_or(0),
         "deletedChallenges": changed.get(3).copied().unwrap_or(0),
+        "deletedEnrollmentTokens": changed.get(4).copied().unwrap_or(0),
     }))
 }

@@ -4,6 +4,7 @@ import { get, storedKey, storeKey, forgetKey, setUnauthorizedHandler } from './a
 import { h, replace, errorBox, refreshTimes } from './dom.js';
 import { runnersView, runnerView } from './runners.js';
 import { jobsView, jobView } from './jobs.js';
+import { enrollmentView } from './enrollment.js';
 
 const BASE = '/remote-runners';
 const app = document.getElementById('app');
@@ -128,6 +129,7 @@ function route(pathname) {
   if (rest.length === 0) return { tab: 'runners', view: () => runnersView(ctx()) };
   if (rest[0] === 'runners' && rest.length === 1) return { tab: 'runners', view: () => runnersView(ctx()) };
   if (rest[0] === 'runners' && rest.length === 2) return { tab: 'runners', view: () => runnerView(ctx(), rest[1]) };
+  if (rest[0] === 'enrollment' && rest.length === 1) return { tab: 'runners', view: () => enrollmentView(ctx()) };
   if (rest[0] === 'jobs' && rest.length === 1) return { tab: 'jobs', view: () => jobsView(ctx()) };
   if (rest[0] === 'jobs' && rest.length === 2) return { tab: 'jobs', view: () => jobView(ctx(), rest[1]) };
   return {

@@ -68,11 +68,14 @@ export function runnersView(ctx) {
   const register = session.canAdmin
     ? h('button.btn.btn-primary', { type: 'button', testid: 'register-runner' }, 'Register runner')
     : null;
+  const enrollment = session.canAdmin
+    ? h('a.btn', { href: `${base}/enrollment`, testid: 'enrollment-link' }, 'Enrollment')
+    : null;
 
   const el = h('div.view.view-runners', { testid: 'runners-view' },
     h('div.page-head',
       h('div', h('h1', 'Runners'), summary),
-      h('div.page-actions', register)),
+      h('div.page-actions', enrollment, register)),
     status,
     empty,
     tableEl,

@@ -13,16 +13,18 @@ use edgerunner_protocol::state::RunnerState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
+use super::enrollment::{admit, presented_token, Policy, Presented};
 use super::runners::capability_document;
 use super::{optional_str, refuse_unknown, required_name, required_str};
 use crate::auth::{self, master_secret};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::gate_do::{self, Bucket};
 use crate::http::{
-    body_bytes, client_address, json_object_capped, ENROLL_BODY_BYTES, SMALL_BODY_BYTES,
+    body_bytes, client_address, client_network, json_object_capped, ENROLL_BODY_BYTES,
+    SMALL_BODY_BYTES,
 };
 use crate::platform::{random_bytes, random_id, rfc3339, secret_hash};
-use crate::store::{self, events, first, runners};
+use crate::store::{self, enrollment, events, runners};
 use crate::Ctx;
 
 /// How long a challenge may be answered.
@@ -42,6 +44,21 @@ fn max_pending_enrollments(env: &worker::Env) -> i64 {
         env,
         "MAX_PENDING_ENROLLMENTS",
         DEFAULT_MAX_PENDING_ENROLLMENTS,
+        0,
+    )
+}
+
+/// Token-less key-pair runners waiting for approval per organization from one network (an IPv4
+/// address or an IPv6 /64), unless `MAX_PENDING_ENROLLMENTS_PER_NETWORK` says otherwise. Below
+/// `ENROLL_PER_MINUTE`, so one network's share is spent within its first minute and a stranger
+/// needs many networks to fill an organization's `MAX_PENDING_ENROLLMENTS`.
+const DEFAULT_MAX_PENDING_ENROLLMENTS_PER_NETWORK: i64 = 5;
+
+fn max_pending_enrollments_per_network(env: &worker::Env) -> i64 {
+    crate::platform::setting(
+        env,
+        "MAX_PENDING_ENROLLMENTS_PER_NETWORK",
+        DEFAULT_MAX_PENDING_ENROLLMENTS_PER_NETWORK,
         0,
     )
 }
@@ -98,6 +115,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             "machine",
             "files",
             "signature",
+            "enrollmentToken",
         ],
     )?;
     let organization_id = required_name(&body, "organizationId", 64)?;
@@ -172,18 +190,24 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         ));
     }
 
-    #[derive(serde::Deserialize)]
-    struct Org {
-        #[allow(dead_code)]
-        id: String,
-    }
-    first::<Org>(
-        &ctx.db,
-        "SELECT id FROM organizations WHERE id = ?1",
-        &[organization_id.into()],
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("no such organization"))?;
+    let policy = enrollment::policy(&ctx.db, organization_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such organization"))?;
+    let policy = Policy::stored(&policy.enrollment_policy)?;
+    // Not looked up under `closed`: that refusal needs no read of what was presented.
+    let token = match policy {
+        Policy::Closed => None,
+        _ => presented_token(&body, organization_id, ctx).await?,
+    };
+    let presented = match (&token, body.get("enrollmentToken")) {
+        (Some(found), _) => Presented::Found(found),
+        (None, None | Some(Value::Null)) => Presented::Nothing,
+        (None, Some(_)) => Presented::Unknown,
+    };
+    // The policy is read here and the insert is sent below: an enrollment racing a policy
+    // change lands as if it came a moment earlier. The token's liveness, though, is checked
+    // again by the insert itself (migration 0009), so a token's last use is spent once.
+    let enrollment_token_id = admit(policy, &presented, ctx.now)?;
 
     let id = random_id("run")?;
     let capabilities_json = document.to_value().to_string();
@@ -196,6 +220,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             .collect(),
     ));
     let address = client_address(&req);
+    let network = client_network(&req);
     let public_key_text = public_key.to_base64();
     let row = runners::NewRunner {
         id: &id,
@@ -211,6 +236,8 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         version,
         machine_json: machine.as_deref(),
         address: address.as_deref(),
+        enroll_network: Some(&network),
+        enrollment_token_id,
         state: RunnerState::PendingApproval.as_str(),
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),
@@ -224,14 +251,21 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         now: ctx.now,
     };
     let actor = format!("runner:{id}");
-    let detail = json!({ "fingerprint": fingerprint.as_str(), "address": address }).to_string();
+    let detail = json!({
+        "fingerprint": fingerprint.as_str(),
+        "address": address,
+        "network": network,
+        "enrollmentTokenId": enrollment_token_id,
+    })
+    .to_string();
     let mut statements = vec![
-        // The cap the pending-enrollment trigger reads, from this Worker's configuration, set
-        // in the same transaction as the insert it guards.
-        store::stmt(
+        // The caps the pending-enrollment triggers read, from this Worker's configuration, set
+        // in the same transaction as the insert they guard.
+        enrollment::set_pending_caps(
             &ctx.db,
-            "UPDATE organizations SET max_pending_enrollments = ?2 WHERE id = ?1 AND max_pending_enrollments <> ?2",
-            &[organization_id.into(), max_pending_enrollments(&ctx.env).into()],
+            organization_id,
+            max_pending_enrollments(&ctx.env),
+            max_pending_enrollments_per_network(&ctx.env),
         )?,
         runners::insert(&ctx.db, &row)?,
         events::insert(
@@ -262,7 +296,9 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             ctx.now,
         )?);
     }
-    // A taken fingerprint is the guard table's 409 FINGERPRINT_TAKEN.
+    // A taken fingerprint is the guard table's 409 FINGERPRINT_TAKEN; a network past its share
+    // 429 PENDING_ENROLLMENTS_FROM_NETWORK_AT_CAP; a token spent or revoked since it was read
+    // 403 ENROLLMENT_TOKEN_INVALID.
     store::batch(&ctx.db, statements).await?;
     let runner = runners::get(&ctx.db, organization_id, &id)
         .await?

@@ -2,6 +2,7 @@
 //! [`crate::auth`] and its storage from [`crate::store`].
 
 pub(crate) mod api_keys;
+pub(crate) mod enrollment;
 pub(crate) mod evidence;
 pub(crate) mod identity;
 pub(crate) mod jobs;

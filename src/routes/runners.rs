@@ -120,6 +120,8 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         version: None,
         machine_json: None,
         address: None,
+        enroll_network: None,
+        enrollment_token_id: None,
         state: "active",
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),

@@ -95,6 +95,34 @@ pub(crate) const GUARDS: &[Guard] = &[
         "PENDING_ENROLLMENTS_AT_CAP",
         "the organization has as many runners waiting for approval as it allows; an administrator must approve or revoke some first",
     ),
+    // Enrollment policy and tokens (migration 0009).
+    guard(
+        "pending_enrollments_from_network_at_cap",
+        429,
+        "PENDING_ENROLLMENTS_FROM_NETWORK_AT_CAP",
+        "the organization has as many runners from this network waiting for approval as it allows; an administrator must approve or revoke some first, or issue an enrollment token",
+    ),
+    // The token was live when read and was spent or revoked before the insert: one answer.
+    guard(
+        "enrollment_token_invalid",
+        403,
+        "ENROLLMENT_TOKEN_INVALID",
+        "the enrollment token is unknown, expired, revoked or used up",
+    ),
+    guard(
+        "enrollment_tokens_at_cap",
+        409,
+        "ENROLLMENT_TOKENS_AT_CAP",
+        "the organization holds 100 live enrollment tokens; revoke some first",
+    ),
+    // Our bug if either fires: nothing we send rewrites a token or a runner's enrollment.
+    guard(
+        "enrollment_token_is_immutable",
+        500,
+        "INTERNAL",
+        "internal error",
+    ),
+    guard("runner_enrollment_is_fixed", 500, "INTERNAL", "internal error"),
     // Releases.
     guard(
         "UNIQUE release_artifacts.organization_id, release_artifacts.kind, release_artifacts.name",

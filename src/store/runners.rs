@@ -237,6 +237,11 @@ pub(crate) struct NewRunner<'a> {
     pub(crate) version: Option<&'a str>,
     pub(crate) machine_json: Option<&'a str>,
     pub(crate) address: Option<&'a str>,
+    /// The network a key-pair runner enrolled from (`http::client_network`), counted against
+    /// the per-network cap of pending enrollments unless a token admitted it.
+    pub(crate) enroll_network: Option<&'a str>,
+    /// The enrollment token that admitted it: the insert spends one of its uses (migration 0009).
+    pub(crate) enrollment_token_id: Option<&'a str>,
     pub(crate) state: &'a str,
     pub(crate) capabilities_json: &'a str,
     pub(crate) capabilities_hash: &'a str,
@@ -256,8 +261,9 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
         "INSERT INTO runners (id, organization_id, identity_model, name, runner_key, bootstrap_token_hash, \
            bootstrap_token_expires_at, public_key, fingerprint, product, version, machine, address, state, \
            capabilities, capabilities_hash, protocol_version, problem_types, external, tags, \
-           max_concurrent_jobs, key_id, approved_at, registered_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?24)",
+           max_concurrent_jobs, key_id, approved_at, registered_at, updated_at, enroll_network, \
+           enrollment_token_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?24, ?25, ?26)",
         &[
             r.id.into(),
             r.organization_id.into(),
@@ -283,6 +289,8 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
             r.key_id.into(),
             r.approved_at.into(),
             Arg::Int(r.now),
+            r.enroll_network.into(),
+            r.enrollment_token_id.into(),
         ],
     )
 }

@@ -147,6 +147,23 @@ class World:
         self.insert("api_keys", row)
         return row["id"]
 
+    def enrollment_token(self, org, **overrides):
+        secret = self.uid("ere_secret")
+        row = {
+            "id": self.uid("ent"),
+            "organization_id": org,
+            "name": "rack 4",
+            "token_prefix": "ere_" + sha(secret)[:8],
+            "token_hash": sha(secret),
+            "max_uses": 2,
+            "created_at": NOW,
+            "created_by": "api_key:key_0001",
+            "expires_at": NOW + 86_400_000,
+        }
+        row.update(overrides)
+        self.insert("enrollment_tokens", row)
+        return row["id"]
+
     # -- runners ------------------------------------------------------------------------------
 
     CAPABILITIES = {
@@ -729,6 +746,7 @@ class EnumCheckTests(SchemaTest):
 
         return [
             ("api_keys", "role", "member", lambda v: w.api_key(org, role=v)),
+            ("organizations", "enrollment_policy", "token", lambda v: w.org(enrollment_policy=v)),
             ("runners", "state", "draining", lambda v: _update("runners", "state")(self, state_runner, v)),
             ("runners", "identity_model", "bootstrap", insert_runner()),
             ("runners", "external", 1, lambda v: _update("runners", "external")(self, runner, v)),
@@ -770,6 +788,112 @@ class EnumCheckTests(SchemaTest):
             for column in re.findall(r"CHECK \((\w+) IN \(", sql or ""):
                 declared.add((table, column))
         self.assertEqual(declared - covered, set())
+
+
+# =============================================================================================
+# Enrollment policy and tokens (migration 0009)
+# =============================================================================================
+
+
+class EnrollmentPolicyTests(SchemaTest):
+    def test_an_organization_is_open_unless_it_says_otherwise(self):
+        org = self.w.org()
+        self.assertEqual(self.w.one("SELECT enrollment_policy FROM organizations WHERE id = ?", org)[0], "open")
+        self.execute("UPDATE organizations SET enrollment_policy = 'closed' WHERE id = ?", org)
+        self.assertRefused(self.execute, "UPDATE organizations SET enrollment_policy = 'Open' WHERE id = ?", org,
+                           message="CHECK constraint failed")
+
+    def test_a_token_is_bounded_in_uses_and_lifetime(self):
+        org = self.w.org()
+        self.w.enrollment_token(org, max_uses=1)
+        self.w.enrollment_token(org, max_uses=1000, expires_at=NOW + 2_592_000_000)
+        for bad in ({"max_uses": 0}, {"max_uses": 1001}, {"expires_at": NOW},
+                    {"expires_at": NOW + 2_592_000_001}, {"uses": 3}, {"uses": -1},
+                    {"id": "tok_1"}, {"token_hash": "short"}, {"name": ""}):
+            with self.subTest(bad=bad):
+                self.assertRefused(self.w.enrollment_token, org, **bad, message="CHECK constraint failed")
+
+    def test_a_token_hash_is_unique_across_organizations(self):
+        org, other = self.w.org(), self.w.org()
+        self.w.enrollment_token(org, token_hash=sha("same"))
+        self.assertRefused(self.w.enrollment_token, other, token_hash=sha("same"), message="UNIQUE")
+
+    def test_live_tokens_stop_at_100_per_organization(self):
+        org, other = self.w.org(), self.w.org()
+        for _ in range(100):
+            self.w.enrollment_token(org)
+        self.assertRefused(self.w.enrollment_token, org, message="enrollment_tokens_at_cap")
+        # Another organization, and the dead ones, do not count.
+        self.w.enrollment_token(other)
+        first = self.w.one("SELECT id FROM enrollment_tokens WHERE organization_id = ? ORDER BY id", org)[0]
+        self.execute("UPDATE enrollment_tokens SET revoked_at = ? WHERE id = ?", NOW, first)
+        self.w.enrollment_token(org)
+        self.assertRefused(self.w.enrollment_token, org, message="enrollment_tokens_at_cap")
+        self.w.enrollment_token(org, created_at=NOW + 86_400_000, expires_at=NOW + 2 * 86_400_000)
+
+    def test_a_token_cannot_be_unrevoked_rewound_or_rewritten(self):
+        org = self.w.org()
+        token = self.w.enrollment_token(org)
+        self.execute("UPDATE enrollment_tokens SET uses = 1, last_used_at = ? WHERE id = ?", NOW, token)
+        for sql in ("UPDATE enrollment_tokens SET uses = 0 WHERE id = ?",
+                    "UPDATE enrollment_tokens SET max_uses = 5 WHERE id = ?",
+                    "UPDATE enrollment_tokens SET expires_at = expires_at + 1 WHERE id = ?",
+                    "UPDATE enrollment_tokens SET token_hash = '" + sha("other") + "' WHERE id = ?"):
+            with self.subTest(sql=sql):
+                self.assertRefused(self.execute, sql, token, message="enrollment_token_is_immutable")
+        self.execute("UPDATE enrollment_tokens SET revoked_at = ? WHERE id = ?", NOW + 1, token)
+        self.assertRefused(self.execute, "UPDATE enrollment_tokens SET revoked_at = NULL WHERE id = ?", token,
+                           message="enrollment_token_is_immutable")
+
+    def test_a_runner_admitted_by_a_token_spends_one_use_in_the_same_statement(self):
+        org = self.w.org()
+        token = self.w.enrollment_token(org, max_uses=2)
+        self.w.keypair_runner(org, enrollment_token_id=token, enroll_network="203.0.113.7")
+        self.assertEqual(self.w.one("SELECT uses, last_used_at FROM enrollment_tokens WHERE id = ?", token),
+                         (1, NOW))
+        self.w.keypair_runner(org, enrollment_token_id=token, enroll_network="203.0.113.7")
+        # Used up: the third is refused and nothing is written.
+        self.assertRefused(self.w.keypair_runner, org, enrollment_token_id=token, message="enrollment_token_invalid")
+        self.assertEqual(self.w.one("SELECT uses FROM enrollment_tokens WHERE id = ?", token)[0], 2)
+        self.assertEqual(self.w.one(
+            "SELECT count(*) FROM runners WHERE enrollment_token_id = ?", token)[0], 2)
+
+    def test_a_revoked_expired_or_foreign_token_admits_no_runner(self):
+        org, other = self.w.org(), self.w.org()
+        revoked = self.w.enrollment_token(org, revoked_at=NOW)
+        expired = self.w.enrollment_token(org, created_at=NOW - 2 * 86_400_000, expires_at=NOW)
+        foreign = self.w.enrollment_token(other)
+        for token in (revoked, expired, foreign, "ent_unknown"):
+            with self.subTest(token=token):
+                self.assertRefused(self.w.keypair_runner, org, enrollment_token_id=token,
+                                   message="enrollment_token_invalid")
+        # The control: a live token of the organization admits one.
+        self.w.keypair_runner(org, enrollment_token_id=self.w.enrollment_token(org))
+
+    def test_a_runner_keeps_the_network_and_token_it_enrolled_with(self):
+        org = self.w.org()
+        runner = self.w.keypair_runner(org, enroll_network="203.0.113.7")
+        self.assertRefused(self.execute, "UPDATE runners SET enroll_network = '198.51.100.1' WHERE id = ?", runner,
+                           message="runner_enrollment_is_fixed")
+        self.execute("UPDATE runners SET name = 'renamed' WHERE id = ?", runner)
+        # Only a key-pair enrollment has a network or a token.
+        self.assertRefused(self.w.runner, org, enroll_network="203.0.113.7", message="CHECK constraint failed")
+
+    def test_pending_enrollments_stop_at_the_networks_share(self):
+        org, other = self.w.org(), self.w.org()
+        self.execute("UPDATE organizations SET max_pending_enrollments_per_network = 2 WHERE id = ?", org)
+        first = self.w.keypair_runner(org, enroll_network="2001:db8:1:2::/64")
+        self.w.keypair_runner(org, enroll_network="2001:db8:1:2::/64")
+        self.assertRefused(self.w.keypair_runner, org, enroll_network="2001:db8:1:2::/64",
+                           message="pending_enrollments_from_network_at_cap")
+        # Another network, another organization, and a token's enrollments are not counted.
+        self.w.keypair_runner(org, enroll_network="2001:db8:1:3::/64")
+        self.w.keypair_runner(other, enroll_network="2001:db8:1:2::/64")
+        self.w.keypair_runner(org, enroll_network="2001:db8:1:2::/64",
+                              enrollment_token_id=self.w.enrollment_token(org))
+        # Approving one frees its slot.
+        self.execute("UPDATE runners SET state = 'active', approved_at = ? WHERE id = ?", NOW, first)
+        self.w.keypair_runner(org, enroll_network="2001:db8:1:2::/64")
 
 
 # =============================================================================================

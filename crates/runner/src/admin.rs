@@ -54,6 +54,9 @@ pub fn with_query(path: &str, params: &[(&str, Option<String>)]) -> String {
     out
 }
 
+const ENROLLMENT_POLICY: &str = "/api/developer/enrollment-policy";
+const ENROLLMENT_TOKENS: &str = "/api/developer/enrollment-tokens";
+
 impl AdminClient {
     pub fn new(http: Http, api_key: &str) -> Result<Self, ClientError> {
         let api_key = api_key.trim();
@@ -171,6 +174,42 @@ impl AdminClient {
         self.call(
             Method::GET,
             &format!("/api/remote-runners/{}/events", segment(id)),
+            None,
+        )
+        .await
+    }
+
+    /// `GET /api/developer/enrollment-policy` → `{"organizationId", "policy"}`.
+    pub async fn enrollment_policy(&self) -> Result<Value, ClientError> {
+        self.call(Method::GET, ENROLLMENT_POLICY, None).await
+    }
+
+    /// `PUT /api/developer/enrollment-policy` `{"policy"}`: setting it twice changes nothing
+    /// more, so a lost answer may be sent again.
+    pub async fn set_enrollment_policy(&self, policy: &str) -> Result<Value, ClientError> {
+        self.call_as(
+            Method::PUT,
+            ENROLLMENT_POLICY,
+            Some(&json!({ "policy": policy })),
+            true,
+        )
+        .await
+    }
+
+    /// `POST /api/developer/enrollment-tokens` → the token, with its secret (`enrollmentToken`)
+    /// this once.
+    pub async fn create_enrollment_token(&self, body: &Value) -> Result<Value, ClientError> {
+        self.call(Method::POST, ENROLLMENT_TOKENS, Some(body)).await
+    }
+
+    pub async fn list_enrollment_tokens(&self) -> Result<Value, ClientError> {
+        self.call(Method::GET, ENROLLMENT_TOKENS, None).await
+    }
+
+    pub async fn revoke_enrollment_token(&self, id: &str) -> Result<Value, ClientError> {
+        self.call(
+            Method::DELETE,
+            &format!("{ENROLLMENT_TOKENS}/{}", segment(id)),
             None,
         )
         .await

@@ -53,6 +53,42 @@ pub enum AdminCommand {
     /// Create evaluation runs for completions to name
     #[command(subcommand)]
     Evidence(EvidenceCommand),
+    /// Who may enroll a key-pair runner: the policy, and enrollment tokens
+    #[command(subcommand)]
+    Enrollment(EnrollmentCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnrollmentCommand {
+    /// Show the organization's enrollment policy, or set it: open (anyone who knows the
+    /// organization id), token (only with an enrollment token) or closed
+    Policy {
+        #[arg(value_parser = ["open", "token", "closed"])]
+        policy: Option<String>,
+    },
+    /// Create, list and revoke enrollment tokens
+    #[command(subcommand)]
+    Tokens(TokensCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Issue a token; it is printed once (give it to the runner's `enroll --enrollment-token`)
+    Create {
+        /// What the token is for
+        #[arg(long)]
+        name: Option<String>,
+        /// Enrollments it admits, 1-1000 [default: 1]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        uses: Option<u16>,
+        /// Lifetime: seconds, or a number with s, m, h or d (60s to 30d) [default: 24h]
+        #[arg(long, value_parser = lifetime_seconds)]
+        expires_in: Option<u32>,
+    },
+    /// List the tokens, newest first (never their secrets)
+    List,
+    /// Revoke a token (runners it already admitted are not touched)
+    Revoke { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -375,6 +411,7 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                 }
             )
         }),
+        AdminCommand::Enrollment(command) => enrollment(&admin, command, &server, json).await,
         AdminCommand::Evidence(EvidenceCommand::CreateRun {
             name,
             evaluation_id,
@@ -391,6 +428,146 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
             })
         }
     }
+}
+
+async fn enrollment(
+    admin: &AdminClient,
+    command: EnrollmentCommand,
+    server: &str,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let (answer, rendered) = match command {
+        EnrollmentCommand::Policy { policy } => {
+            let answer = match policy {
+                Some(policy) => admin.set_enrollment_policy(&policy).await?,
+                None => admin.enrollment_policy().await?,
+            };
+            let rendered = format!(
+                "enrollment policy of {}: {}",
+                text(&answer, "organizationId"),
+                text(&answer, "policy")
+            );
+            (answer, rendered)
+        }
+        EnrollmentCommand::Tokens(TokensCommand::Create {
+            name,
+            uses,
+            expires_in,
+        }) => {
+            let mut body = json!({});
+            if let Some(name) = name {
+                body["name"] = name.into();
+            }
+            if let Some(uses) = uses {
+                body["maxUses"] = uses.into();
+            }
+            if let Some(seconds) = expires_in {
+                body["expiresInSeconds"] = seconds.into();
+            }
+            let answer = admin.create_enrollment_token(&body).await?;
+            let rendered = render_enrollment_token(&answer, server);
+            (answer, rendered)
+        }
+        EnrollmentCommand::Tokens(TokensCommand::List) => {
+            let answer = admin.list_enrollment_tokens().await?;
+            let rendered = render_enrollment_tokens(&answer);
+            (answer, rendered)
+        }
+        EnrollmentCommand::Tokens(TokensCommand::Revoke { id }) => {
+            let answer = admin.revoke_enrollment_token(&id).await?;
+            let rendered = format!(
+                "enrollment token {} revoked at {}",
+                text(&answer, "id"),
+                text(&answer, "revokedAt")
+            );
+            (answer, rendered)
+        }
+    };
+    if json {
+        print_json(&answer)?;
+    } else {
+        println!("{rendered}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--expires-in`: whole seconds, or a number with `s`, `m`, `h` or `d`, within what the server
+/// accepts (60 s to 30 days), so a typo is a usage error before anything is sent.
+fn lifetime_seconds(text: &str) -> Result<u32, String> {
+    let (digits, unit) = match text.char_indices().last() {
+        Some((at, c)) if c.is_ascii_alphabetic() => (&text[..at], c),
+        _ => (text, 's'),
+    };
+    let scale = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(format!("{text:?}: the unit is s, m, h or d")),
+    };
+    let seconds = digits
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?} is not a lifetime such as 3600, 90m, 24h or 7d"))?;
+    if (60..=30 * 86_400).contains(&seconds) {
+        Ok(seconds)
+    } else {
+        Err(format!("{text:?}: a token lives 60s to 30d"))
+    }
+}
+
+fn render_enrollment_token(answer: &Value, server: &str) -> String {
+    format!(
+        "enrollment token {} ({}) — {} use(s), expires {}
+         the token (shown once; give it to the runner's operator):
+  {}
+
+         Enroll a runner with:
+  EDGERUNNER_ENROLLMENT_TOKEN={} edgerunner runner enroll --server {server} \\
+             --organization <organization id> --execution-kind <kind> --runtime <runtime>",
+        text(answer, "id"),
+        text(answer, "name"),
+        text(answer, "maxUses"),
+        text(answer, "expiresAt"),
+        text(answer, "enrollmentToken"),
+        text(answer, "enrollmentToken"),
+    )
+}
+
+fn render_enrollment_tokens(answer: &Value) -> String {
+    let tokens = answer["enrollmentTokens"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if tokens.is_empty() {
+        return "no enrollment tokens".to_owned();
+    }
+    table(
+        &[
+            "ID",
+            "NAME",
+            "PREFIX",
+            "STATE",
+            "USES",
+            "EXPIRES",
+            "LAST USED",
+        ],
+        tokens
+            .iter()
+            .map(|t| {
+                vec![
+                    text(t, "id"),
+                    text(t, "name"),
+                    text(t, "prefix"),
+                    text(t, "state"),
+                    format!("{}/{}", text(t, "uses"), text(t, "maxUses")),
+                    text(t, "expiresAt"),
+                    text(t, "lastUsedAt"),
+                ]
+            })
+            .collect(),
+    )
 }
 
 async fn releases(

@@ -379,6 +379,59 @@ mod tests {
     }
 
     #[test]
+    fn parses_enrollment_commands_within_the_servers_bounds() {
+        assert!(parse(&["admin", "enrollment", "policy"]).is_ok());
+        for policy in ["open", "token", "closed"] {
+            assert!(parse(&["admin", "enrollment", "policy", policy]).is_ok());
+        }
+        assert!(parse(&["admin", "enrollment", "policy", "Open"]).is_err());
+        assert!(parse(&["admin", "enrollment", "tokens", "list"]).is_ok());
+        assert!(parse(&["admin", "enrollment", "tokens", "revoke", "ent_1"]).is_ok());
+        assert!(parse(&["admin", "enrollment", "tokens", "revoke"]).is_err());
+        let create = |extra: &[&str]| {
+            parse(&[&["admin", "enrollment", "tokens", "create"][..], extra].concat())
+        };
+        assert!(create(&[]).is_ok());
+        for good in [
+            &["--uses", "1"][..],
+            &["--uses", "1000"],
+            &["--expires-in", "60"],
+            &["--expires-in", "90m"],
+            &["--expires-in", "30d"],
+            &["--name", "rack 4", "--uses", "3", "--expires-in", "2h"],
+        ] {
+            assert!(create(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            &["--uses", "0"][..],
+            &["--uses", "1001"],
+            &["--expires-in", "59"],
+            &["--expires-in", "31d"],
+            &["--expires-in", "2w"],
+            &["--expires-in", "h"],
+            &["--expires-in", "-5m"],
+        ] {
+            assert!(create(bad).is_err(), "{bad:?}");
+        }
+        let Ok(Command::Runner(runner_cmd::RunnerCommand::Enroll(args))) = parse(&[
+            "runner",
+            "enroll",
+            "--server",
+            "http://x",
+            "--organization",
+            "org_1",
+            "--runtime",
+            "python3.12",
+            "--enrollment-token",
+            "ere_abc",
+        ])
+        .map(|cli| cli.command) else {
+            panic!("runner enroll parses");
+        };
+        assert_eq!(args.enrollment_token.as_deref(), Some("ere_abc"));
+    }
+
+    #[test]
     fn json_arguments_keep_number_lexemes() {
         let value = json_argument("{\"x\": 1e-07}", "input").expect("parsed");
         assert_eq!(

@@ -153,6 +153,10 @@ pub struct EnrollArgs {
     /// Product name reported to the server
     #[arg(long, default_value = "edgerunner")]
     pub product: String,
+    /// An enrollment token from an admin (ere_…), for an organization whose policy asks for
+    /// one; prefer the environment variable. Used for this enrollment only, never saved.
+    #[arg(long, env = "EDGERUNNER_ENROLLMENT_TOKEN", hide_env_values = true)]
+    pub enrollment_token: Option<String>,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -328,6 +332,11 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
     if args.external {
         body["external"] = Value::Bool(true);
     }
+    if let Some(token) = args.enrollment_token.as_deref().map(str::trim) {
+        if !token.is_empty() {
+            body["enrollmentToken"] = token.into();
+        }
+    }
     let http = Http::new(&args.server)?;
     let answer = match enroll(&http, &body).await {
         Ok(answer) => answer,
@@ -338,7 +347,28 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
                 key_path.display()
             )))
         }
-        Err(error) => return Err(error.into()),
+        Err(error) => {
+            let hint = match error.code() {
+                Some("ENROLLMENT_TOKEN_REQUIRED") => Some(
+                    "this organization enrolls runners only with an enrollment token: ask an \
+                     admin for one (edgerunner admin enrollment tokens create) and pass \
+                     --enrollment-token or set EDGERUNNER_ENROLLMENT_TOKEN",
+                ),
+                Some("ENROLLMENT_TOKEN_INVALID") => Some(
+                    "the enrollment token is unknown, expired, revoked or used up: ask an admin \
+                     for a new one",
+                ),
+                Some("ENROLLMENT_CLOSED") => Some(
+                    "this organization does not accept enrollments now: ask an admin \
+                     (edgerunner admin enrollment policy)",
+                ),
+                _ => None,
+            };
+            return Err(match hint {
+                Some(hint) => CliError::Failed(format!("{error}\n{hint}")),
+                None => error.into(),
+            });
+        }
     };
     let runner = &answer["runner"];
     let runner_id = runner["id"].as_str().unwrap_or_default().to_owned();

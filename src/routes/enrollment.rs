@@ -1,0 +1,527 @@
+//! Who may enroll a key-pair runner into an organization: its enrollment policy
+//! (`/api/developer/enrollment-policy`) and the enrollment tokens an admin issues for the
+//! `token` policy (`/api/developer/enrollment-tokens`, shown once, stored hashed); and the
+//! decision `POST /api/remote-runners/enroll` makes from them ([`admit`]).
+//!
+//! An organization id is no secret (it is in every runner's configuration), so under `open`
+//! anyone can make a runner wait for approval. `token` asks for an admin's say-so up front, and
+//! `closed` refuses every enrollment.
+
+use serde_json::{json, Map, Value};
+use worker::{Request, Response};
+
+use super::{optional_name, refuse_unknown, required_str};
+use crate::auth;
+use crate::error::{json_response, ApiError, ApiResult};
+use crate::http::{json_object_capped, SMALL_BODY_BYTES};
+use crate::platform::{random_id, random_secret, rfc3339, secret_hash};
+use crate::store::{self, enrollment, events};
+use crate::Ctx;
+
+/// What an enrollment token starts with, so a leaked one is recognisable (API keys are `erk_`).
+pub(crate) const TOKEN_PREFIX: &str = "ere";
+/// `ere_` and 64 hex digits, as [`random_secret`] makes it.
+const TOKEN_LEN: usize = 4 + 64;
+pub(crate) const MAX_USES: i64 = 1000;
+const DEFAULT_USES: i64 = 1;
+const MIN_EXPIRES_IN_SECONDS: i64 = 60;
+/// 30 days; the schema holds every token to it too.
+pub(crate) const MAX_EXPIRES_IN_SECONDS: i64 = 30 * 24 * 3600;
+const DEFAULT_EXPIRES_IN_SECONDS: i64 = 24 * 3600;
+/// The listing's bound: live tokens are capped at 100 by the schema, and a dead one is listed
+/// until the reaper deletes it.
+const MAX_LISTED: i64 = 200;
+const DEFAULT_NAME: &str = "enrollment token";
+
+/// An organization's enrollment policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Policy {
+    Open,
+    Token,
+    Closed,
+}
+
+impl Policy {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        match text {
+            "open" => Some(Self::Open),
+            "token" => Some(Self::Token),
+            "closed" => Some(Self::Closed),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Token => "token",
+            Self::Closed => "closed",
+        }
+    }
+
+    pub(crate) fn stored(text: &str) -> ApiResult<Self> {
+        Self::parse(text)
+            .ok_or_else(|| ApiError::internal(format!("stored enrollment policy {text:?}")))
+    }
+}
+
+/// A token's state at `now`, as the list shows it and as [`admit`] decides from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TokenState {
+    Live,
+    UsedUp,
+    Expired,
+    Revoked,
+}
+
+impl TokenState {
+    pub(crate) fn of(token: &enrollment::TokenRow, now: i64) -> Self {
+        if token.revoked_at.is_some() {
+            Self::Revoked
+        } else if token.uses >= token.max_uses {
+            Self::UsedUp
+        } else if now >= token.expires_at {
+            Self::Expired
+        } else {
+            Self::Live
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::UsedUp => "used_up",
+            Self::Expired => "expired",
+            Self::Revoked => "revoked",
+        }
+    }
+}
+
+/// What an enrollment presented, as [`admit`] reads it.
+pub(crate) enum Presented<'a> {
+    Nothing,
+    /// A token this organization does not hold (or that is not even a token's shape).
+    Unknown,
+    Found(&'a enrollment::TokenRow),
+}
+
+pub(crate) fn closed() -> ApiError {
+    ApiError::new(
+        403,
+        "ENROLLMENT_CLOSED",
+        "this organization does not accept enrollments; ask an administrator",
+    )
+}
+
+/// One answer for every token that does not admit: unknown, another organization's, expired,
+/// revoked or used up. Telling them apart would tell a guesser which tokens exist.
+pub(crate) fn token_invalid() -> ApiError {
+    ApiError::new(
+        403,
+        "ENROLLMENT_TOKEN_INVALID",
+        "the enrollment token is unknown, expired, revoked or used up",
+    )
+}
+
+/// The decision: `Ok(Some(id))` admits through that token (the insert spends a use),
+/// `Ok(None)` admits without one. A presented token is always checked and spent, under any
+/// policy, so a runner given one is counted whatever the policy is when it enrolls.
+pub(crate) fn admit<'a>(
+    policy: Policy,
+    presented: &Presented<'a>,
+    now: i64,
+) -> ApiResult<Option<&'a str>> {
+    if policy == Policy::Closed {
+        return Err(closed());
+    }
+    match presented {
+        Presented::Nothing if policy == Policy::Token => Err(ApiError::new(
+            403,
+            "ENROLLMENT_TOKEN_REQUIRED",
+            "this organization enrolls runners only with an enrollment token from an administrator (enrollmentToken)",
+        )),
+        Presented::Nothing => Ok(None),
+        Presented::Unknown => Err(token_invalid()),
+        Presented::Found(token) => match TokenState::of(token, now) {
+            TokenState::Live => Ok(Some(token.id.as_str())),
+            _ => Err(token_invalid()),
+        },
+    }
+}
+
+/// Whether `text` has the shape of a token [`create`] hands out (looked up only if so).
+pub(crate) fn token_shaped(text: &str) -> bool {
+    text.len() == TOKEN_LEN
+        && text.starts_with("ere_")
+        && text[4..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The enrollment body's `enrollmentToken`, looked up in the organization.
+pub(crate) async fn presented_token(
+    body: &Map<String, Value>,
+    org: &str,
+    ctx: &Ctx,
+) -> ApiResult<Option<enrollment::TokenRow>> {
+    match body.get("enrollmentToken") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) if token_shaped(text) => {
+            enrollment::by_hash(&ctx.db, org, &secret_hash(text)).await
+        }
+        Some(_) => Err(token_invalid()),
+    }
+}
+
+fn policy_view(org: &str, policy: Policy) -> Value {
+    json!({ "organizationId": org, "policy": policy.as_str() })
+}
+
+fn token_view(token: &enrollment::TokenRow, now: i64) -> Value {
+    json!({
+        "id": token.id,
+        "name": token.name,
+        "prefix": token.token_prefix,
+        "state": TokenState::of(token, now).as_str(),
+        "uses": token.uses,
+        "maxUses": token.max_uses,
+        "createdAt": rfc3339(token.created_at),
+        "createdBy": token.created_by,
+        "expiresAt": rfc3339(token.expires_at),
+        "revokedAt": token.revoked_at.and_then(rfc3339),
+        "lastUsedAt": token.last_used_at.and_then(rfc3339),
+    })
+}
+
+/// `GET /api/developer/enrollment-policy`.
+pub(crate) async fn get_policy(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let org = caller.organization_id.as_str();
+    let row = enrollment::policy(&ctx.db, org)
+        .await?
+        .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;
+    json_response(
+        200,
+        &policy_view(org, Policy::stored(&row.enrollment_policy)?),
+    )
+    .map_err(ApiError::from)
+}
+
+/// `PUT /api/developer/enrollment-policy`: `{"policy": "open" | "token" | "closed"}`. Runners
+/// already enrolled (pending or approved) are not touched; the policy decides new enrollments.
+pub(crate) async fn put_policy(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
+    refuse_unknown(&body, &["policy"])?;
+    let policy = Policy::parse(required_str(&body, "policy", 16)?).ok_or_else(|| {
+        ApiError::unprocessable(
+            "INVALID_ENROLLMENT_POLICY",
+            "policy must be open, token or closed",
+        )
+    })?;
+    let org = caller.organization_id.as_str();
+    let actor = caller.actor();
+    let detail = json!({ "policy": policy.as_str() }).to_string();
+    let changed = store::batch(
+        &ctx.db,
+        vec![
+            enrollment::set_policy(&ctx.db, org, policy.as_str())?,
+            events::insert_if_changed(
+                &ctx.db,
+                &events::NewEvent {
+                    organization_id: org,
+                    job_id: None,
+                    runner_id: None,
+                    claim_id: None,
+                    actor: &actor,
+                    kind: "enrollment.policy_set",
+                    attempt: None,
+                    reason: None,
+                    detail_json: Some(&detail),
+                    at: ctx.now,
+                },
+            )?,
+        ],
+    )
+    .await?;
+    store::expect_one(changed[0], || {
+        ApiError::internal("an authenticated key's organization vanished")
+    })?;
+    json_response(200, &policy_view(org, policy)).map_err(ApiError::from)
+}
+
+/// A whole number field within `range`, `default` when absent or null.
+fn bounded_int(
+    body: &Map<String, Value>,
+    field: &str,
+    range: std::ops::RangeInclusive<i64>,
+    default: i64,
+    code: &'static str,
+) -> ApiResult<i64> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => value.as_i64().filter(|n| range.contains(n)).ok_or_else(|| {
+            ApiError::unprocessable(
+                code,
+                format!(
+                    "{field} must be a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                ),
+            )
+        }),
+    }
+}
+
+/// `POST /api/developer/enrollment-tokens`: a new token, in this answer only.
+pub(crate) async fn create_token(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
+    refuse_unknown(&body, &["name", "maxUses", "expiresInSeconds"])?;
+    let name = optional_name(&body, "name", 200)?.unwrap_or(DEFAULT_NAME);
+    let max_uses = bounded_int(
+        &body,
+        "maxUses",
+        1..=MAX_USES,
+        DEFAULT_USES,
+        "INVALID_MAX_USES",
+    )?;
+    let expires_in = bounded_int(
+        &body,
+        "expiresInSeconds",
+        MIN_EXPIRES_IN_SECONDS..=MAX_EXPIRES_IN_SECONDS,
+        DEFAULT_EXPIRES_IN_SECONDS,
+        "INVALID_EXPIRES_IN",
+    )?;
+    let org = caller.organization_id.as_str();
+    let id = random_id("ent")?;
+    let secret = random_secret(TOKEN_PREFIX)?;
+    let hash = secret_hash(&secret);
+    let actor = caller.actor();
+    let row = enrollment::NewToken {
+        id: &id,
+        organization_id: org,
+        name,
+        token_prefix: &secret[..12],
+        token_hash: &hash,
+        max_uses,
+        created_at: ctx.now,
+        created_by: &actor,
+        expires_at: ctx.now + expires_in * 1000,
+    };
+    let detail = json!({ "enrollmentTokenId": id, "maxUses": max_uses, "expiresAt": rfc3339(row.expires_at) })
+        .to_string();
+    // At 100 live tokens the schema refuses the insert: 409 ENROLLMENT_TOKENS_AT_CAP.
+    store::batch(
+        &ctx.db,
+        vec![
+            enrollment::insert(&ctx.db, &row)?,
+            events::insert(
+                &ctx.db,
+                &events::NewEvent {
+                    organization_id: org,
+                    job_id: None,
+                    runner_id: None,
+                    claim_id: None,
+                    actor: &actor,
+                    kind: "enrollment.token_created",
+                    attempt: None,
+                    reason: Some(name),
+                    detail_json: Some(&detail),
+                    at: ctx.now,
+                },
+            )?,
+        ],
+    )
+    .await?;
+    let stored = enrollment::TokenRow {
+        id: id.clone(),
+        name: name.to_owned(),
+        token_prefix: secret[..12].to_owned(),
+        max_uses,
+        uses: 0,
+        created_at: ctx.now,
+        created_by: actor.clone(),
+        expires_at: row.expires_at,
+        revoked_at: None,
+        last_used_at: None,
+    };
+    let mut view = token_view(&stored, ctx.now);
+    view["enrollmentToken"] = Value::String(secret);
+    json_response(201, &view).map_err(ApiError::from)
+}
+
+/// `GET /api/developer/enrollment-tokens`: newest first, never a secret.
+pub(crate) async fn list_tokens(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let rows = enrollment::list(&ctx.db, &caller.organization_id, MAX_LISTED).await?;
+    json_response(
+        200,
+        &json!({
+            "enrollmentTokens": rows.iter().map(|t| token_view(t, ctx.now)).collect::<Vec<_>>(),
+        }),
+    )
+    .map_err(ApiError::from)
+}
+
+/// `DELETE /api/developer/enrollment-tokens/{id}`: the token admits no more runners. Runners it
+/// already admitted are not touched (revoke them one by one if they should go too).
+pub(crate) async fn revoke_token(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let org = caller.organization_id.as_str();
+    let actor = caller.actor();
+    let detail = json!({ "enrollmentTokenId": id }).to_string();
+    let event = events::NewEvent {
+        organization_id: org,
+        job_id: None,
+        runner_id: None,
+        claim_id: None,
+        actor: &actor,
+        kind: "enrollment.token_revoked",
+        attempt: None,
+        reason: None,
+        detail_json: Some(&detail),
+        at: ctx.now,
+    };
+    let changed = store::batch(
+        &ctx.db,
+        vec![
+            enrollment::revoke(&ctx.db, org, id, ctx.now)?,
+            events::insert_if_changed(&ctx.db, &event)?,
+        ],
+    )
+    .await?;
+    store::expect_one(changed[0], || {
+        ApiError::not_found("no unrevoked enrollment token of this organization has that id")
+    })?;
+    json_response(200, &json!({ "id": id, "revokedAt": rfc3339(ctx.now) })).map_err(ApiError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_780_000_000_000;
+
+    fn token(
+        uses: i64,
+        max_uses: i64,
+        expires_at: i64,
+        revoked_at: Option<i64>,
+    ) -> enrollment::TokenRow {
+        enrollment::TokenRow {
+            id: "ent_1".to_owned(),
+            name: "rack".to_owned(),
+            token_prefix: "ere_01234567".to_owned(),
+            max_uses,
+            uses,
+            created_at: NOW - 1000,
+            created_by: "api_key:key_1".to_owned(),
+            expires_at,
+            revoked_at,
+            last_used_at: None,
+        }
+    }
+
+    #[test]
+    fn open_admits_without_a_token_and_closed_refuses_even_with_one() {
+        assert_eq!(
+            admit(Policy::Open, &Presented::Nothing, NOW).ok(),
+            Some(None)
+        );
+        let live = token(0, 1, NOW + 1, None);
+        for presented in [
+            Presented::Nothing,
+            Presented::Unknown,
+            Presented::Found(&live),
+        ] {
+            let err = admit(Policy::Closed, &presented, NOW).expect_err("closed");
+            assert_eq!((err.status(), err.code()), (403, "ENROLLMENT_CLOSED"));
+        }
+    }
+
+    #[test]
+    fn token_policy_asks_for_a_token_and_admits_a_live_one() {
+        let err = admit(Policy::Token, &Presented::Nothing, NOW).expect_err("required");
+        assert_eq!(err.code(), "ENROLLMENT_TOKEN_REQUIRED");
+        let live = token(0, 2, NOW + 1, None);
+        for policy in [Policy::Token, Policy::Open] {
+            assert_eq!(
+                admit(policy, &Presented::Found(&live), NOW).ok(),
+                Some(Some("ent_1"))
+            );
+        }
+    }
+
+    #[test]
+    fn every_token_that_does_not_admit_gets_one_answer() {
+        let dead = [
+            token(1, 1, NOW + 1, None),      // used up
+            token(0, 1, NOW, None),          // expired at this instant
+            token(0, 1, NOW + 1, Some(NOW)), // revoked
+        ];
+        for policy in [Policy::Token, Policy::Open] {
+            let err = admit(policy, &Presented::Unknown, NOW).expect_err("unknown");
+            assert_eq!(
+                (err.status(), err.code()),
+                (403, "ENROLLMENT_TOKEN_INVALID")
+            );
+            for t in &dead {
+                let err = admit(policy, &Presented::Found(t), NOW).expect_err("dead");
+                assert_eq!(
+                    (err.status(), err.code()),
+                    (403, "ENROLLMENT_TOKEN_INVALID")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_revoked_token_reads_revoked_before_used_up_or_expired() {
+        assert_eq!(
+            TokenState::of(&token(1, 1, NOW, Some(NOW)), NOW),
+            TokenState::Revoked
+        );
+        assert_eq!(
+            TokenState::of(&token(1, 1, NOW, None), NOW),
+            TokenState::UsedUp
+        );
+        assert_eq!(
+            TokenState::of(&token(0, 1, NOW, None), NOW),
+            TokenState::Expired
+        );
+        assert_eq!(
+            TokenState::of(&token(0, 1, NOW + 1, None), NOW),
+            TokenState::Live
+        );
+    }
+
+    #[test]
+    fn only_the_shape_create_hands_out_is_looked_up() {
+        let good = format!("ere_{}", "0a".repeat(32));
+        assert!(token_shaped(&good));
+        for bad in [
+            String::new(),
+            "ere_".to_owned(),
+            format!("erk_{}", "0a".repeat(32)),
+            format!("ere_{}", "0A".repeat(32)),
+            format!("ere_{}0", "0a".repeat(32)),
+            format!("ere_{}é", "0a".repeat(31)),
+        ] {
+            assert!(!token_shaped(&bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_policy_reads_back_what_it_wrote() {
+        for p in [Policy::Open, Policy::Token, Policy::Closed] {
+            assert_eq!(Policy::parse(p.as_str()), Some(p));
+        }
+        assert_eq!(Policy::parse("Open"), None);
+    }
+}
