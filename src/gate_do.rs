@@ -1,4 +1,5 @@
-//! `AddressGate`: one Durable Object per client address (`id_from_name(CF-Connecting-IP)`),
+//! `AddressGate`: one Durable Object per client network (an IPv4 address or an IPv6 /64, from
+//! `CF-Connecting-IP`),
 //! which rate-limits what a caller without a credential can do: enroll, ask for a challenge,
 //! and fail a session exchange.
 //!
@@ -63,10 +64,12 @@ impl Bucket {
     }
 }
 
-/// The address a limit is kept for. Behind Cloudflare's edge `CF-Connecting-IP` is the
-/// client's; a request without it (a local client) shares one bucket.
+/// The network a limit is kept for ([`crate::http::client_network`]): an IPv4 address, or the
+/// /64 of an IPv6 one, since one host is normally given a whole /64 and could otherwise rotate
+/// through its addresses to get a fresh allowance for each. A request without an address (a
+/// local client) shares one bucket.
 fn address(req: &Request) -> String {
-    crate::http::client_address(req).unwrap_or_else(|| "unknown".to_owned())
+    crate::http::client_network(req)
 }
 
 /// Counts one use of `bucket` for the request's address; `429` with `Retry-After` when the
@@ -91,7 +94,7 @@ async fn ask(ctx: &Ctx, req: &Request, bucket: Bucket, op: &str) -> ApiResult<()
         429,
         "RATE_LIMITED",
         format!(
-            "too many {} requests from this address; retry in {retry_after} s",
+            "too many {} requests from this network; retry in {retry_after} s",
             bucket.name()
         ),
     )

@@ -231,7 +231,10 @@ mod tests {
     #[test]
     fn an_ipv6_host_is_limited_by_its_64_and_an_ipv4_host_by_its_address() {
         assert_eq!(network_of("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
-        assert_eq!(network_of("2001:0db8:0001:0002:ffff:ffff:ffff:ffff"), "2001:db8:1:2::/64");
+        assert_eq!(
+            network_of("2001:0db8:0001:0002:ffff:ffff:ffff:ffff"),
+            "2001:db8:1:2::/64"
+        );
         assert_ne!(network_of("2001:db8:1:3::1"), network_of("2001:db8:1:2::1"));
         assert_eq!(network_of("192.0.2.7"), "192.0.2.7");
         assert_ne!(network_of("192.0.2.8"), network_of("192.0.2.7"));

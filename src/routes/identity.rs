@@ -271,48 +271,40 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     json_response(201, &json!({ "runner": runner.to_json(&files) })).map_err(ApiError::from)
 }
 
+/// `POST /api/remote-runners/challenge`: the same `200 {challenge, expiresAt}` whatever the
+/// fingerprint names (no runner, one waiting for approval, a revoked one, a live one), so the
+/// endpoint tells a stranger nothing about which keys exist or their state. Only a runner that
+/// may authenticate has its challenge stored (so a stranger's requests write nothing), and at
+/// most [`runners::MAX_LIVE_CHALLENGES`] of its challenges are live at once: a new one
+/// replaces the oldest, so the live runner itself always gets one that works.
 pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     gate_do::take(ctx, &req, Bucket::Challenge).await?;
     let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     refuse_unknown(&body, &["fingerprint"])?;
     let fingerprint = Fingerprint::parse(required_str(&body, "fingerprint", 128)?)?;
-    let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found("no runner enrolled with that fingerprint"))?;
-    match runner.state()? {
-        RunnerState::PendingApproval => {
-            return Err(ApiError::new(
-                403,
-                "RUNNER_PENDING_APPROVAL",
-                "an administrator has not approved this key yet",
-            ));
-        }
-        RunnerState::Revoked => {
-            return Err(ApiError::new(
-                403,
-                "RUNNER_REVOKED",
-                "this identity is revoked; enroll a new key",
-            ))
-        }
-        _ => {}
-    }
     let challenge = Challenge::from_random(random_bytes::<32>()?);
     let expires_at = ctx.now + CHALLENGE_TTL_MILLIS;
-    let id = random_id("chl")?;
-    let hash = secret_hash(challenge.as_str());
-    runners::insert_challenge(
-        &ctx.db,
-        &runners::NewChallenge {
-            id: &id,
-            runner_id: &runner.id,
-            organization_id: &runner.organization_id,
-            fingerprint: fingerprint.as_str(),
-            challenge_hash: &hash,
-            issued_at: ctx.now,
-            expires_at,
-        },
-    )
-    .await?;
+    let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str()).await?;
+    if let Some(runner) = runner.filter(|r| r.state().is_ok_and(RunnerState::can_authenticate)) {
+        let id = random_id("chl")?;
+        let hash = secret_hash(challenge.as_str());
+        let issued = runners::issue_challenge(
+            &ctx.db,
+            &runners::NewChallenge {
+                id: &id,
+                runner_id: &runner.id,
+                organization_id: &runner.organization_id,
+                fingerprint: fingerprint.as_str(),
+                challenge_hash: &hash,
+                issued_at: ctx.now,
+                expires_at,
+            },
+        )
+        .await?;
+        if issued != 1 {
+            return Err(ApiError::internal("challenge was not stored"));
+        }
+    }
     json_response(
         200,
         &json!({ "challenge": challenge.as_str(), "expiresAt": rfc3339(expires_at) }),

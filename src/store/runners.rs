@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
-use super::{all, first, run, stmt, Arg, Db};
+use super::{all, batch, first, run, stmt, Arg, Db};
 use edgerunner_protocol::state::{RunnerInput, RunnerState};
 
 use crate::error::{ApiError, ApiResult};
@@ -637,8 +637,29 @@ pub(crate) struct NewChallenge<'a> {
     pub(crate) expires_at: i64,
 }
 
-pub(crate) async fn insert_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult<usize> {
-    run(
+/// The unconsumed challenges one runner may hold at once. A runner needs one per session
+/// exchange in flight; a few more cover retries. Bounded so that asking for challenges, which
+/// needs no credential, cannot grow the table (the address gate bounds the rate, this the rows).
+pub(crate) const MAX_LIVE_CHALLENGES: i64 = 5;
+
+/// Stores a challenge for a runner, in one transaction with the deletion of its unconsumed
+/// challenges beyond the newest [`MAX_LIVE_CHALLENGES`] − 1 (and of its expired ones): the
+/// runner never holds more than the cap, and the newest always works. Answers the insert's
+/// row count.
+pub(crate) async fn issue_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult<usize> {
+    let trim = stmt(
+        db,
+        "DELETE FROM runner_challenges WHERE runner_id = ?1 AND consumed_at IS NULL \
+         AND id NOT IN (SELECT id FROM runner_challenges \
+           WHERE runner_id = ?1 AND consumed_at IS NULL AND expires_at > ?2 \
+           ORDER BY issued_at DESC, id DESC LIMIT ?3)",
+        &[
+            c.runner_id.into(),
+            c.issued_at.into(),
+            (MAX_LIVE_CHALLENGES - 1).into(),
+        ],
+    )?;
+    let insert = stmt(
         db,
         "INSERT INTO runner_challenges (id, runner_id, organization_id, fingerprint, challenge_hash, issued_at, expires_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -651,8 +672,9 @@ pub(crate) async fn insert_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult
             c.issued_at.into(),
             c.expires_at.into(),
         ],
-    )
-    .await
+    )?;
+    let changed = batch(db, vec![trim, insert]).await?;
+    Ok(changed.last().copied().unwrap_or(0))
 }
 
 /// Consumes a live, unconsumed challenge of this fingerprint. Exactly one caller can win: the
