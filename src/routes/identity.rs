@@ -267,7 +267,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let runner = runners::get(&ctx.db, organization_id, &id)
         .await?
         .ok_or_else(|| ApiError::internal("enrolled runner vanished"))?;
-    let files = runners::files(&ctx.db, organization_id, &id).await?;
+    let files = runners::record_files(&ctx.db, organization_id, &id).await?;
     json_response(201, &json!({ "runner": runner.to_json(&files) })).map_err(ApiError::from)
 }
 
@@ -445,8 +445,50 @@ async fn keypair_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<runne
 
 pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
-    let files = runners::files(&ctx.db, caller.organization_id(), caller.runner_id()).await?;
+    let files =
+        runners::record_files(&ctx.db, caller.organization_id(), caller.runner_id()).await?;
     json_response(200, &caller.runner.to_json(&files)).map_err(ApiError::from)
+}
+
+/// `GET /api/remote-runners/self/files?limit=&cursor=`: the runner's own files, by name.
+pub(crate) async fn list_self_files(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    files_page(&req, ctx, caller.organization_id(), caller.runner_id()).await
+}
+
+/// One page of a runner's files in name order: `?limit=` (1–100, default 100) after
+/// `?cursor=` (the `nextCursor` of the page before: the last name it listed).
+pub(crate) async fn files_page(
+    req: &Request,
+    ctx: &Ctx,
+    org: &str,
+    runner: &str,
+) -> ApiResult<Response> {
+    let limit = super::limit_param(req, runners::MAX_RUNNER_FILES, runners::MAX_RUNNER_FILES)?;
+    let after = match crate::http::query_param(req, "cursor") {
+        None => None,
+        Some(name) if valid_file_name(&name) => Some(name),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_CURSOR",
+                "cursor must be a nextCursor this list returned",
+            ))
+        }
+    };
+    // One more than the page, to know whether another follows.
+    let mut files = runners::files(&ctx.db, org, runner, after.as_deref(), limit + 1).await?;
+    let next_cursor = (files.len() as i64 > limit).then(|| {
+        files.truncate(limit as usize);
+        files.last().map(|f| f.name.clone())
+    });
+    json_response(
+        200,
+        &json!({
+            "files": files.iter().map(runners::FileMeta::to_json).collect::<Vec<_>>(),
+            "nextCursor": next_cursor.flatten(),
+        }),
+    )
+    .map_err(ApiError::from)
 }
 
 /// The claims this runner holds now: what a restarted process hands back
@@ -485,7 +527,7 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
         .map_err(|_| ApiError::unprocessable("INVALID_FILE", "files must be UTF-8 text"))?;
     check_file(name, &content)?;
     let hash = secret_hash(&content);
-    store::batch(
+    let changed = store::batch(
         &ctx.db,
         vec![runners::put_file(
             &ctx.db,
@@ -498,6 +540,16 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
         )?],
     )
     .await?;
+    if changed.first().copied() != Some(1) {
+        return Err(ApiError::conflict(
+            "RUNNER_FILES_FULL",
+            format!(
+                "a runner holds at most {} files and {} bytes of them; replace an existing file (same name) instead",
+                runners::MAX_RUNNER_FILES,
+                runners::MAX_RUNNER_FILE_BYTES
+            ),
+        ));
+    }
     json_response(
         200,
         &json!({ "name": name, "size": content.len(), "contentHash": hash, "uploadedAt": rfc3339(ctx.now) }),

@@ -575,14 +575,34 @@ impl FileMeta {
     }
 }
 
-pub(crate) async fn files(db: &Db, org: &str, runner: &str) -> ApiResult<Vec<FileMeta>> {
+/// The files one runner may hold. A runner uploads a few small text files about itself (logs,
+/// `lscpu`); the caps keep any one runner from filling the database every organization shares.
+pub(crate) const MAX_RUNNER_FILES: i64 = 100;
+/// The bytes of all of one runner's files together: 16 files at the 256 KiB per-file cap, and
+/// far more than the logs and machine facts the files are for.
+pub(crate) const MAX_RUNNER_FILE_BYTES: i64 = 4 * 1024 * 1024;
+
+/// The runner's files in name order: the first `limit` after `after` (a name), or from the
+/// start. A record lists one such page of [`MAX_RUNNER_FILES`], which is all of them.
+pub(crate) async fn files(
+    db: &Db,
+    org: &str,
+    runner: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> ApiResult<Vec<FileMeta>> {
     all(
         db,
         "SELECT name, length(CAST(content AS BLOB)) AS size, content_hash, uploaded_at FROM runner_files \
-         WHERE runner_id = ?2 AND organization_id = ?1 ORDER BY name",
-        &[org.into(), runner.into()],
+         WHERE runner_id = ?2 AND organization_id = ?1 AND name > ?3 ORDER BY name LIMIT ?4",
+        &[org.into(), runner.into(), after.unwrap_or("").into(), limit.into()],
     )
     .await
+}
+
+/// A record's files: the first page of [`MAX_RUNNER_FILES`], every file a runner may hold.
+pub(crate) async fn record_files(db: &Db, org: &str, runner: &str) -> ApiResult<Vec<FileMeta>> {
+    files(db, org, runner, None, MAX_RUNNER_FILES).await
 }
 
 #[derive(Deserialize)]
@@ -613,13 +633,28 @@ pub(crate) fn put_file(
     content_hash: &str,
     now: i64,
 ) -> ApiResult<D1PreparedStatement> {
+    // Guarded in the statement itself, so two uploads at once cannot both pass a check made
+    // before them: the runner's other files (a replaced name is not counted twice) must leave
+    // room for this one in count and bytes, else nothing is written (0 rows changed).
     stmt(
         db,
         "INSERT INTO runner_files (runner_id, organization_id, name, content, content_hash, uploaded_at) \
-         VALUES (?2, ?1, ?3, ?4, ?5, ?6) \
+         SELECT ?2, ?1, ?3, ?4, ?5, ?6 \
+         WHERE (SELECT count(*) FROM runner_files WHERE runner_id = ?2 AND name <> ?3) < ?7 \
+           AND (SELECT coalesce(sum(length(CAST(content AS BLOB))), 0) FROM runner_files \
+                WHERE runner_id = ?2 AND name <> ?3) + length(CAST(?4 AS BLOB)) <= ?8 \
          ON CONFLICT (runner_id, name) DO UPDATE SET content = excluded.content, \
            content_hash = excluded.content_hash, uploaded_at = excluded.uploaded_at",
-        &[org.into(), runner.into(), name.into(), content.into(), content_hash.into(), now.into()],
+        &[
+            org.into(),
+            runner.into(),
+            name.into(),
+            content.into(),
+            content_hash.into(),
+            now.into(),
+            MAX_RUNNER_FILES.into(),
+            MAX_RUNNER_FILE_BYTES.into(),
+        ],
     )
 }
 
