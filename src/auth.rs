@@ -76,9 +76,18 @@ impl AdminCaller {
 }
 
 pub(crate) async fn admin(req: &Request, ctx: &Ctx) -> ApiResult<AdminCaller> {
-    let key = PresentedKey::of(req)?;
+    let key = PresentedKey::of(req, ctx)?;
     let row = api_keys::by_hash(&ctx.db, key.hash()).await?;
-    key.caller(row)
+    key.caller(req, ctx, row).await
+}
+
+/// Whether `token` has the form every API key is minted in (`random_secret(API_KEY_PREFIX)`
+/// and `scripts/bootstrap-admin`): `erk_` and 64 lowercase hex digits. Anything else cannot be
+/// a key, so it is refused without a read.
+pub(crate) fn is_api_key_form(token: &str) -> bool {
+    token.strip_prefix("erk_").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 /// The API key a request presents, checked for its form only (no D1 yet). A route whose first
@@ -89,14 +98,22 @@ pub(crate) struct PresentedKey {
 }
 
 impl PresentedKey {
-    /// `401` for a missing credential or one that is not an API key.
-    pub(crate) fn of(req: &Request) -> ApiResult<Self> {
+    /// `401` for a missing credential or one that is not of an API key's form, `429` when this
+    /// network has just failed too many keys: all without I/O, so a caller who cannot hold a
+    /// key costs no read (and no body read: routes call this first).
+    pub(crate) fn of(req: &Request, ctx: &Ctx) -> ApiResult<Self> {
         let token = bearer_token(req)?;
         if !token.starts_with("erk_") {
             return Err(ApiError::unauthorized(
                 "admin endpoints take an API key, not a runner credential",
             ));
         }
+        if !is_api_key_form(&token) {
+            return Err(ApiError::unauthorized(
+                "not an API key: keys are erk_ and 64 lowercase hex digits",
+            ));
+        }
+        crate::gate_do::refused_network(req, ctx.now)?;
         // Looked up by hash: the stored value is useless to a reader of the database, and
         // equality of two SHA-256 digests reveals nothing about the key through timing.
         Ok(Self {
@@ -109,11 +126,17 @@ impl PresentedKey {
     }
 
     /// The caller, from the key's row as read (`None`: no such key): `401` for an unknown or
-    /// revoked key.
-    pub(crate) fn caller(self, row: Option<api_keys::ApiKeyRow>) -> ApiResult<AdminCaller> {
-        let row = row
-            .filter(|row| row.revoked_at.is_none())
-            .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
+    /// revoked key, counted against the request's network (`429` once it has failed too many).
+    pub(crate) async fn caller(
+        self,
+        req: &Request,
+        ctx: &Ctx,
+        row: Option<api_keys::ApiKeyRow>,
+    ) -> ApiResult<AdminCaller> {
+        let Some(row) = row.filter(|row| row.revoked_at.is_none()) else {
+            crate::gate_do::count_failed_key(ctx, req).await?;
+            return Err(ApiError::unauthorized("unknown or revoked API key"));
+        };
         let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
         Ok(AdminCaller {
             organization_id: row.organization_id.clone(),
@@ -251,8 +274,25 @@ pub(crate) fn is_cron_secret(env: &Env, token: &str) -> ApiResult<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::refuse_placeholder;
+    use super::{is_api_key_form, refuse_placeholder};
     use crate::error::ApiError;
+
+    #[test]
+    fn only_keys_of_the_minted_form_are_looked_up() {
+        let minted = format!("erk_{}", "0123456789abcdef".repeat(4));
+        assert!(is_api_key_form(&minted));
+        for bad in [
+            "erk_x".to_owned(),
+            "erk_".to_owned(),
+            format!("erk_{}", "a".repeat(63)),
+            format!("erk_{}", "a".repeat(65)),
+            format!("erk_{}", "A".repeat(64)),
+            format!("erk_{}", "g".repeat(64)),
+            format!("ERK_{}", "a".repeat(64)),
+        ] {
+            assert!(!is_api_key_form(&bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_shipped_placeholders_are_refused_by_name() {

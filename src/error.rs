@@ -111,6 +111,11 @@ impl ApiError {
         self
     }
 
+    /// The `Retry-After` this answer carries, in seconds.
+    pub(crate) fn retry_after(&self) -> Option<u64> {
+        self.retry_after
+    }
+
     /// The body's member `name` beside `error`.
     pub(crate) fn with_member(mut self, name: &'static str, value: serde_json::Value) -> Self {
         self.beside.push((name, value));

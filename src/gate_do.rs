@@ -1,6 +1,7 @@
-//! `AddressGate`: one Durable Object per client address (`id_from_name(CF-Connecting-IP)`),
+//! `AddressGate`: one Durable Object per client network (an IPv4 address or an IPv6 /64, from
+//! `CF-Connecting-IP`),
 //! which rate-limits what a caller without a credential can do: enroll, ask for a challenge,
-//! and fail a session exchange.
+//! fail a session exchange, and present an API key that is unknown or revoked.
 //!
 //! Each bucket is a fixed one-minute window counted in the object's memory. Memory is the right
 //! home: the counts matter only while an address keeps calling, an object that is evicted has
@@ -31,6 +32,8 @@ pub(crate) enum Bucket {
     Challenge,
     /// `POST /api/remote-runners/session` answered `401`.
     FailedSession,
+    /// An API key of the issued form that is unknown or revoked (`401` on an admin route).
+    FailedKey,
 }
 
 impl Bucket {
@@ -39,6 +42,7 @@ impl Bucket {
             Self::Enroll => "enroll",
             Self::Challenge => "challenge",
             Self::FailedSession => "failed-session",
+            Self::FailedKey => "failed-key",
         }
     }
 
@@ -47,6 +51,7 @@ impl Bucket {
             Self::Enroll => "ENROLL_PER_MINUTE",
             Self::Challenge => "CHALLENGES_PER_MINUTE",
             Self::FailedSession => "FAILED_SESSIONS_PER_MINUTE",
+            Self::FailedKey => "FAILED_KEYS_PER_MINUTE",
         }
     }
 
@@ -55,6 +60,7 @@ impl Bucket {
             Self::Enroll => 10,
             Self::Challenge => 60,
             Self::FailedSession => 20,
+            Self::FailedKey => 30,
         }
     }
 
@@ -63,9 +69,10 @@ impl Bucket {
     }
 }
 
-/// The network a limit is kept for ([`crate::http::client_network`]: an IPv4 address or an
-/// IPv6 /64). Behind Cloudflare's edge `CF-Connecting-IP` is the client's; a request without
-/// it (a local client) shares one bucket.
+/// The network a limit is kept for ([`crate::http::client_network`]): an IPv4 address, or the
+/// /64 of an IPv6 one, since one host is normally given a whole /64 and could otherwise rotate
+/// through its addresses to get a fresh allowance for each. A request without an address (a
+/// local client) shares one bucket.
 fn address(req: &Request) -> String {
     crate::http::client_network(req)
 }
@@ -88,15 +95,78 @@ async fn ask(ctx: &Ctx, req: &Request, bucket: Bucket, op: &str) -> ApiResult<()
         return Ok(());
     }
     let retry_after = reply.body["retryAfter"].as_u64().unwrap_or(60);
-    Err(ApiError::new(
+    Err(rate_limited(bucket, retry_after))
+}
+
+fn rate_limited(bucket: Bucket, retry_after: u64) -> ApiError {
+    ApiError::new(
         429,
         "RATE_LIMITED",
         format!(
-            "too many {} requests from this address; retry in {retry_after} s",
+            "too many {} requests from this network; retry in {retry_after} s",
             bucket.name()
         ),
     )
-    .with_retry_after(retry_after))
+    .with_retry_after(retry_after)
+}
+
+/// Counts a refused API key for the request's network: `Ok` while the network is within
+/// `FAILED_KEYS_PER_MINUTE`, else the `429` to answer instead of the `401`, after which this
+/// isolate turns the network away ([`refused_network`]) until the window ends.
+///
+/// Why only failures are counted, and why the isolate remembers: a gate round trip on every
+/// admin request would tax the benchmarked hot path (enqueue is one D1 read) to stop something
+/// only failures do, so a valid key never meets the gate. Counting failures alone would still
+/// let a blocked network cost one D1 read per guess, so the refusal is remembered here, in a
+/// small bounded map, and answered before any read; another isolate learns it the same way, at
+/// the cost of one read and one gate call per window.
+pub(crate) async fn count_failed_key(ctx: &Ctx, req: &Request) -> ApiResult<()> {
+    let Err(refusal) = take(ctx, req, Bucket::FailedKey).await else {
+        return Ok(());
+    };
+    if let Some(seconds) = refusal.retry_after() {
+        let until = ctx.now + i64::try_from(seconds).unwrap_or(60) * 1000;
+        remember_refused(address(req), until, ctx.now);
+    }
+    Err(refusal)
+}
+
+/// `429` with the seconds left when this isolate saw the request's network refused for failed
+/// keys and the window has not ended. No I/O: it runs before the key is looked up.
+pub(crate) fn refused_network(req: &Request, now: i64) -> ApiResult<()> {
+    match refused_for(&address(req), now) {
+        Some(retry_after) => Err(rate_limited(Bucket::FailedKey, retry_after)),
+        None => Ok(()),
+    }
+}
+
+/// The seconds left of `network`'s remembered refusal, if one is running at `now`.
+fn refused_for(network: &str, now: i64) -> Option<u64> {
+    let until = REFUSED.with(|map| map.borrow().get(network).copied())?;
+    (until > now).then(|| u64::try_from((until - now + 999) / 1000).unwrap_or(60))
+}
+
+/// The most networks one isolate remembers as refused. Past it, expired entries are dropped;
+/// if none has expired the new one is not remembered, and the gate (which has no such bound)
+/// still refuses it, at the cost of a read per request.
+const MAX_REMEMBERED_NETWORKS: usize = 1024;
+
+thread_local! {
+    /// Network → the time (ms) its failed-key window ends. A Worker isolate runs one thread.
+    static REFUSED: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
+}
+
+fn remember_refused(network: String, until: i64, now: i64) {
+    REFUSED.with(|map| {
+        let mut map = map.borrow_mut();
+        if map.len() >= MAX_REMEMBERED_NETWORKS && !map.contains_key(&network) {
+            map.retain(|_, end| *end > now);
+            if map.len() >= MAX_REMEMBERED_NETWORKS {
+                return;
+            }
+        }
+        map.insert(network, until);
+    });
 }
 
 #[derive(Clone, Copy)]
@@ -157,5 +227,34 @@ impl AddressGate {
             _ => return Err(ApiError::internal(format!("unknown gate operation {op}"))),
         }
         Ok(Reply::ok(json!({ "used": window.used, "limit": limit })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{refused_for, remember_refused, MAX_REMEMBERED_NETWORKS};
+
+    #[test]
+    fn a_refused_network_is_remembered_until_its_window_ends() {
+        remember_refused("192.0.2.1".to_owned(), 61_000, 1_000);
+        assert_eq!(refused_for("192.0.2.1", 1_000), Some(60));
+        assert_eq!(refused_for("192.0.2.1", 60_500), Some(1));
+        assert_eq!(refused_for("192.0.2.1", 61_000), None);
+        assert_eq!(refused_for("192.0.2.2", 1_000), None, "only that network");
+    }
+
+    #[test]
+    fn the_memory_is_bounded_and_makes_room_from_expired_entries() {
+        for n in 0..MAX_REMEMBERED_NETWORKS {
+            remember_refused(format!("n{n}"), 10_000, 0);
+        }
+        // Full, nothing expired: the next network is not remembered (the gate still counts).
+        remember_refused("late".to_owned(), 10_000, 0);
+        assert_eq!(refused_for("late", 0), None);
+        assert_eq!(refused_for("n0", 0), Some(10));
+        // Once the others have expired, there is room again.
+        remember_refused("later".to_owned(), 30_000, 20_000);
+        assert_eq!(refused_for("later", 20_000), Some(10));
+        assert_eq!(refused_for("n0", 20_000), None);
     }
 }

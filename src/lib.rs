@@ -186,6 +186,9 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         (Get, ["api", "remote-runners", "self", "claims"]) => {
             identity::get_self_claims(req, &ctx).await
         }
+        (Get, ["api", "remote-runners", "self", "files"]) => {
+            identity::list_self_files(req, &ctx).await
+        }
         (Put, ["api", "remote-runners", "self", "files", name]) => {
             identity::put_self_file(req, &ctx, name).await
         }
@@ -235,6 +238,7 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         (Post, ["api", "remote-runners", id, "rotate"]) => runners::rotate(req, &ctx, id).await,
         (Get, ["api", "remote-runners", id, "events"]) => runners::events(req, &ctx, id).await,
         (Get, ["api", "remote-runners", id, "claims"]) => runners::claims(req, &ctx, id).await,
+        (Get, ["api", "remote-runners", id, "files"]) => runners::files(req, &ctx, id).await,
         (Get, ["api", "remote-runners", id, "files", name]) => {
             runners::file(req, &ctx, id, name).await
         }

@@ -303,52 +303,44 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let runner = runners::get(&ctx.db, organization_id, &id)
         .await?
         .ok_or_else(|| ApiError::internal("enrolled runner vanished"))?;
-    let files = runners::files(&ctx.db, organization_id, &id).await?;
+    let files = runners::record_files(&ctx.db, organization_id, &id).await?;
     json_response(201, &json!({ "runner": runner.to_json(&files) })).map_err(ApiError::from)
 }
 
+/// `POST /api/remote-runners/challenge`: the same `200 {challenge, expiresAt}` whatever the
+/// fingerprint names (no runner, one waiting for approval, a revoked one, a live one), so the
+/// endpoint tells a stranger nothing about which keys exist or their state. Only a runner that
+/// may authenticate has its challenge stored (so a stranger's requests write nothing), and at
+/// most [`runners::MAX_LIVE_CHALLENGES`] of its challenges are live at once: a new one
+/// replaces the oldest, so the live runner itself always gets one that works.
 pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     gate_do::take(ctx, &req, Bucket::Challenge).await?;
     let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     refuse_unknown(&body, &["fingerprint"])?;
     let fingerprint = Fingerprint::parse(required_str(&body, "fingerprint", 128)?)?;
-    let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found("no runner enrolled with that fingerprint"))?;
-    match runner.state()? {
-        RunnerState::PendingApproval => {
-            return Err(ApiError::new(
-                403,
-                "RUNNER_PENDING_APPROVAL",
-                "an administrator has not approved this key yet",
-            ));
-        }
-        RunnerState::Revoked => {
-            return Err(ApiError::new(
-                403,
-                "RUNNER_REVOKED",
-                "this identity is revoked; enroll a new key",
-            ))
-        }
-        _ => {}
-    }
     let challenge = Challenge::from_random(random_bytes::<32>()?);
     let expires_at = ctx.now + CHALLENGE_TTL_MILLIS;
-    let id = random_id("chl")?;
-    let hash = secret_hash(challenge.as_str());
-    runners::insert_challenge(
-        &ctx.db,
-        &runners::NewChallenge {
-            id: &id,
-            runner_id: &runner.id,
-            organization_id: &runner.organization_id,
-            fingerprint: fingerprint.as_str(),
-            challenge_hash: &hash,
-            issued_at: ctx.now,
-            expires_at,
-        },
-    )
-    .await?;
+    let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str()).await?;
+    if let Some(runner) = runner.filter(|r| r.state().is_ok_and(RunnerState::can_authenticate)) {
+        let id = random_id("chl")?;
+        let hash = secret_hash(challenge.as_str());
+        let issued = runners::issue_challenge(
+            &ctx.db,
+            &runners::NewChallenge {
+                id: &id,
+                runner_id: &runner.id,
+                organization_id: &runner.organization_id,
+                fingerprint: fingerprint.as_str(),
+                challenge_hash: &hash,
+                issued_at: ctx.now,
+                expires_at,
+            },
+        )
+        .await?;
+        if issued != 1 {
+            return Err(ApiError::internal("challenge was not stored"));
+        }
+    }
     json_response(
         200,
         &json!({ "challenge": challenge.as_str(), "expiresAt": rfc3339(expires_at) }),
@@ -489,8 +481,50 @@ async fn keypair_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<runne
 
 pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
-    let files = runners::files(&ctx.db, caller.organization_id(), caller.runner_id()).await?;
+    let files =
+        runners::record_files(&ctx.db, caller.organization_id(), caller.runner_id()).await?;
     json_response(200, &caller.runner.to_json(&files)).map_err(ApiError::from)
+}
+
+/// `GET /api/remote-runners/self/files?limit=&cursor=`: the runner's own files, by name.
+pub(crate) async fn list_self_files(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    files_page(&req, ctx, caller.organization_id(), caller.runner_id()).await
+}
+
+/// One page of a runner's files in name order: `?limit=` (1–100, default 100) after
+/// `?cursor=` (the `nextCursor` of the page before: the last name it listed).
+pub(crate) async fn files_page(
+    req: &Request,
+    ctx: &Ctx,
+    org: &str,
+    runner: &str,
+) -> ApiResult<Response> {
+    let limit = super::limit_param(req, runners::MAX_RUNNER_FILES, runners::MAX_RUNNER_FILES)?;
+    let after = match crate::http::query_param(req, "cursor") {
+        None => None,
+        Some(name) if valid_file_name(&name) => Some(name),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_CURSOR",
+                "cursor must be a nextCursor this list returned",
+            ))
+        }
+    };
+    // One more than the page, to know whether another follows.
+    let mut files = runners::files(&ctx.db, org, runner, after.as_deref(), limit + 1).await?;
+    let next_cursor = (files.len() as i64 > limit).then(|| {
+        files.truncate(limit as usize);
+        files.last().map(|f| f.name.clone())
+    });
+    json_response(
+        200,
+        &json!({
+            "files": files.iter().map(runners::FileMeta::to_json).collect::<Vec<_>>(),
+            "nextCursor": next_cursor.flatten(),
+        }),
+    )
+    .map_err(ApiError::from)
 }
 
 /// The claims this runner holds now: what a restarted process hands back
@@ -529,7 +563,7 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
         .map_err(|_| ApiError::unprocessable("INVALID_FILE", "files must be UTF-8 text"))?;
     check_file(name, &content)?;
     let hash = secret_hash(&content);
-    store::batch(
+    let changed = store::batch(
         &ctx.db,
         vec![runners::put_file(
             &ctx.db,
@@ -542,6 +576,16 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
         )?],
     )
     .await?;
+    if changed.first().copied() != Some(1) {
+        return Err(ApiError::conflict(
+            "RUNNER_FILES_FULL",
+            format!(
+                "a runner holds at most {} files and {} bytes of them; replace an existing file (same name) instead",
+                runners::MAX_RUNNER_FILES,
+                runners::MAX_RUNNER_FILE_BYTES
+            ),
+        ));
+    }
     json_response(
         200,
         &json!({ "name": name, "size": content.len(), "contentHash": hash, "uploadedAt": rfc3339(ctx.now) }),

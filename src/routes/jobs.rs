@@ -31,8 +31,11 @@ const ENVIRONMENTS: [&str; 3] = ["dev", "staging", "prod"];
 pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // The body is checked before the key is looked up (its checks need no D1), so that the
     // lookup rides in the enqueue's one read. A refused body is answered only to a caller the
-    // key authenticates: anyone else still gets 401 or 403 first.
-    let presented = PresentedKey::of(&req)?;
+    // key authenticates: anyone else still gets 401 or 403 first. No body is read for a
+    // missing key, one not of a key's form, or a network refused for failed keys
+    // (`PresentedKey::of` settles those without I/O); a well-formed unknown key costs one
+    // capped body read and counts as a failure, so a network gets few of those.
+    let presented = PresentedKey::of(&req, ctx)?;
     let body = match json_object(&mut req).await {
         Ok(body) => body,
         Err(refused) => return Err(refusal_for_caller(&req, ctx, refused).await),
@@ -69,11 +72,15 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         ],
     )
     .await?;
-    let caller = presented.caller(
-        store::rows_of::<api_keys::ApiKeyRow>(&read, 0)?
-            .into_iter()
-            .next(),
-    )?;
+    let caller = presented
+        .caller(
+            &req,
+            ctx,
+            store::rows_of::<api_keys::ApiKeyRow>(&read, 0)?
+                .into_iter()
+                .next(),
+        )
+        .await?;
     caller.require(Scope::RunsWrite)?;
     let earlier = store::rows_of::<jobs::JobRow>(&read, 2)?.into_iter().next();
     let bound = store::rows_of::<jobs::BindableVersion>(&read, 1)?
@@ -711,10 +718,30 @@ fn request_id(body: &Map<String, Value>) -> ApiResult<Option<String>> {
 
 /// The job a claim id names (`ClaimId::for_attempt`), so a heartbeat (which names only the
 /// claim) reaches its job's object without a lookup.
+/// The job a claim id names, when the claim id has the server's form (`<job id>-a<attempt>`,
+/// [`ClaimId::for_attempt`]) and its job id [`is_job_id_form`]; else `422 CLAIM_ID_MALFORMED`,
+/// before any job's object is woken for it.
 fn job_of_claim(claim_id: &str) -> ApiResult<&str> {
     ClaimId::job_and_attempt(claim_id)
         .map(|(job, _)| job)
-        .ok_or_else(|| ApiError::not_found("no such claim for this runner"))
+        .filter(|job| is_job_id_form(job))
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "CLAIM_ID_MALFORMED",
+                "claimId is not a claim id this server issues (<jobId>-a<attempt>)",
+            )
+        })
+}
+
+/// Whether `text` can name a job: `job_` and 1 to 64 ASCII letters, digits or underscores.
+/// The server mints `job_` and 24 hex digits (`random_id`); the benchmark's seeded queue uses
+/// `job_bench…` ids, which this form admits too. A job's id names its Durable Object, so
+/// anything else is refused at the edge rather than waking an object for a name no job has.
+pub(crate) fn is_job_id_form(text: &str) -> bool {
+    text.strip_prefix("job_").is_some_and(|rest| {
+        (1..=64).contains(&rest.len())
+            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    })
 }
 
 /// The holder a runner's credential names, as a job object checks it: against the job's
@@ -815,6 +842,12 @@ async fn forward_named_job(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::unprocessable(malformed, format!("a {field} names its jobId")))?
         .to_owned();
+    if !is_job_id_form(&job_id) {
+        return Err(ApiError::unprocessable(
+            "JOB_ID_MALFORMED",
+            "jobId is not a job id this server issues (job_ and 1-64 letters, digits or _)",
+        ));
+    }
     let op = op(job_id, holder(&credential)?, body);
     objects::call_job(&ctx.env, ctx.db.trips(), &op)
         .await?
@@ -1076,7 +1109,39 @@ impl BundleWriter {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_stream_cursor;
+    use super::{is_job_id_form, job_of_claim, parse_stream_cursor};
+
+    #[test]
+    fn only_ids_of_a_jobs_form_reach_a_job_object() {
+        for good in [
+            "job_0123456789abcdef01234567",
+            "job_benchBB_0000001",
+            "job_1",
+        ] {
+            assert!(is_job_id_form(good), "{good:?}");
+        }
+        let long = format!("job_{}", "a".repeat(65));
+        for bad in [
+            "", "job_", "job", "jobs_1", "job_a-b", "job_é", "job_a b", "job_a/b", &long,
+        ] {
+            assert!(!is_job_id_form(bad), "{bad:?}");
+        }
+        assert_eq!(
+            job_of_claim("job_0123456789abcdef01234567-a2").ok(),
+            Some("job_0123456789abcdef01234567")
+        );
+        for bad in [
+            "garbage",
+            "clm_x",
+            "job_x-a0",
+            "job_x-a",
+            "x/y-a1",
+            "job_x y-a1",
+        ] {
+            let err = job_of_claim(bad).expect_err(bad);
+            assert_eq!(err.code(), "CLAIM_ID_MALFORMED", "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_stream_cursor_is_exactly_what_a_page_writes() {

@@ -255,7 +255,7 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
-    let files = runners::files(&ctx.db, &caller.organization_id, id).await?;
+    let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
     json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
 }
 
@@ -411,7 +411,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         dispatch_do::touch(&ctx.env, &caller.organization_id).await;
     }
     let runner = load(ctx, &caller.organization_id, id).await?;
-    let files = runners::files(&ctx.db, &caller.organization_id, id).await?;
+    let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
     json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
 }
 
@@ -494,6 +494,14 @@ pub(crate) async fn events(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
         &json!({ "events": rows.iter().map(events::EventRow::to_json).collect::<Vec<_>>() }),
     )
     .map_err(ApiError::from)
+}
+
+/// `GET /api/remote-runners/{id}/files?limit=&cursor=`: the runner's files, by name.
+pub(crate) async fn files(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    load(ctx, &caller.organization_id, id).await?;
+    super::identity::files_page(&req, ctx, &caller.organization_id, id).await
 }
 
 pub(crate) async fn file(req: Request, ctx: &Ctx, id: &str, name: &str) -> ApiResult<Response> {

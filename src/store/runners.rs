@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
-use super::{all, first, run, stmt, Arg, Db};
+use super::{all, batch, first, run, stmt, Arg, Db};
 use edgerunner_protocol::state::{RunnerInput, RunnerState};
 
 use crate::error::{ApiError, ApiResult};
@@ -583,14 +583,34 @@ impl FileMeta {
     }
 }
 
-pub(crate) async fn files(db: &Db, org: &str, runner: &str) -> ApiResult<Vec<FileMeta>> {
+/// The files one runner may hold. A runner uploads a few small text files about itself (logs,
+/// `lscpu`); the caps keep any one runner from filling the database every organization shares.
+pub(crate) const MAX_RUNNER_FILES: i64 = 100;
+/// The bytes of all of one runner's files together: 16 files at the 256 KiB per-file cap, and
+/// far more than the logs and machine facts the files are for.
+pub(crate) const MAX_RUNNER_FILE_BYTES: i64 = 4 * 1024 * 1024;
+
+/// The runner's files in name order: the first `limit` after `after` (a name), or from the
+/// start. A record lists one such page of [`MAX_RUNNER_FILES`], which is all of them.
+pub(crate) async fn files(
+    db: &Db,
+    org: &str,
+    runner: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> ApiResult<Vec<FileMeta>> {
     all(
         db,
         "SELECT name, length(CAST(content AS BLOB)) AS size, content_hash, uploaded_at FROM runner_files \
-         WHERE runner_id = ?2 AND organization_id = ?1 ORDER BY name",
-        &[org.into(), runner.into()],
+         WHERE runner_id = ?2 AND organization_id = ?1 AND name > ?3 ORDER BY name LIMIT ?4",
+        &[org.into(), runner.into(), after.unwrap_or("").into(), limit.into()],
     )
     .await
+}
+
+/// A record's files: the first page of [`MAX_RUNNER_FILES`], every file a runner may hold.
+pub(crate) async fn record_files(db: &Db, org: &str, runner: &str) -> ApiResult<Vec<FileMeta>> {
+    files(db, org, runner, None, MAX_RUNNER_FILES).await
 }
 
 #[derive(Deserialize)]
@@ -621,13 +641,28 @@ pub(crate) fn put_file(
     content_hash: &str,
     now: i64,
 ) -> ApiResult<D1PreparedStatement> {
+    // Guarded in the statement itself, so two uploads at once cannot both pass a check made
+    // before them: the runner's other files (a replaced name is not counted twice) must leave
+    // room for this one in count and bytes, else nothing is written (0 rows changed).
     stmt(
         db,
         "INSERT INTO runner_files (runner_id, organization_id, name, content, content_hash, uploaded_at) \
-         VALUES (?2, ?1, ?3, ?4, ?5, ?6) \
+         SELECT ?2, ?1, ?3, ?4, ?5, ?6 \
+         WHERE (SELECT count(*) FROM runner_files WHERE runner_id = ?2 AND name <> ?3) < ?7 \
+           AND (SELECT coalesce(sum(length(CAST(content AS BLOB))), 0) FROM runner_files \
+                WHERE runner_id = ?2 AND name <> ?3) + length(CAST(?4 AS BLOB)) <= ?8 \
          ON CONFLICT (runner_id, name) DO UPDATE SET content = excluded.content, \
            content_hash = excluded.content_hash, uploaded_at = excluded.uploaded_at",
-        &[org.into(), runner.into(), name.into(), content.into(), content_hash.into(), now.into()],
+        &[
+            org.into(),
+            runner.into(),
+            name.into(),
+            content.into(),
+            content_hash.into(),
+            now.into(),
+            MAX_RUNNER_FILES.into(),
+            MAX_RUNNER_FILE_BYTES.into(),
+        ],
     )
 }
 
@@ -645,8 +680,29 @@ pub(crate) struct NewChallenge<'a> {
     pub(crate) expires_at: i64,
 }
 
-pub(crate) async fn insert_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult<usize> {
-    run(
+/// The unconsumed challenges one runner may hold at once. A runner needs one per session
+/// exchange in flight; a few more cover retries. Bounded so that asking for challenges, which
+/// needs no credential, cannot grow the table (the address gate bounds the rate, this the rows).
+pub(crate) const MAX_LIVE_CHALLENGES: i64 = 5;
+
+/// Stores a challenge for a runner, in one transaction with the deletion of its unconsumed
+/// challenges beyond the newest [`MAX_LIVE_CHALLENGES`] − 1 (and of its expired ones): the
+/// runner never holds more than the cap, and the newest always works. Answers the insert's
+/// row count.
+pub(crate) async fn issue_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult<usize> {
+    let trim = stmt(
+        db,
+        "DELETE FROM runner_challenges WHERE runner_id = ?1 AND consumed_at IS NULL \
+         AND id NOT IN (SELECT id FROM runner_challenges \
+           WHERE runner_id = ?1 AND consumed_at IS NULL AND expires_at > ?2 \
+           ORDER BY issued_at DESC, id DESC LIMIT ?3)",
+        &[
+            c.runner_id.into(),
+            c.issued_at.into(),
+            (MAX_LIVE_CHALLENGES - 1).into(),
+        ],
+    )?;
+    let insert = stmt(
         db,
         "INSERT INTO runner_challenges (id, runner_id, organization_id, fingerprint, challenge_hash, issued_at, expires_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -659,8 +715,9 @@ pub(crate) async fn insert_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult
             c.issued_at.into(),
             c.expires_at.into(),
         ],
-    )
-    .await
+    )?;
+    let changed = batch(db, vec![trim, insert]).await?;
+    Ok(changed.last().copied().unwrap_or(0))
 }
 
 /// Consumes a live, unconsumed challenge of this fingerprint. Exactly one caller can win: the

@@ -202,6 +202,24 @@ fn invented_challenge() -> String {
     URL_SAFE_NO_PAD.encode(random_bytes())
 }
 
+/// What `/challenge` answers for a key that may not have a session (unknown, waiting for
+/// approval, revoked): the same `200 {challenge, expiresAt}` a live runner gets, so a stranger
+/// learns nothing from it; the challenge is not stored, so signing it gets the uniform `401`.
+async fn uniform_challenge_without_session(runner: &KeyPairRunner) {
+    let reply = runner.challenge().await;
+    let body = reply.expect(200);
+    assert_eq!(
+        keys(&body),
+        set(&["challenge", "expiresAt"]),
+        "the same shape a live runner gets: {reply:?}"
+    );
+    let challenge = str_field(&body, "challenge").to_owned();
+    runner
+        .session_with(&challenge, &runner.sign(&challenge))
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+}
+
 /// The `reason`s of a runner's audit events (`{"events": [...]}`).
 async fn event_reasons(admin_key: &str, runner_id: &str) -> Vec<String> {
     let reply = runner_events(admin_key, runner_id).await;
@@ -303,10 +321,7 @@ async fn keypair_runner_enrolls_waits_for_approval_and_gets_a_working_session() 
     assert_eq!(seen["state"], "pending_approval");
 
     // Nothing before approval.
-    runner
-        .challenge()
-        .await
-        .expect_error(403, "RUNNER_PENDING_APPROVAL");
+    uniform_challenge_without_session(&runner).await;
 
     // Approval names the fingerprint compared; without it, or with another, nothing changes,
     // whichever word asks for the approval.
@@ -626,7 +641,7 @@ async fn revoked_keypair_runner_gets_no_challenge_and_no_session() {
         .session_with(&outstanding, &runner.sign(&outstanding))
         .await
         .expect_error(401, "AUTHENTICATION_FAILED");
-    runner.challenge().await.expect_error(403, "RUNNER_REVOKED");
+    uniform_challenge_without_session(&runner).await;
     runner_self(&credential)
         .await
         .expect_error(401, "AUTHENTICATION_FAILED");
@@ -638,10 +653,7 @@ async fn unapproved_key_gets_no_challenge_and_no_session() {
     let runner = KeyPairRunner::generate();
     let runner_id = runner.enroll(&org).await;
 
-    runner
-        .challenge()
-        .await
-        .expect_error(403, "RUNNER_PENDING_APPROVAL");
+    uniform_challenge_without_session(&runner).await;
     let invented = invented_challenge();
     runner
         .session_with(&invented, &runner.sign(&invented))
@@ -652,15 +664,18 @@ async fn unapproved_key_gets_no_challenge_and_no_session() {
         "pending_approval"
     );
 
-    // A fingerprint nobody enrolled.
-    KeyPairRunner::generate()
-        .challenge()
-        .await
-        .expect_error(404, "NOT_FOUND");
+    // A fingerprint nobody enrolled gets the same answer, and nothing is stored for it.
+    let stranger = KeyPairRunner::generate();
+    uniform_challenge_without_session(&stranger).await;
+    let stored = d1(&format!(
+        "SELECT id FROM runner_challenges WHERE fingerprint = {}",
+        sql_text(&stranger.fingerprint())
+    ));
+    assert!(d1_rows(&stored).is_empty(), "{stored}");
 
-    // Revocation works from pending too, and is then what the runner is told.
+    // Revocation works from pending too; the runner is told nothing more.
     set_status(&org.admin_key, &runner_id, "revoked", "not one of ours").await;
-    runner.challenge().await.expect_error(403, "RUNNER_REVOKED");
+    uniform_challenge_without_session(&runner).await;
     patch_runner(
         &org.admin_key,
         &runner_id,
@@ -863,10 +878,7 @@ async fn another_organizations_runner_does_not_exist() {
         "pending_approval"
     );
     exchange(&runner_id, &token).await;
-    pending
-        .challenge()
-        .await
-        .expect_error(403, "RUNNER_PENDING_APPROVAL");
+    uniform_challenge_without_session(&pending).await;
 }
 
 #[tokio::test]

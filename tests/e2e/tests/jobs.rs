@@ -1638,10 +1638,11 @@ async fn heartbeat_lease_bounds_and_ownership() {
         .heartbeat(&claim_id, 60)
         .await
         .expect_error(404, "NOT_FOUND");
+    // Not a claim id the server issues: refused at the edge, no job's object is asked.
     runner
         .heartbeat("clm_does_not_exist", 60)
         .await
-        .expect_error(404, "NOT_FOUND");
+        .expect_error(422, "CLAIM_ID_MALFORMED");
     post(
         "/api/remote-runners/heartbeat",
         Some(f.key()),

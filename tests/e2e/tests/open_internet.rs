@@ -584,7 +584,8 @@ async fn challenges_and_failed_sessions_are_limited_per_address() {
             reply.expect_error(429, "RATE_LIMITED");
             break;
         }
-        reply.expect_error(404, "NOT_FOUND");
+        // An unknown fingerprint gets the answer every fingerprint gets.
+        reply.expect(200);
         answered += 1;
     }
     assert_eq!(answered, 60, "the default CHALLENGES_PER_MINUTE");

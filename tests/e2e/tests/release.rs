@@ -157,9 +157,9 @@ async fn only_the_holder_releases_and_bad_requests_are_refused() {
     )
     .await
     .expect_error(404, "NOT_FOUND");
-    hand_back(&holder, "garbage", "no such claim")
+    hand_back(&holder, "garbage", "not a claim id")
         .await
-        .expect_error(404, "NOT_FOUND");
+        .expect_error(422, "CLAIM_ID_MALFORMED");
     let no_reason = post(
         "/api/remote-runners/release",
         Some(&holder.token),

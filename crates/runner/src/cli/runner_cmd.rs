@@ -627,6 +627,10 @@ async fn show_status(terminal: Terminal, mut progress: watch::Receiver<Progress>
     }
 }
 
+/// How often a key-pair runner waiting for approval tries a session: at most 12 failed
+/// exchanges a minute, under the server's default of 20 per network.
+const PENDING_POLL: Duration = Duration::from_secs(5);
+
 async fn connect(
     client: &RunnerClient,
     model: &str,
@@ -634,21 +638,29 @@ async fn connect(
     poll: Duration,
 ) -> Result<Option<Value>, CliError> {
     let mut waiting_reported = false;
-    let wait = poll.clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let poll = poll.clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let fingerprint = client.credentials().fingerprint().map(|f| f.to_string());
     loop {
+        let mut wait = poll;
         match client.whoami().await {
             Ok(record) => return Ok(Some(record)),
-            Err(error) if error.code() == Some("RUNNER_PENDING_APPROVAL") => {
+            // The server answers a key that is not approved (yet, or any more) exactly as it
+            // answers an unknown one: a `401` from the session exchange, which tells a
+            // stranger nothing. This runner knows it enrolled, so it keeps trying; each try
+            // is a failed session its network is rate-limited on, hence the slower pace.
+            Err(error)
+                if fingerprint.is_some()
+                    && (error.status() == Some(401)
+                        || error.code() == Some("RUNNER_PENDING_APPROVAL")) =>
+            {
+                wait = poll.max(PENDING_POLL);
                 if !waiting_reported {
-                    let fingerprint = client
-                        .credentials()
-                        .fingerprint()
-                        .map(|f| f.to_string())
-                        .unwrap_or_default();
+                    let fingerprint = fingerprint.as_deref().unwrap_or_default();
                     warn!(
                         event = "runner.pending_approval",
-                        fingerprint = fingerprint.as_str(),
-                        "waiting for an admin to approve this runner (fingerprint {fingerprint})"
+                        fingerprint,
+                        "waiting for an admin to approve this runner (fingerprint {fingerprint}); \
+                         if it was revoked, enroll a new key"
                     );
                     waiting_reported = true;
                 }
