@@ -105,6 +105,14 @@ impl JobDir {
         Ok(path)
     }
 
+    /// Makes the new directory `name` inside, owner-only (`0700`); fails if anything exists
+    /// there. Returns its path.
+    pub fn create_dir(&self, name: &str) -> io::Result<PathBuf> {
+        let path = self.path().join(name);
+        DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(path)
+    }
+
     /// Leaves the directory in place; returns where it is.
     pub fn keep(self) -> PathBuf {
         self.0.keep()

@@ -544,10 +544,186 @@ fn job_files_live_in_a_fresh_private_runner_directory() {
     assert_eq!(mode(&job_dir), 0o700);
     assert_eq!(mode(&job_dir.join("input.json")), 0o600);
     assert_eq!(mode(&job_dir.join("artifact.json")), 0o600);
+    assert_eq!(mode(&job_dir.join("tmp")), 0o700, "the job's TMPDIR");
     assert_eq!(
         serde_json::from_slice::<Value>(&std::fs::read(job_dir.join("input.json")).expect("kept"))
             .expect("JSON"),
         job_input()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The job's environment as `env` printed it, one `NAME=value` per entry.
+fn job_env_after(
+    double: &Double,
+    dir: &std::path::Path,
+    extra_env: &[(&str, &str)],
+    args: &[&str],
+) -> Vec<String> {
+    let seen = dir.join("env-seen");
+    let output = runner_start(
+        double,
+        dir,
+        &format!(
+            "env > {}; echo \"tmp=$(cd \"$TMPDIR\" && pwd)\" >> {}",
+            seen.display(),
+            seen.display()
+        ),
+    )
+    .envs(extra_env.iter().copied())
+    .args(args)
+    .output()
+    .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(completions(double)[0]["status"], "succeeded", "{stderr}");
+    std::fs::read_to_string(&seen)
+        .expect("the job ran")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_job_gets_a_clean_environment_and_exactly_what_pass_env_names() {
+    const API_KEY: &str = "erk_runner_admin_key_never_for_jobs";
+    let secrets = [
+        ("EDGERUNNER_API_KEY", API_KEY),
+        ("LC_MESSAGES", "C"),
+        ("PASSED_MARKER", "passed-value"),
+        ("UNNAMED_MARKER", "unnamed-value"),
+    ];
+    let genuine = json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    });
+    let dir = scratch();
+    let env = job_env_after(
+        &job_double((200, genuine.clone())),
+        &dir,
+        &secrets,
+        &["--pass-env", "PASSED_MARKER"],
+    );
+    let all = env.join("\n");
+    for secret in [
+        "erb_double",
+        API_KEY,
+        "unnamed-value",
+        "EVALGATE_",
+        "XDG_CONFIG_HOME",
+    ] {
+        assert!(!all.contains(secret), "{secret} reached the job:\n{all}");
+    }
+    for given in [
+        "PASSED_MARKER=passed-value",
+        "LC_MESSAGES=C",
+        "EDGERUNNER_JOB_ID=job_double",
+    ] {
+        assert!(
+            env.iter().any(|line| line == given),
+            "{given} missing:\n{all}"
+        );
+    }
+    let workdir = env
+        .iter()
+        .find_map(|line| line.strip_prefix("EDGERUNNER_WORKDIR="))
+        .expect("EDGERUNNER_WORKDIR");
+    let tmp = env
+        .iter()
+        .find_map(|line| line.strip_prefix("tmp="))
+        .expect("TMPDIR existed");
+    assert_eq!(tmp, format!("{workdir}/tmp"), "TMPDIR is the job's own");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // The control: without --pass-env the marker stays with the runner.
+    let dir = scratch();
+    let env = job_env_after(&job_double((200, genuine)), &dir, &secrets, &[]);
+    assert!(!env.join("\n").contains("passed-value"), "{env:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pass_env_refuses_a_runner_credential_with_a_usage_error_before_connecting() {
+    let double = Double::with_claims(Vec::new());
+    let dir = scratch();
+    for (args, names) in [
+        (
+            vec!["--pass-env", "EVALGATE_RUNNER_BOOTSTRAP_TOKEN"],
+            "EVALGATE_RUNNER_BOOTSTRAP_TOKEN",
+        ),
+        (
+            vec!["--pass-env", "EDGERUNNER_EVIDENCE_API_KEY"],
+            "EDGERUNNER_EVIDENCE_API_KEY",
+        ),
+        (vec!["--pass-env", "not-a-name"], "not-a-name"),
+    ] {
+        let output = runner_start(&double, &dir, "true")
+            .args(&args)
+            .output()
+            .expect("edgerunner runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{stderr}");
+        assert!(!stderr.contains("erb_double"), "{stderr}");
+    }
+    // Past the bound, with the config file's names counted too.
+    let config = dir.join("runner.json");
+    let names: Vec<String> = (0..40).map(|i| format!("FILE_{i}")).collect();
+    std::fs::write(&config, json!({ "passEnv": names }).to_string()).expect("config");
+    let mut flags = Vec::new();
+    for i in 0..25 {
+        flags.push("--pass-env".to_owned());
+        flags.push(format!("FLAG_{i}"));
+    }
+    let output = runner_start(&double, &dir, "true")
+        .arg("--config")
+        .arg(&config)
+        .args(&flags)
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("65 variables"), "{stderr}");
+    assert!(
+        double.received().is_empty(),
+        "nothing was sent: {:?}",
+        double.paths()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_config_file_inside_the_directory_jobs_run_in_is_refused() {
+    let double = Double::with_claims(Vec::new());
+    let dir = scratch();
+    let config = dir.join("xdg").join("edgerunner").join("runner.json");
+    std::fs::create_dir_all(config.parent().expect("parent")).expect("dirs");
+    std::fs::write(&config, json!({ "passEnv": ["LANG"] }).to_string()).expect("config");
+    let output = runner_start(&double, &dir, "true")
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .current_dir(&dir)
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("config file") && stderr.contains("runner.json"),
+        "{stderr}"
+    );
+    assert!(double.received().is_empty(), "nothing was sent");
+    // The control: the same runner started elsewhere runs.
+    let elsewhere = dir.join("project");
+    std::fs::create_dir_all(&elsewhere).expect("dir");
+    let output = runner_start(&double, &dir, "true")
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .current_dir(&elsewhere)
+        .output()
+        .expect("edgerunner runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

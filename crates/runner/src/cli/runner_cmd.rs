@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use clap::{Args, Subcommand, ValueEnum};
 use edgerunner_protocol::envelope::ServedTarget;
 use edgerunner_protocol::keypair::sign_enrollment;
@@ -22,8 +24,10 @@ use crate::config::{self, IdentityInputs, RunnerConfig};
 use crate::evidence::{EvidenceApi, EvidenceSource};
 use crate::heartbeat::HeartbeatConfig;
 use crate::http::{ClientError, Http};
+use crate::job_env::{self, JobEnvError, JobEnvironment, PassEnv};
 use crate::keyfile;
 use crate::report::{self, Format, LogLayer, Terminal};
+use crate::session::Credentials;
 use crate::stream::BatchLimits;
 use crate::workdir::RunnerWorkDir;
 use crate::worker::{JobOutcome, Progress, ShutdownState, Worker, WorkerConfig};
@@ -95,8 +99,22 @@ impl IdentityArgs {
     }
 
     fn client(&self) -> Result<(RunnerClient, &'static str), CliError> {
+        let resolved = self.resolve()?;
+        Ok((resolved.client, resolved.model))
+    }
+
+    fn resolve(&self) -> Result<Resolved, CliError> {
         let path = self.config_path();
         let file = config::load(&path)?;
+        let pass_env = file
+            .as_ref()
+            .map(|f| f.pass_env.clone())
+            .unwrap_or_default();
+        let mut secrets: Vec<String> = file
+            .as_ref()
+            .and_then(|f| f.bootstrap_token.clone())
+            .into_iter()
+            .collect();
         let identity = config::resolve(
             IdentityInputs {
                 server: self.server.clone(),
@@ -109,11 +127,34 @@ impl IdentityArgs {
             file,
         )?;
         let model = identity.model();
+        secrets.push(match &identity.credentials {
+            Credentials::Bootstrap { token, .. } => token.expose().to_owned(),
+            Credentials::KeyPair(key) => STANDARD.encode(key.to_seed()),
+        });
         let http = Http::new(&identity.server)?;
         let client =
             RunnerClient::new(http, identity.credentials).with_expected_binding(identity.expected);
-        Ok((client, model))
+        Ok(Resolved {
+            client,
+            model,
+            config_path: path,
+            pass_env,
+            key_file: identity.key_file,
+            secrets,
+        })
     }
+}
+
+/// The runner's identity, and what `runner start` must keep from its jobs.
+struct Resolved {
+    client: RunnerClient,
+    model: &'static str,
+    config_path: PathBuf,
+    /// The config file's `passEnv`.
+    pass_env: Vec<String>,
+    key_file: Option<PathBuf>,
+    /// The credentials as values: the bootstrap token (the config file's too) or the key.
+    secrets: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -165,9 +206,16 @@ pub struct StartArgs {
     /// The shell command run for each job (`sh -c`), in the directory `runner start` was
     /// started in (so `./evaluate.sh` is found there), with EDGERUNNER_WORKDIR (the job's own
     /// private directory, for its files), EDGERUNNER_INPUT and EDGERUNNER_ARTIFACT (files in
-    /// it), EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID and EDGERUNNER_ATTEMPT set
+    /// it), EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID and EDGERUNNER_ATTEMPT set. It starts from an
+    /// empty environment: only PATH, HOME, LANG, LC_*, TZ, TMPDIR (a private directory in
+    /// EDGERUNNER_WORKDIR) and what --pass-env names; never the runner's credentials
     #[arg(long = "exec", value_name = "COMMAND")]
     pub command: String,
+    /// A variable of the runner's environment jobs also get; repeatable (with the config
+    /// file's "passEnv", at most 64). EVALGATE_*, EDGERUNNER_* and TMPDIR are refused: they are
+    /// the runner's settings and credentials, and what it sets for each job itself
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
     /// Jobs at once [default: the runner's maxConcurrentJobs]
     #[arg(long)]
     pub capacity: Option<usize>,
@@ -228,6 +276,10 @@ pub struct StartArgs {
     /// The job input field that names a pre-created evaluation run
     #[arg(long, default_value = "evaluationRunId")]
     pub evaluation_run_field: String,
+}
+
+fn usage(error: JobEnvError) -> CliError {
+    CliError::Usage(error.to_string())
 }
 
 fn batch_bytes(text: &str) -> Result<usize, String> {
@@ -463,7 +515,37 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             "cannot tell the current directory, where --exec runs: {error}"
         ))
     })?;
-    let (client, model) = args.identity.client()?;
+    let Resolved {
+        client,
+        model,
+        config_path,
+        pass_env,
+        key_file,
+        mut secrets,
+    } = args.identity.resolve()?;
+    let job_env = {
+        let pass = PassEnv::parse(args.pass_env.iter().chain(&pass_env)).map_err(usage)?;
+        secrets.extend(args.evidence_api_key.clone());
+        secrets.extend(std::env::var("EDGERUNNER_API_KEY").ok());
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        JobEnvironment::new(std::env::vars_os(), &pass, &secrets).map_err(usage)?
+    };
+    job_env::check_files_outside(
+        &exec_dir,
+        &[
+            ("config file", config_path.as_path()),
+            ("key file", key_file.as_deref().unwrap_or(Path::new(""))),
+        ],
+    )
+    .map_err(|error| CliError::Failed(error.to_string()))?;
+    if !job_env.missing().is_empty() {
+        warn!(
+            event = "runner.pass_env_unset",
+            "--pass-env names what this runner's environment does not have, so jobs do not get \
+             it: {}",
+            job_env.missing().join(", ")
+        );
+    }
     let served = args
         .served_targets
         .iter()
@@ -509,6 +591,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         command = args.command.as_str(),
         exec_dir = %exec_dir.display(),
         evidence = if evidence.api.is_some() { "api-key" } else { "input-field" },
+        job_env = job_env.names().join(",").as_str(),
         "runner {runner_id} ({model}) claiming up to {capacity} job(s) at once; running `{}` \
          in {} per job",
         args.command,
@@ -537,6 +620,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
                 max_delay: Duration::from_millis(args.batch_millis),
             },
             evidence,
+            job_env,
         },
     );
     // A status line only where a person watches: human lines on a terminal.
