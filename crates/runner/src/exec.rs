@@ -40,6 +40,17 @@ pub struct ExecSpec {
     pub wall_limit: Option<Duration>,
     /// How long a stopped command has between `SIGTERM` and `SIGKILL`.
     pub grace: Duration,
+    /// Another OS user to run the command as (the runner must be root).
+    pub run_as: Option<RunAs>,
+}
+
+/// The OS user a command runs as instead of the runner's (`runner start --run-as`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    /// The user's primary group; supplementary groups are dropped (the standard library's
+    /// `setgroups(0)` before `setuid`).
+    pub gid: u32,
 }
 
 /// Why a command must stop before it is done.
@@ -112,7 +123,11 @@ pub async fn run(
     mut stop: watch::Receiver<Option<StopRequest>>,
 ) -> Result<ExecOutcome, ExecError> {
     let started = Instant::now();
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    if let Some(user) = spec.run_as {
+        command.uid(user.uid).gid(user.gid);
+    }
+    let mut child = command
         .arg("-c")
         .arg(&spec.command)
         // A job must not read the runner's credentials out of its environment.
@@ -303,6 +318,7 @@ mod tests {
             current_dir: std::env::temp_dir(),
             wall_limit: None,
             grace: Duration::from_millis(300),
+            run_as: None,
         }
     }
 

@@ -25,7 +25,9 @@
 //!
 //! This closes the environment, not the file system: a job runs as the runner's user unless
 //! `--run-as` says otherwise, and can read any file that user can. That is why
-//! [`check_files_outside`] refuses a config or key file inside the directory jobs start in.
+//! [`check_files_outside`] refuses a config or key file inside the directory jobs start in. The
+//! runner's own process is closed to its jobs too: `runner start` makes itself non-dumpable
+//! (Linux), so a same-user job cannot read `/proc/<runner>/environ` or attach to it.
 
 use core::fmt;
 use std::collections::BTreeMap;
@@ -177,6 +179,12 @@ impl JobEnvironment {
         env.insert("TMPDIR".to_owned(), tmp_dir.as_os_str().to_owned());
         env.extend(job_values.into_iter().map(|(k, v)| (k, OsString::from(v))));
         env.into_iter().collect()
+    }
+
+    /// Sets the jobs' `HOME` (to the `--run-as` user's), in place of the runner's.
+    pub fn with_home(mut self, home: OsString) -> Self {
+        self.base.insert("HOME".to_owned(), home);
+        self
     }
 
     /// The names every job gets from the runner, for the start-up log (never the values).

@@ -65,7 +65,7 @@ use tracing::{error, info, warn, Instrument};
 
 use crate::client::{Assignment, Decision, RunnerClient};
 use crate::evidence::EvidenceSource;
-use crate::exec::{self, Ending, ExecOutcome, ExecSpec, StopRequest};
+use crate::exec::{self, Ending, ExecOutcome, ExecSpec, RunAs, StopRequest};
 use crate::heartbeat::{is_claim_lost, ClaimStatus, Heartbeat, HeartbeatConfig};
 use crate::http::ClientError;
 use crate::job_env::JobEnvironment;
@@ -102,6 +102,8 @@ pub struct WorkerConfig {
     pub evidence: EvidenceSource,
     /// What each job's command gets of the runner's environment (nothing else of it).
     pub job_env: JobEnvironment,
+    /// Run each command as this user, its job directory handed to it (`--run-as`).
+    pub run_as: Option<RunAs>,
 }
 
 /// The reason a starting process gives for the claims a previous process left.
@@ -892,7 +894,12 @@ impl JobRun {
             let artifact =
                 dir.write_file("artifact.json", artifact["content"].to_string().as_bytes());
             // The job's TMPDIR: private, and removed with the job's directory.
-            let tmp = dir.create_dir("tmp");
+            let tmp = dir
+                .create_dir("tmp")
+                .and_then(|tmp| match self.config.run_as {
+                    Some(user) => dir.hand_to(user.uid, user.gid).map(|()| tmp),
+                    None => Ok(tmp),
+                });
             match (input, artifact, tmp) {
                 (Ok(input), Ok(artifact), Ok(tmp)) => Ok((dir.path(), input, artifact, tmp)),
                 (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
@@ -980,6 +987,7 @@ impl JobRun {
             current_dir: self.config.exec_dir.clone(),
             wall_limit: wall_seconds.map(Duration::from_secs),
             grace: self.config.grace,
+            run_as: self.config.run_as,
         };
         let (lines, received) = mpsc::channel(1024);
         let started_at = Instant::now();

@@ -728,6 +728,143 @@ fn a_config_file_inside_the_directory_jobs_run_in_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A job cannot read the runner's environment from `/proc/<runner>/environ` (nor attach to
+/// it): the runner is not dumpable. Runner and job are one unprivileged user here (a root
+/// test runs the runner as `nobody`, since root may read any process).
+#[test]
+fn a_job_cannot_read_the_runners_environment_through_proc() {
+    use std::os::unix::process::CommandExt;
+
+    let genuine = json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    });
+    let double = job_double((200, genuine));
+    let dir = scratch();
+    let command = "echo \"parent=$PPID\"; \
+                   tr '\\0' '\\n' < /proc/$$/environ | grep -q EDGERUNNER_JOB_ID && echo own-environ-read; \
+                   tr '\\0' '\\n' < /proc/$PPID/environ 2>/dev/null || echo runner-environ-refused";
+    let mut start = runner_start(&double, &dir, command);
+    if nix::unistd::geteuid().is_root() {
+        let nobody = nix::unistd::User::from_name("nobody")
+            .expect("passwd")
+            .expect("a user nobody");
+        std::fs::create_dir_all(dir.join("work")).expect("work");
+        std::os::unix::fs::chown(dir.join("work"), Some(nobody.uid.as_raw()), None).expect("chown");
+        start.uid(nobody.uid.as_raw()).gid(nobody.gid.as_raw());
+    }
+    let child = start
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgerunner starts");
+    let runner_pid = child.id();
+    let output = child.wait_with_output().expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(completions(&double)[0]["status"], "succeeded", "{stderr}");
+    let printed: Vec<String> = streamed(&double)
+        .iter()
+        .filter_map(log_lines)
+        .flatten()
+        .map(|line| line.line)
+        .collect();
+    assert!(
+        !printed.iter().any(|l| l.contains("erb_double")),
+        "{printed:?}"
+    );
+    // The controls: /proc is there to read, and the parent asked about is the runner.
+    assert!(
+        printed.contains(&format!("parent={runner_pid}")),
+        "{printed:?}"
+    );
+    assert!(
+        printed.iter().any(|l| l == "own-environ-read"),
+        "{printed:?}"
+    );
+    assert!(
+        printed.iter().any(|l| l == "runner-environ-refused"),
+        "{printed:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--run-as` is for a runner running as root: there it runs the command as that user with
+/// the job's directory handed over; anywhere else it is refused before anything is sent.
+#[test]
+fn run_as_runs_the_command_as_another_user_only_for_a_root_runner() {
+    let genuine = json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    });
+    let double = job_double((200, genuine));
+    let dir = scratch();
+    let command = "echo \"uid=$(id -u) gid=$(id -g) groups=$(id -G) home=$HOME\"; \
+                   test -O \"$EDGERUNNER_WORKDIR\" && test -O \"$TMPDIR\" && echo owns-workdir; \
+                   cat \"$EDGERUNNER_INPUT\" > /dev/null && echo reads-input; \
+                   ls \"$EDGERUNNER_WORKDIR/..\" 2>/dev/null || echo cannot-list-runner-dir";
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        let output = runner_start(&double, &dir, command)
+            .args(["--run-as", "nobody"])
+            .output()
+            .expect("edgerunner runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("root"), "{stderr}");
+        assert!(double.received().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let refused = runner_start(&double, &dir, command)
+        .args(["--run-as", "root"])
+        .output()
+        .expect("edgerunner runs");
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "running jobs as root is no separation"
+    );
+    // The work directory's parent and the start directory must be reachable by the user.
+    std::fs::create_dir_all(dir.join("work")).expect("work");
+    for path in [&dir, &dir.join("work")] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let output = runner_start(&double, &dir, command)
+        .args(["--run-as", "nobody"])
+        .current_dir(&dir)
+        .output()
+        .expect("edgerunner runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(completions(&double)[0]["status"], "succeeded", "{stderr}");
+    let nobody = nix::unistd::User::from_name("nobody")
+        .expect("passwd")
+        .expect("a user nobody");
+    let printed: Vec<String> = streamed(&double)
+        .iter()
+        .filter_map(log_lines)
+        .flatten()
+        .map(|line| line.line)
+        .collect();
+    let gid = nobody.gid.as_raw();
+    assert!(
+        printed.contains(&format!(
+            "uid={} gid={gid} groups={gid} home={}",
+            nobody.uid,
+            nobody.dir.display()
+        )),
+        "{printed:?}"
+    );
+    for line in ["owns-workdir", "reads-input", "cannot-list-runner-dir"] {
+        assert!(printed.iter().any(|l| l == line), "{line}: {printed:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_session_for_another_runner_or_organization_is_refused_and_never_used() {
     use edgerunner::session::ExpectedBinding;

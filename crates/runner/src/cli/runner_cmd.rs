@@ -22,6 +22,7 @@ use super::{json_argument, print_json, CliError};
 use crate::client::{enroll, RunnerClient};
 use crate::config::{self, IdentityInputs, RunnerConfig};
 use crate::evidence::{EvidenceApi, EvidenceSource};
+use crate::exec::RunAs;
 use crate::heartbeat::HeartbeatConfig;
 use crate::http::{ClientError, Http};
 use crate::job_env::{self, JobEnvError, JobEnvironment, PassEnv};
@@ -38,7 +39,7 @@ pub enum RunnerCommand {
     /// approves its fingerprint
     Enroll(EnrollArgs),
     /// Claim jobs up to capacity and run a shell command for each
-    Start(StartArgs),
+    Start(Box<StartArgs>),
     /// Show this runner's record as the server has it
     Whoami(IdentityArgs),
 }
@@ -216,6 +217,11 @@ pub struct StartArgs {
     /// the runner's settings and credentials, and what it sets for each job itself
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Run each job's command as this OS user (uid and primary group, HOME its home), its job
+    /// directory handed to it; only when the runner runs as root. The start directory and
+    /// --work-dir must be reachable by that user
+    #[arg(long, value_name = "USER")]
+    pub run_as: Option<String>,
     /// Jobs at once [default: the runner's maxConcurrentJobs]
     #[arg(long)]
     pub capacity: Option<usize>,
@@ -278,6 +284,31 @@ pub struct StartArgs {
     pub evaluation_run_field: String,
 }
 
+/// The `--run-as` user: its ids and home. Only root may run commands as another user, and
+/// running them as root would give them the runner's every file.
+fn run_as_user(name: &str) -> Result<(RunAs, std::ffi::OsString), CliError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::Usage(format!(
+            "--run-as {name}: only a runner running as root can run jobs as another user"
+        )));
+    }
+    let user = nix::unistd::User::from_name(name)
+        .map_err(|error| CliError::Failed(format!("--run-as {name}: {error}")))?
+        .ok_or_else(|| CliError::Usage(format!("--run-as {name}: no such user")))?;
+    if user.uid.is_root() {
+        return Err(CliError::Usage(format!(
+            "--run-as {name}: that is root, the runner's own user; name an unprivileged one"
+        )));
+    }
+    Ok((
+        RunAs {
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+        },
+        user.dir.into_os_string(),
+    ))
+}
+
 fn usage(error: JobEnvError) -> CliError {
     CliError::Usage(error.to_string())
 }
@@ -308,7 +339,7 @@ fn seconds(text: &str) -> Result<Duration, String> {
 pub async fn run(command: RunnerCommand) -> Result<ExitCode, CliError> {
     match command {
         RunnerCommand::Enroll(args) => enroll_runner(args).await,
-        RunnerCommand::Start(args) => start(args).await,
+        RunnerCommand::Start(args) => start(*args).await,
         RunnerCommand::Whoami(args) => whoami(args).await,
     }
 }
@@ -494,6 +525,17 @@ fn parse_served_target(text: &str) -> Result<ServedTarget, CliError> {
 }
 
 async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
+    // A job runs as this user unless --run-as says otherwise, and a process may read its own
+    // user's processes: the runner's environment (its bootstrap token) in /proc/<pid>/environ,
+    // its memory (the session credential, the job-signing secret) through ptrace. A process
+    // that is not dumpable is closed to them; the flag is not inherited across exec, so jobs
+    // are unaffected.
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_dumpable(false).map_err(|error| {
+        CliError::Failed(format!(
+            "cannot close this process to its jobs (prctl PR_SET_DUMPABLE): {error}"
+        ))
+    })?;
     if args.heartbeat_interval.is_zero()
         || args.heartbeat_interval * 2 > Duration::from_secs(u64::from(args.lease_seconds))
     {
@@ -529,6 +571,13 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         secrets.extend(std::env::var("EDGERUNNER_API_KEY").ok());
         let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
         JobEnvironment::new(std::env::vars_os(), &pass, &secrets).map_err(usage)?
+    };
+    let (run_as, job_env) = match &args.run_as {
+        None => (None, job_env),
+        Some(name) => {
+            let (user, home) = run_as_user(name)?;
+            (Some(user), job_env.with_home(home))
+        }
     };
     job_env::check_files_outside(
         &exec_dir,
@@ -570,6 +619,14 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     let work_parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_dir = RunnerWorkDir::create_in(&work_parent)
         .map_err(|error| CliError::Failed(error.to_string()))?;
+    if run_as.is_some() {
+        work_dir.allow_passing_through().map_err(|error| {
+            CliError::Failed(format!(
+                "cannot open {} to the --run-as user: {error}",
+                work_dir.path().display()
+            ))
+        })?;
+    }
     let evidence = EvidenceSource {
         input_field: Some(args.evaluation_run_field.clone()).filter(|f| !f.is_empty()),
         api: args
@@ -621,6 +678,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             },
             evidence,
             job_env,
+            run_as,
         },
     );
     // A status line only where a person watches: human lines on a terminal.
