@@ -332,7 +332,7 @@ mod tests {
 
     fn job(env: &JobEnvironment) -> BTreeMap<String, String> {
         env.for_job(
-            Path::new("/work/job-1/tmp"),
+            Path::new("/srv/jobs/job-1/tmp"),
             vec![("EDGERUNNER_JOB_ID".into(), "job_1".into())],
         )
         .into_iter()
@@ -359,7 +359,7 @@ mod tests {
                 "TZ"
             ]
         );
-        assert_eq!(job["TMPDIR"], "/work/job-1/tmp", "not the runner's TMPDIR");
+        assert_eq!(job["TMPDIR"], "/srv/jobs/job-1/tmp", "not the runner's TMPDIR");
         assert_eq!(job["LC_NUMERIC"], "de_DE.UTF-8");
         assert_eq!(job["PATH"], "/usr/local/bin:/usr/bin:/bin");
         let all = format!("{job:?}");
