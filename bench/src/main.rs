@@ -18,6 +18,7 @@ use edgerunner::client::{Assignment, CompletionAnswer, RunnerClient};
 use edgerunner::evidence::EvidenceSource;
 use edgerunner::heartbeat::HeartbeatConfig;
 use edgerunner::http::Http;
+use edgerunner::job_env::{JobEnvironment, PassEnv};
 use edgerunner::session::{BootstrapToken, Credentials};
 use edgerunner::stream::{BatchLimits, ChunkStream};
 use edgerunner::workdir::RunnerWorkDir;
@@ -839,6 +840,9 @@ async fn chatty(
     let http = Http::new(server).map_err(err("http"))?;
     let client = Arc::new(RunnerClient::new(http, credentials.clone()));
     let work_dir = RunnerWorkDir::create_in(&std::env::temp_dir()).map_err(err("work dir"))?;
+    // What `runner start` gives a job without --pass-env (the commands need only PATH).
+    let job_env = JobEnvironment::new(std::env::vars_os(), &PassEnv::default(), &[])
+        .map_err(err("job environment"))?;
     let runs = bench.evaluation_runs(sizes.chatty.len()).await?;
     let mut out = Vec::new();
     for ((what, command), run) in sizes.chatty.iter().zip(runs) {
@@ -872,6 +876,8 @@ async fn chatty(
                     input_field: Some("evaluationRunId".into()),
                     api: None,
                 },
+                job_env: job_env.clone(),
+                run_as: None,
             },
         );
         let (_keep, shutdown) = tokio::sync::watch::channel(ShutdownState::Running);

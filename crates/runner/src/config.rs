@@ -4,7 +4,9 @@
 //! (`EVALGATE_BASE_URL`, `EVALGATE_RUNNER_ID`, `EVALGATE_RUNNER_BOOTSTRAP_TOKEN`); the config
 //! file (`--config`, `EDGERUNNER_CONFIG`, or `$XDG_CONFIG_HOME/edgerunner/runner.json`), a JSON
 //! object with any of `server`, `runnerId`, `bootstrapToken` (bootstrap-token model) and
-//! `organizationId`, `fingerprint`, `keyFile` (key-pair model; `runner enroll` writes these).
+//! `organizationId`, `fingerprint`, `keyFile` (key-pair model; `runner enroll` writes these), and
+//! `passEnv`: names of the runner's environment variables its jobs get, as `--pass-env` (both
+//! count; [`crate::job_env`]).
 //!
 //! A runner id with a bootstrap token selects the bootstrap-token model; otherwise a key file
 //! selects the key-pair model. A config file holding a bootstrap token must be owner-only,
@@ -40,6 +42,9 @@ pub struct RunnerConfig {
     pub fingerprint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_file: Option<PathBuf>,
+    /// Variables jobs get from the runner's environment, beside `--pass-env`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_env: Vec<String>,
 }
 
 /// `$XDG_CONFIG_HOME/edgerunner/runner.json`, or `~/.config/edgerunner/runner.json`.
@@ -110,6 +115,8 @@ pub struct Identity {
     pub credentials: Credentials,
     /// What the server's sessions must be bound to.
     pub expected: ExpectedBinding,
+    /// The key file the key-pair model read (jobs must not find it in their directory).
+    pub key_file: Option<PathBuf>,
 }
 
 impl Identity {
@@ -175,6 +182,7 @@ pub fn resolve(
             server,
             credentials: Credentials::Bootstrap { runner_id, token },
             expected,
+            key_file: None,
         });
     }
     if token.is_some() {
@@ -214,6 +222,7 @@ pub fn resolve(
         server,
         credentials: Credentials::KeyPair(key),
         expected,
+        key_file: Some(key_file),
     })
 }
 
@@ -372,11 +381,14 @@ mod tests {
             organization_id: Some("org_1".into()),
             fingerprint: Some("SHA256:abc".into()),
             key_file: Some(PathBuf::from("runner.key")),
+            pass_env: vec!["MODEL_ENDPOINT".into()],
             ..RunnerConfig::default()
         };
         let text = serde_json::to_string(&config).expect("serializes");
         assert!(
-            text.contains("\"organizationId\"") && text.contains("\"keyFile\""),
+            text.contains("\"organizationId\"")
+                && text.contains("\"keyFile\"")
+                && text.contains("\"passEnv\":[\"MODEL_ENDPOINT\"]"),
             "{text}"
         );
         assert_eq!(

@@ -1,13 +1,16 @@
 //! Running one job's command.
 //!
 //! The command runs as `sh -c '<command>'` in [`ExecSpec::current_dir`] (for `runner start`, the
-//! directory it was started in), in a process group of its own, with stdin closed
+//! directory it was started in), with [`ExecSpec::env`] as its whole environment (nothing of the
+//! runner's is inherited: [`crate::job_env`] says what is given), in a process group of its own,
+//! with stdin closed
 //! and stdout and stderr read line by line. Stopping it — wall time exceeded, cancellation
 //! requested, claim lost, runner giving work back — always goes the same way: `SIGTERM` to
 //! the whole group, [`ExecSpec::grace`] to exit, then `SIGKILL` to the group. When the shell
 //! itself exits, whatever it left running in its group is killed too, so that no stray
 //! process keeps writing into a finished job's pipes.
 
+use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -29,14 +32,25 @@ use crate::stream::{LogLine, OutputStream};
 pub struct ExecSpec {
     /// Given to `sh -c`.
     pub command: String,
-    /// Added to the runner's own environment.
-    pub env: Vec<(String, String)>,
+    /// The command's whole environment: the runner's own is not inherited.
+    pub env: Vec<(String, OsString)>,
     /// The command's current directory.
     pub current_dir: PathBuf,
     /// Stop the command after this long (the job's `limits.wallSeconds`).
     pub wall_limit: Option<Duration>,
     /// How long a stopped command has between `SIGTERM` and `SIGKILL`.
     pub grace: Duration,
+    /// Another OS user to run the command as (the runner must be root).
+    pub run_as: Option<RunAs>,
+}
+
+/// The OS user a command runs as instead of the runner's (`runner start --run-as`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    /// The user's primary group; supplementary groups are dropped (the standard library's
+    /// `setgroups(0)` before `setuid`).
+    pub gid: u32,
 }
 
 /// Why a command must stop before it is done.
@@ -109,10 +123,16 @@ pub async fn run(
     mut stop: watch::Receiver<Option<StopRequest>>,
 ) -> Result<ExecOutcome, ExecError> {
     let started = Instant::now();
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    if let Some(user) = spec.run_as {
+        command.uid(user.uid).gid(user.gid);
+    }
+    let mut child = command
         .arg("-c")
         .arg(&spec.command)
-        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        // A job must not read the runner's credentials out of its environment.
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_os_str())))
         .current_dir(&spec.current_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -291,10 +311,14 @@ mod tests {
     fn spec(command: &str) -> ExecSpec {
         ExecSpec {
             command: command.to_owned(),
-            env: vec![("GREETING".into(), "hello".into())],
+            env: vec![
+                ("GREETING".into(), "hello".into()),
+                ("PATH".into(), std::env::var_os("PATH").unwrap_or_default()),
+            ],
             current_dir: std::env::temp_dir(),
             wall_limit: None,
             grace: Duration::from_millis(300),
+            run_as: None,
         }
     }
 
@@ -338,6 +362,27 @@ mod tests {
         assert!(lines
             .iter()
             .any(|l| l.stream == OutputStream::Stderr && l.line == "oops"));
+    }
+
+    #[tokio::test]
+    async fn the_command_inherits_nothing_of_the_runners_environment() {
+        // cargo runs tests with CARGO_* and HOME set; none of them may reach the command.
+        assert!(std::env::vars_os().any(|(name, _)| name == "CARGO_PKG_NAME" || name == "HOME"));
+        let (_keep, stop) = watch::channel(None);
+        let (outcome, lines) = collect(spec("env"), stop).await;
+        assert_eq!(outcome.exit_code, Some(0));
+        let names: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.line.split_once('=').map(|(name, _)| name))
+            .collect();
+        assert!(names.contains(&"GREETING"), "{names:?}");
+        // What the shell itself sets is all there may be besides.
+        for name in names {
+            assert!(
+                ["GREETING", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(&name),
+                "{name} was inherited"
+            );
+        }
     }
 
     #[tokio::test]

@@ -1,5 +1,10 @@
 //! JSON over HTTP, and the one error type of the SDK layer.
 //!
+//! Redirects are never followed: a `3xx` answer is [`ClientError::Redirect`], naming where it
+//! pointed. Every request carries a credential (a bootstrap token in the body, a session or
+//! API key in `Authorization`), and following a redirect would hand it to whatever host the
+//! answer names; a 307 or 308 would even send the body again. The server never redirects.
+//!
 //! Every answer is read whole; a non-2xx answer becomes [`ClientError::Api`] carrying the
 //! server's `{"error": {"code", "message"}}` (and the body, since a completion refusal carries
 //! its decision beside the error). Bodies are parsed with number lexemes intact
@@ -51,6 +56,8 @@ impl Http {
         let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(10))
+            // Never follow: see the module's head.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("edgerunner/", env!("CARGO_PKG_VERSION")));
         if reqwest::Url::parse(&base).is_ok_and(|url| is_loopback(url.host_str())) {
             // A local server (`wrangler dev`, workerd) closes a connection idle for 5 s, and a
@@ -93,6 +100,13 @@ impl Http {
                 detail: error_chain(&error),
             })?;
         let status = response.status().as_u16();
+        if response.status().is_redirection() {
+            return Err(ClientError::Redirect {
+                what,
+                status,
+                location: location(response.headers()),
+            });
+        }
         let text = response
             .text()
             .await
@@ -157,6 +171,25 @@ fn is_loopback(host: Option<&str>) -> bool {
     match host.parse::<Ipv4Addr>() {
         Ok(address) => address.is_loopback(),
         Err(_) => host == "localhost",
+    }
+}
+
+/// The most characters of a `Location` shown in an error.
+const MAX_LOCATION_CHARS: usize = 300;
+
+/// A redirect's `Location` as text fit for a message: visible ASCII only (what
+/// [`reqwest::header::HeaderValue::to_str`] accepts), cut to [`MAX_LOCATION_CHARS`].
+fn location(headers: &reqwest::header::HeaderMap) -> String {
+    match headers.get(reqwest::header::LOCATION) {
+        None => "no Location".to_owned(),
+        Some(value) => match value.to_str() {
+            Ok(text) if text.chars().count() > MAX_LOCATION_CHARS => {
+                let cut: String = text.chars().take(MAX_LOCATION_CHARS).collect();
+                format!("{cut}…")
+            }
+            Ok(text) => text.to_owned(),
+            Err(_) => "a Location that is not text".to_owned(),
+        },
     }
 }
 
@@ -226,6 +259,12 @@ pub enum ClientError {
     },
     /// A 2xx answer that is not what the protocol says.
     Malformed { what: String, detail: String },
+    /// The answer was a redirect (`3xx`): not followed, since the request carried a credential.
+    Redirect {
+        what: String,
+        status: u16,
+        location: String,
+    },
     /// A claim answer that failed local verification: the job was not executed.
     Refused(AssignmentError),
     /// Local configuration (URL, key, credentials) is unusable.
@@ -286,6 +325,16 @@ impl fmt::Display for ClientError {
                 None => write!(f, "{what}: {status}: {message}"),
             },
             Self::Malformed { what, detail } => write!(f, "{what}: {detail}"),
+            Self::Redirect {
+                what,
+                status,
+                location,
+            } => write!(
+                f,
+                "{what}: the server answered {status} redirecting to {location}; not followed \
+                 (the runner never follows a redirect, which would send its credentials \
+                 elsewhere): configure the server's final URL"
+            ),
             Self::Refused(error) => write!(
                 f,
                 "assignment refused before execution ({}): {error}",

@@ -14,6 +14,8 @@
 //!   the one-object-per-line shape of earlier runners.
 //! - [`exec`]: running one job's command (in a given directory) in its own process group, with
 //!   wall-time limit, cancellation (terminate, grace, kill) and output capture.
+//! - [`job_env`]: what a job's process gets of the runner's environment (an allowlist, its own
+//!   `TMPDIR`, the variables the operator names; never a credential), decided at start.
 //! - [`evidence`]: where a completion's evaluation run comes from.
 //! - [`worker`]: `edgerunner runner start`: claim up to capacity, run, stream, complete, and
 //!   drain or give back work on shutdown.
@@ -41,6 +43,7 @@ pub mod evidence;
 pub mod exec;
 pub mod heartbeat;
 pub mod http;
+pub mod job_env;
 pub mod keyfile;
 pub mod log_payload;
 pub mod report;

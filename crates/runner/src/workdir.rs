@@ -81,6 +81,13 @@ impl RunnerWorkDir {
             .map(JobDir)
     }
 
+    /// Lets other users pass through (mode `0711`) but not list the directory: a job run as
+    /// another user (`--run-as`) reaches its own directory, whose random name it is given,
+    /// and no other.
+    pub fn allow_passing_through(&self) -> io::Result<()> {
+        fs::set_permissions(&self.0, Permissions::from_mode(0o711))
+    }
+
     /// Removes the runner's directory if it is empty (a job directory still in it was kept
     /// on purpose).
     pub fn remove_if_empty(&self) {
@@ -103,6 +110,24 @@ impl JobDir {
         let path = self.path().join(name);
         write_private_file(&path, bytes)?;
         Ok(path)
+    }
+
+    /// Makes the new directory `name` inside, owner-only (`0700`); fails if anything exists
+    /// there. Returns its path.
+    pub fn create_dir(&self, name: &str) -> io::Result<PathBuf> {
+        let path = self.path().join(name);
+        DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(path)
+    }
+
+    /// Gives the directory and what is directly in it (what the runner wrote: the job's files
+    /// and `tmp`) to `uid`/`gid`, for a job run as that user.
+    pub fn hand_to(&self, uid: u32, gid: u32) -> io::Result<()> {
+        std::os::unix::fs::chown(self.path(), Some(uid), Some(gid))?;
+        for entry in fs::read_dir(self.path())? {
+            std::os::unix::fs::lchown(entry?.path(), Some(uid), Some(gid))?;
+        }
+        Ok(())
     }
 
     /// Leaves the directory in place; returns where it is.

@@ -17,7 +17,9 @@
 //!    `EDGERUNNER_WORKDIR` naming the job's own fresh directory inside the runner's private one
 //!    ([`crate::workdir`]), `EDGERUNNER_INPUT` (the input file there, exactly the bytes served),
 //!    `EDGERUNNER_ARTIFACT` (the artifact's content, there too), `EDGERUNNER_JOB_ID`,
-//!    `EDGERUNNER_CLAIM_ID` and `EDGERUNNER_ATTEMPT`; its lines become batched `log` chunks
+//!    `EDGERUNNER_CLAIM_ID` and `EDGERUNNER_ATTEMPT`, `TMPDIR` in the job's directory, and of
+//!    the runner's own environment only what [`WorkerConfig::job_env`] picked
+//!    ([`crate::job_env`]: never a credential); its lines become batched `log` chunks
 //!    ([`crate::stream::pump_lines`]), framed by a `started` chunk and an `exited` chunk.
 //! 6. It completes once, with one sealed completion re-sent as is on transient failures:
 //!    exit 0 → `succeeded`, other exits and the wall-time limit → `failed`, cancellation →
@@ -63,9 +65,10 @@ use tracing::{error, info, warn, Instrument};
 
 use crate::client::{Assignment, Decision, RunnerClient};
 use crate::evidence::EvidenceSource;
-use crate::exec::{self, Ending, ExecOutcome, ExecSpec, StopRequest};
+use crate::exec::{self, Ending, ExecOutcome, ExecSpec, RunAs, StopRequest};
 use crate::heartbeat::{is_claim_lost, ClaimStatus, Heartbeat, HeartbeatConfig};
 use crate::http::ClientError;
+use crate::job_env::JobEnvironment;
 use crate::retry::RetryPolicy;
 use crate::stream::{pump_lines, BatchLimits, ChunkStream, PumpReport};
 use crate::workdir::{JobDir, RunnerWorkDir};
@@ -97,6 +100,10 @@ pub struct WorkerConfig {
     pub keep_work: bool,
     pub batch: BatchLimits,
     pub evidence: EvidenceSource,
+    /// What each job's command gets of the runner's environment (nothing else of it).
+    pub job_env: JobEnvironment,
+    /// Run each command as this user, its job directory handed to it (`--run-as`).
+    pub run_as: Option<RunAs>,
 }
 
 /// The reason a starting process gives for the claims a previous process left.
@@ -886,14 +893,21 @@ impl JobRun {
             let input = dir.write_file("input.json", input_text.as_bytes());
             let artifact =
                 dir.write_file("artifact.json", artifact["content"].to_string().as_bytes());
-            match (input, artifact) {
-                (Ok(input), Ok(artifact)) => Ok((dir.path(), input, artifact)),
-                (Err(error), _) | (_, Err(error)) => {
+            // The job's TMPDIR: private, and removed with the job's directory.
+            let tmp = dir
+                .create_dir("tmp")
+                .and_then(|tmp| match self.config.run_as {
+                    Some(user) => dir.hand_to(user.uid, user.gid).map(|()| tmp),
+                    None => Ok(tmp),
+                });
+            match (input, artifact, tmp) {
+                (Ok(input), Ok(artifact), Ok(tmp)) => Ok((dir.path(), input, artifact, tmp)),
+                (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
                     Err(format!("{}: {error}", dir.path().display()))
                 }
             }
         });
-        let (workdir, input_path, artifact_path) = match written {
+        let (workdir, input_path, artifact_path, tmp_dir) = match written {
             Ok(paths) => paths,
             Err(error) => {
                 let reason = format!(
@@ -913,7 +927,7 @@ impl JobRun {
                 };
             }
         };
-        let env = vec![
+        let job_values = vec![
             (
                 "EDGERUNNER_JOB_ID".to_owned(),
                 assignment.job_id().as_str().to_owned(),
@@ -939,6 +953,7 @@ impl JobRun {
                 artifact_path.display().to_string(),
             ),
         ];
+        let env = self.config.job_env.for_job(&tmp_dir, job_values);
 
         let wall_seconds = assignment.wall_seconds();
         let started = json!({
@@ -972,6 +987,7 @@ impl JobRun {
             current_dir: self.config.exec_dir.clone(),
             wall_limit: wall_seconds.map(Duration::from_secs),
             grace: self.config.grace,
+            run_as: self.config.run_as,
         };
         let (lines, received) = mpsc::channel(1024);
         let started_at = Instant::now();

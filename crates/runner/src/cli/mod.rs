@@ -9,7 +9,7 @@
 //! - `edgerunner admin …`: the admin REST operations ([`crate::admin`]).
 //!
 //! Exit status: 0 on success, 1 when the command failed (invalid input, a refusal, a bundle
-//! that does not verify), 2 on a usage error.
+//! that does not verify), 2 on a usage error (clap's, and [`CliError::Usage`]).
 
 use core::fmt;
 use std::io::{self, Read, Write};
@@ -173,9 +173,11 @@ pub fn print_json(value: &Value) -> Result<(), CliError> {
     writeln!(stdout, "{text}").map_err(|error| CliError::Output(error.to_string()))
 }
 
-/// Why a command failed. Every variant exits 1.
+/// Why a command failed. Every variant but [`CliError::Usage`] exits 1.
 #[derive(Debug)]
 pub enum CliError {
+    /// Arguments clap accepted but the command refuses (exit 2, as clap's own).
+    Usage(String),
     InvalidJson(String),
     Input(String),
     Output(String),
@@ -189,7 +191,10 @@ pub enum CliError {
 
 impl CliError {
     pub fn exit_code(&self) -> u8 {
-        1
+        match self {
+            Self::Usage(_) => 2,
+            _ => 1,
+        }
     }
 }
 
@@ -215,7 +220,7 @@ impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::InvalidJson(detail) => write!(f, "invalid JSON: {detail}"),
-            Self::Input(detail) | Self::Failed(detail) => f.write_str(detail),
+            Self::Input(detail) | Self::Failed(detail) | Self::Usage(detail) => f.write_str(detail),
             Self::Output(detail) => write!(f, "cannot write output: {detail}"),
             Self::Client(error) => error.fmt(f),
             Self::Config(error) => error.fmt(f),

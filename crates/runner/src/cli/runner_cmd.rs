@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use clap::{Args, Subcommand, ValueEnum};
 use edgerunner_protocol::envelope::ServedTarget;
 use edgerunner_protocol::keypair::sign_enrollment;
@@ -20,10 +22,13 @@ use super::{json_argument, print_json, CliError};
 use crate::client::{enroll, RunnerClient};
 use crate::config::{self, IdentityInputs, RunnerConfig};
 use crate::evidence::{EvidenceApi, EvidenceSource};
+use crate::exec::RunAs;
 use crate::heartbeat::HeartbeatConfig;
 use crate::http::{ClientError, Http};
+use crate::job_env::{self, JobEnvError, JobEnvironment, PassEnv};
 use crate::keyfile;
 use crate::report::{self, Format, LogLayer, Terminal};
+use crate::session::Credentials;
 use crate::stream::BatchLimits;
 use crate::workdir::RunnerWorkDir;
 use crate::worker::{JobOutcome, Progress, ShutdownState, Worker, WorkerConfig};
@@ -34,7 +39,7 @@ pub enum RunnerCommand {
     /// approves its fingerprint
     Enroll(EnrollArgs),
     /// Claim jobs up to capacity and run a shell command for each
-    Start(StartArgs),
+    Start(Box<StartArgs>),
     /// Show this runner's record as the server has it
     Whoami(IdentityArgs),
 }
@@ -95,8 +100,22 @@ impl IdentityArgs {
     }
 
     fn client(&self) -> Result<(RunnerClient, &'static str), CliError> {
+        let resolved = self.resolve()?;
+        Ok((resolved.client, resolved.model))
+    }
+
+    fn resolve(&self) -> Result<Resolved, CliError> {
         let path = self.config_path();
         let file = config::load(&path)?;
+        let pass_env = file
+            .as_ref()
+            .map(|f| f.pass_env.clone())
+            .unwrap_or_default();
+        let mut secrets: Vec<String> = file
+            .as_ref()
+            .and_then(|f| f.bootstrap_token.clone())
+            .into_iter()
+            .collect();
         let identity = config::resolve(
             IdentityInputs {
                 server: self.server.clone(),
@@ -109,11 +128,34 @@ impl IdentityArgs {
             file,
         )?;
         let model = identity.model();
+        secrets.push(match &identity.credentials {
+            Credentials::Bootstrap { token, .. } => token.expose().to_owned(),
+            Credentials::KeyPair(key) => STANDARD.encode(key.to_seed()),
+        });
         let http = Http::new(&identity.server)?;
         let client =
             RunnerClient::new(http, identity.credentials).with_expected_binding(identity.expected);
-        Ok((client, model))
+        Ok(Resolved {
+            client,
+            model,
+            config_path: path,
+            pass_env,
+            key_file: identity.key_file,
+            secrets,
+        })
     }
+}
+
+/// The runner's identity, and what `runner start` must keep from its jobs.
+struct Resolved {
+    client: RunnerClient,
+    model: &'static str,
+    config_path: PathBuf,
+    /// The config file's `passEnv`.
+    pass_env: Vec<String>,
+    key_file: Option<PathBuf>,
+    /// The credentials as values: the bootstrap token (the config file's too) or the key.
+    secrets: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -169,9 +211,21 @@ pub struct StartArgs {
     /// The shell command run for each job (`sh -c`), in the directory `runner start` was
     /// started in (so `./evaluate.sh` is found there), with EDGERUNNER_WORKDIR (the job's own
     /// private directory, for its files), EDGERUNNER_INPUT and EDGERUNNER_ARTIFACT (files in
-    /// it), EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID and EDGERUNNER_ATTEMPT set
+    /// it), EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID and EDGERUNNER_ATTEMPT set. It starts from an
+    /// empty environment: only PATH, HOME, LANG, LC_*, TZ, TMPDIR (a private directory in
+    /// EDGERUNNER_WORKDIR) and what --pass-env names; never the runner's credentials
     #[arg(long = "exec", value_name = "COMMAND")]
     pub command: String,
+    /// A variable of the runner's environment jobs also get; repeatable (with the config
+    /// file's "passEnv", at most 64). EVALGATE_*, EDGERUNNER_* and TMPDIR are refused: they are
+    /// the runner's settings and credentials, and what it sets for each job itself
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// Run each job's command as this OS user (uid and primary group, HOME its home), its job
+    /// directory handed to it; only when the runner runs as root. The start directory and
+    /// --work-dir must be reachable by that user
+    #[arg(long, value_name = "USER")]
+    pub run_as: Option<String>,
     /// Jobs at once [default: the runner's maxConcurrentJobs]
     #[arg(long)]
     pub capacity: Option<usize>,
@@ -234,6 +288,35 @@ pub struct StartArgs {
     pub evaluation_run_field: String,
 }
 
+/// The `--run-as` user: its ids and home. Only root may run commands as another user, and
+/// running them as root would give them the runner's every file.
+fn run_as_user(name: &str) -> Result<(RunAs, std::ffi::OsString), CliError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::Usage(format!(
+            "--run-as {name}: only a runner running as root can run jobs as another user"
+        )));
+    }
+    let user = nix::unistd::User::from_name(name)
+        .map_err(|error| CliError::Failed(format!("--run-as {name}: {error}")))?
+        .ok_or_else(|| CliError::Usage(format!("--run-as {name}: no such user")))?;
+    if user.uid.is_root() {
+        return Err(CliError::Usage(format!(
+            "--run-as {name}: that is root, the runner's own user; name an unprivileged one"
+        )));
+    }
+    Ok((
+        RunAs {
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+        },
+        user.dir.into_os_string(),
+    ))
+}
+
+fn usage(error: JobEnvError) -> CliError {
+    CliError::Usage(error.to_string())
+}
+
 fn batch_bytes(text: &str) -> Result<usize, String> {
     let bytes: usize = text
         .parse()
@@ -260,7 +343,7 @@ fn seconds(text: &str) -> Result<Duration, String> {
 pub async fn run(command: RunnerCommand) -> Result<ExitCode, CliError> {
     match command {
         RunnerCommand::Enroll(args) => enroll_runner(args).await,
-        RunnerCommand::Start(args) => start(args).await,
+        RunnerCommand::Start(args) => start(*args).await,
         RunnerCommand::Whoami(args) => whoami(args).await,
     }
 }
@@ -472,6 +555,17 @@ fn parse_served_target(text: &str) -> Result<ServedTarget, CliError> {
 }
 
 async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
+    // A job runs as this user unless --run-as says otherwise, and a process may read its own
+    // user's processes: the runner's environment (its bootstrap token) in /proc/<pid>/environ,
+    // its memory (the session credential, the job-signing secret) through ptrace. A process
+    // that is not dumpable is closed to them; the flag is not inherited across exec, so jobs
+    // are unaffected.
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_dumpable(false).map_err(|error| {
+        CliError::Failed(format!(
+            "cannot close this process to its jobs (prctl PR_SET_DUMPABLE): {error}"
+        ))
+    })?;
     if args.heartbeat_interval.is_zero()
         || args.heartbeat_interval * 2 > Duration::from_secs(u64::from(args.lease_seconds))
     {
@@ -493,7 +587,44 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             "cannot tell the current directory, where --exec runs: {error}"
         ))
     })?;
-    let (client, model) = args.identity.client()?;
+    let Resolved {
+        client,
+        model,
+        config_path,
+        pass_env,
+        key_file,
+        mut secrets,
+    } = args.identity.resolve()?;
+    let job_env = {
+        let pass = PassEnv::parse(args.pass_env.iter().chain(&pass_env)).map_err(usage)?;
+        secrets.extend(args.evidence_api_key.clone());
+        secrets.extend(std::env::var("EDGERUNNER_API_KEY").ok());
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        JobEnvironment::new(std::env::vars_os(), &pass, &secrets).map_err(usage)?
+    };
+    let (run_as, job_env) = match &args.run_as {
+        None => (None, job_env),
+        Some(name) => {
+            let (user, home) = run_as_user(name)?;
+            (Some(user), job_env.with_home(home))
+        }
+    };
+    job_env::check_files_outside(
+        &exec_dir,
+        &[
+            ("config file", config_path.as_path()),
+            ("key file", key_file.as_deref().unwrap_or(Path::new(""))),
+        ],
+    )
+    .map_err(|error| CliError::Failed(error.to_string()))?;
+    if !job_env.missing().is_empty() {
+        warn!(
+            event = "runner.pass_env_unset",
+            "--pass-env names what this runner's environment does not have, so jobs do not get \
+             it: {}",
+            job_env.missing().join(", ")
+        );
+    }
     let served = args
         .served_targets
         .iter()
@@ -518,6 +649,14 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     let work_parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_dir = RunnerWorkDir::create_in(&work_parent)
         .map_err(|error| CliError::Failed(error.to_string()))?;
+    if run_as.is_some() {
+        work_dir.allow_passing_through().map_err(|error| {
+            CliError::Failed(format!(
+                "cannot open {} to the --run-as user: {error}",
+                work_dir.path().display()
+            ))
+        })?;
+    }
     let evidence = EvidenceSource {
         input_field: Some(args.evaluation_run_field.clone()).filter(|f| !f.is_empty()),
         api: args
@@ -539,6 +678,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         command = args.command.as_str(),
         exec_dir = %exec_dir.display(),
         evidence = if evidence.api.is_some() { "api-key" } else { "input-field" },
+        job_env = job_env.names().join(",").as_str(),
         "runner {runner_id} ({model}) claiming up to {capacity} job(s) at once; running `{}` \
          in {} per job",
         args.command,
@@ -567,6 +707,8 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
                 max_delay: Duration::from_millis(args.batch_millis),
             },
             evidence,
+            job_env,
+            run_as,
         },
     );
     // A status line only where a person watches: human lines on a terminal.

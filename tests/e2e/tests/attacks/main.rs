@@ -10,4 +10,5 @@ mod enrollment;
 mod gate;
 mod job_env;
 mod keys;
+mod redirects;
 mod runner_files;
