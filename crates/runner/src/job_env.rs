@@ -359,7 +359,10 @@ mod tests {
                 "TZ"
             ]
         );
-        assert_eq!(job["TMPDIR"], "/srv/jobs/job-1/tmp", "not the runner's TMPDIR");
+        assert_eq!(
+            job["TMPDIR"], "/srv/jobs/job-1/tmp",
+            "not the runner's TMPDIR"
+        );
         assert_eq!(job["LC_NUMERIC"], "de_DE.UTF-8");
         assert_eq!(job["PATH"], "/usr/local/bin:/usr/bin:/bin");
         let all = format!("{job:?}");
