@@ -4,6 +4,8 @@
 //! route cannot forget to authenticate, and the two kinds of credential never cross: an API key
 //! on a runner route and a runner credential on an admin route are both `401`.
 
+use std::cell::RefCell;
+
 use edgerunner_protocol::credential::{self, CredentialError, VerifiedCredential};
 use edgerunner_protocol::envelope::MasterSigningSecret;
 use serde::{Deserialize, Serialize};
@@ -11,6 +13,7 @@ use worker::{Env, Request};
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::bearer_token;
+use crate::memo::Expiring;
 use crate::platform::secret_hash;
 use crate::store::{api_keys, runners};
 use crate::Ctx;
@@ -125,10 +128,18 @@ impl PresentedKey {
         &self.hash
     }
 
+    /// Whether this isolate authenticated this key within [`KEY_MEMORY_MILLIS`]. Never a
+    /// reason to let a caller in: a route that reads its body before its key's lookup (to send
+    /// that lookup in its one read) does so only for a key seen valid, and asks D1 first for
+    /// any other, so a caller without a live key never gets its body read.
+    pub(crate) fn recently_authenticated(&self, now: i64) -> bool {
+        AUTHENTICATED.with(|memo| memo.borrow().until(&self.hash, now).is_some())
+    }
+
     /// The caller, from the key's row as read (`None`: no such key): `401` for an unknown or
     /// revoked key, counted against the request's network (`429` once it has failed too many).
     pub(crate) async fn caller(
-        self,
+        &self,
         req: &Request,
         ctx: &Ctx,
         row: Option<api_keys::ApiKeyRow>,
@@ -138,6 +149,10 @@ impl PresentedKey {
             return Err(ApiError::unauthorized("unknown or revoked API key"));
         };
         let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
+        AUTHENTICATED.with(|memo| {
+            memo.borrow_mut()
+                .remember(&self.hash, ctx.now + KEY_MEMORY_MILLIS, ctx.now)
+        });
         Ok(AdminCaller {
             organization_id: row.organization_id.clone(),
             key_id: row.id.clone(),
@@ -146,6 +161,18 @@ impl PresentedKey {
             key: row,
         })
     }
+}
+
+/// How long an isolate remembers that a key authenticated ([`PresentedKey::recently_authenticated`]).
+const KEY_MEMORY_MILLIS: i64 = 5 * 60 * 1000;
+
+/// The most keys one isolate remembers as authenticated; past it a key is simply looked up
+/// before its body is read, one D1 read more.
+const MAX_REMEMBERED_KEYS: usize = 1024;
+
+thread_local! {
+    /// Key hash → when its memory ends. A Worker isolate runs one thread.
+    static AUTHENTICATED: RefCell<Expiring> = RefCell::new(Expiring::new(MAX_REMEMBERED_KEYS));
 }
 
 /// The signing root, or `503` when it is missing or too short to be trusted.

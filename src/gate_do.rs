@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State};
 
 use crate::error::{ApiError, ApiResult};
+use crate::memo::Expiring;
 use crate::objects::{self, read_request, respond, Reply, GATES};
 use crate::platform::now_ms;
 use crate::Ctx;
@@ -126,7 +127,7 @@ pub(crate) async fn count_failed_key(ctx: &Ctx, req: &Request) -> ApiResult<()> 
     };
     if let Some(seconds) = refusal.retry_after() {
         let until = ctx.now + i64::try_from(seconds).unwrap_or(60) * 1000;
-        remember_refused(address(req), until, ctx.now);
+        remember_refused(&address(req), until, ctx.now);
     }
     Err(refusal)
 }
@@ -142,8 +143,8 @@ pub(crate) fn refused_network(req: &Request, now: i64) -> ApiResult<()> {
 
 /// The seconds left of `network`'s remembered refusal, if one is running at `now`.
 fn refused_for(network: &str, now: i64) -> Option<u64> {
-    let until = REFUSED.with(|map| map.borrow().get(network).copied())?;
-    (until > now).then(|| u64::try_from((until - now + 999) / 1000).unwrap_or(60))
+    let until = REFUSED.with(|memo| memo.borrow().until(network, now))?;
+    Some(u64::try_from((until - now + 999) / 1000).unwrap_or(60))
 }
 
 /// The most networks one isolate remembers as refused. Past it, expired entries are dropped;
@@ -153,20 +154,11 @@ const MAX_REMEMBERED_NETWORKS: usize = 1024;
 
 thread_local! {
     /// Network → the time (ms) its failed-key window ends. A Worker isolate runs one thread.
-    static REFUSED: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
+    static REFUSED: RefCell<Expiring> = RefCell::new(Expiring::new(MAX_REMEMBERED_NETWORKS));
 }
 
-fn remember_refused(network: String, until: i64, now: i64) {
-    REFUSED.with(|map| {
-        let mut map = map.borrow_mut();
-        if map.len() >= MAX_REMEMBERED_NETWORKS && !map.contains_key(&network) {
-            map.retain(|_, end| *end > now);
-            if map.len() >= MAX_REMEMBERED_NETWORKS {
-                return;
-            }
-        }
-        map.insert(network, until);
-    });
+fn remember_refused(network: &str, until: i64, now: i64) {
+    REFUSED.with(|memo| memo.borrow_mut().remember(network, until, now));
 }
 
 #[derive(Clone, Copy)]
@@ -232,29 +224,14 @@ impl AddressGate {
 
 #[cfg(test)]
 mod tests {
-    use super::{refused_for, remember_refused, MAX_REMEMBERED_NETWORKS};
+    use super::{refused_for, remember_refused};
 
     #[test]
     fn a_refused_network_is_remembered_until_its_window_ends() {
-        remember_refused("192.0.2.1".to_owned(), 61_000, 1_000);
+        remember_refused("192.0.2.1", 61_000, 1_000);
         assert_eq!(refused_for("192.0.2.1", 1_000), Some(60));
         assert_eq!(refused_for("192.0.2.1", 60_500), Some(1));
         assert_eq!(refused_for("192.0.2.1", 61_000), None);
         assert_eq!(refused_for("192.0.2.2", 1_000), None, "only that network");
-    }
-
-    #[test]
-    fn the_memory_is_bounded_and_makes_room_from_expired_entries() {
-        for n in 0..MAX_REMEMBERED_NETWORKS {
-            remember_refused(format!("n{n}"), 10_000, 0);
-        }
-        // Full, nothing expired: the next network is not remembered (the gate still counts).
-        remember_refused("late".to_owned(), 10_000, 0);
-        assert_eq!(refused_for("late", 0), None);
-        assert_eq!(refused_for("n0", 0), Some(10));
-        // Once the others have expired, there is room again.
-        remember_refused("later".to_owned(), 30_000, 20_000);
-        assert_eq!(refused_for("later", 20_000), Some(10));
-        assert_eq!(refused_for("n0", 20_000), None);
     }
 }

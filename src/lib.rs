@@ -8,7 +8,7 @@
 //! - [`store`]: named SQL, one module per table group; guarded writes with checked row counts.
 //! - [`job_do`]: `JobObject`, one Durable Object per job, the single writer of that job's rows.
 //! - [`runner_do`]: `RunnerObject`, one Durable Object per runner, which serializes its claims.
-//! - [`gate_do`]: `AddressGate`, one Durable Object per client address: rate limits for callers
+//! - [`gate_do`]: `AddressGate`, one Durable Object per client network: rate limits for callers
 //!   without a credential.
 //! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
@@ -19,6 +19,8 @@
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
 //!   path, which the router enforces (`405`) before the route table.
 //! - [`http`], [`platform`]: request parsing; the clock and randomness.
+//! - [`memo`]: small bounded per-isolate memories that skip safe work (refused networks,
+//!   recently authenticated keys), never authorities.
 //!
 //! Protocol rules (hashing, envelopes, chains, matching, state machines) live in the
 //! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects and D1.
@@ -34,6 +36,7 @@ mod gate_do;
 mod grant;
 mod http;
 mod job_do;
+mod memo;
 mod objects;
 mod openapi;
 mod ops;

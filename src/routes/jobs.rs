@@ -29,13 +29,22 @@ use crate::Ctx;
 const ENVIRONMENTS: [&str; 3] = ["dev", "staging", "prod"];
 
 pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    // The body is checked before the key is looked up (its checks need no D1), so that the
-    // lookup rides in the enqueue's one read. A refused body is answered only to a caller the
-    // key authenticates: anyone else still gets 401 or 403 first. No body is read for a
-    // missing key, one not of a key's form, or a network refused for failed keys
-    // (`PresentedKey::of` settles those without I/O); a well-formed unknown key costs one
-    // capped body read and counts as a failure, so a network gets few of those.
+    // The key is settled before the body is read, and its lookup still rides in the enqueue's
+    // one read: `PresentedKey::of` refuses, without I/O, a missing key, one not of a key's form
+    // and a network refused for failed keys; a key this isolate has not seen authenticate
+    // lately is looked up (and its scope checked) before the body, one read more for a
+    // client's first enqueue; a key seen lately goes straight to the body, and the one read
+    // below authenticates it again (revoked since: 401). So nobody without a live key gets a
+    // body read. A refused body is answered only to a caller the key authenticates: anyone
+    // else still gets 401 or 403 first.
     let presented = PresentedKey::of(&req, ctx)?;
+    if !presented.recently_authenticated(ctx.now) {
+        let row = api_keys::by_hash(&ctx.db, presented.hash()).await?;
+        presented
+            .caller(&req, ctx, row)
+            .await?
+            .require(Scope::RunsWrite)?;
+    }
     let body = match json_object(&mut req).await {
         Ok(body) => body,
         Err(refused) => return Err(refusal_for_caller(&req, ctx, refused).await),
