@@ -44,10 +44,11 @@ pub const MAX_PASS_ENV: usize = 64;
 pub const MAX_NAME_BYTES: usize = 128;
 
 /// The runner's credentials by the names it reads them from (or names their files with).
-pub const CREDENTIAL_NAMES: [&str; 5] = [
+pub const CREDENTIAL_NAMES: [&str; 6] = [
     "EVALGATE_RUNNER_BOOTSTRAP_TOKEN",
     "EDGERUNNER_API_KEY",
     "EDGERUNNER_EVIDENCE_API_KEY",
+    "EDGERUNNER_ENROLLMENT_TOKEN",
     "EDGERUNNER_KEY_FILE",
     "EDGERUNNER_CONFIG",
 ];

@@ -599,6 +599,8 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         let pass = PassEnv::parse(args.pass_env.iter().chain(&pass_env)).map_err(usage)?;
         secrets.extend(args.evidence_api_key.clone());
         secrets.extend(std::env::var("EDGERUNNER_API_KEY").ok());
+        // `runner enroll` reads it; one left in the environment is still a secret.
+        secrets.extend(std::env::var("EDGERUNNER_ENROLLMENT_TOKEN").ok());
         let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
         JobEnvironment::new(std::env::vars_os(), &pass, &secrets).map_err(usage)?
     };
