@@ -110,7 +110,6 @@ const FLOOR_TRIES: u32 = 3;
 
 /// The bounds of `--lifecycle-only`: each runner is registered for the run, and the queue is
 /// seeded with a job per lifecycle (one SQL statement).
-
 const MAX_LIFECYCLE_RUNNERS: usize = 256;
 const MAX_LIFECYCLES_PER_RUNNER: usize = 1000;
 const MAX_LIFECYCLE_ROUNDS: usize = 50;
