@@ -519,13 +519,11 @@ fn lifetime_seconds(text: &str) -> Result<u32, String> {
 
 fn render_enrollment_token(answer: &Value, server: &str) -> String {
     format!(
-        "enrollment token {} ({}) — {} use(s), expires {}
-         the token (shown once; give it to the runner's operator):
-  {}
-
-         Enroll a runner with:
-  EDGERUNNER_ENROLLMENT_TOKEN={} edgerunner runner enroll --server {server} \\
-             --organization <organization id> --execution-kind <kind> --runtime <runtime>",
+        "enrollment token {} ({}) — {} use(s), expires {}\n\
+         the token (shown once; give it to the runner's operator):\n  {}\n\n\
+         Enroll a runner with:\n  \
+         EDGERUNNER_ENROLLMENT_TOKEN={} edgerunner runner enroll --server {server} \\\n      \
+         --organization <organization id> --execution-kind <kind> --runtime <runtime>",
         text(answer, "id"),
         text(answer, "name"),
         text(answer, "maxUses"),
@@ -1058,6 +1056,28 @@ fn render_job(job: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_enrollment_token_prints_once_with_a_line_to_copy() {
+        let answer = serde_json::json!({
+            "id": "ent_1", "name": "rack 4", "maxUses": 2, "expiresAt": "2026-12-05T00:00:00Z",
+            "enrollmentToken": "ere_abc",
+        });
+        let rendered = render_enrollment_token(&answer, "https://runners.example");
+        let lines: Vec<&str> = rendered.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "enrollment token ent_1 (rack 4) — 2 use(s), expires 2026-12-05T00:00:00Z",
+                "the token (shown once; give it to the runner's operator):",
+                "  ere_abc",
+                "",
+                "Enroll a runner with:",
+                "  EDGERUNNER_ENROLLMENT_TOKEN=ere_abc edgerunner runner enroll --server https://runners.example \\",
+                "      --organization <organization id> --execution-kind <kind> --runtime <runtime>",
+            ]
+        );
+    }
 
     #[test]
     fn tables_align_columns() {
