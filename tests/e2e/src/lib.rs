@@ -105,6 +105,64 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{n}-{tail}")
 }
 
+/// A scratch directory of its own (`<temp>/edgerunner-e2e-<name>-…`), removed when dropped.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(unique(&format!("edgerunner-e2e-{name}")));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Self(dir)
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// A fresh directory inside, made now.
+    pub fn dir(&self, name: &str) -> PathBuf {
+        let dir = self.path(name);
+        std::fs::create_dir_all(&dir).expect("directory");
+        dir
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits for `child` (its stdout and stderr piped) to exit, at most `limit`, and returns its
+/// output; past the limit it is killed and the test fails with its stderr.
+pub async fn output_within(
+    mut child: std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::Output {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("output");
+            panic!(
+                "{what} did not exit within {limit:?}; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn hex_lower(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -28,27 +28,6 @@ fn bin() -> PathBuf {
     PathBuf::from(required_env("EDGERUNNER_BIN"))
 }
 
-/// A scratch directory removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(unique(&format!("edgerunner-cli-{name}")));
-        std::fs::create_dir_all(&dir).expect("scratch directory");
-        Self(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// `edgerunner ARGS` with a clean environment (none of the caller's EVALGATE_* or config).
 fn command(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(bin());

@@ -22,27 +22,6 @@ use serde_json::{json, Value};
 // The binary
 // ---------------------------------------------------------------------------------------------
 
-/// A scratch directory removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(unique(&format!("edgerunner-cli-admin-{name}")));
-        std::fs::create_dir_all(&dir).expect("scratch directory");
-        Self(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// `edgerunner admin --server BASE ARGS` with the key in the environment and nothing else of
 /// the caller's.
 fn admin_command(org: &Org, args: &[&str]) -> Command {

@@ -9,9 +9,9 @@
 //! for each secret in it; beside each absence, a control that the stream holds what the job
 //! was meant to see.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgerunner_e2e::jobs::*;
 use edgerunner_e2e::*;
@@ -21,34 +21,6 @@ use serde_json::{json, Value};
 /// and its TMPDIR.
 const PRINT_ENV: &str = "env; echo '--- workdir'; ls -la \"$EDGERUNNER_WORKDIR\"; \
                          echo '--- start dir'; ls -la .; echo '--- tmp'; ls -la \"$TMPDIR\"";
-
-/// A scratch directory removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(unique(&format!("edgerunner-attack-{name}")));
-        std::fs::create_dir_all(&dir).expect("scratch directory");
-        Self(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// A fresh directory inside, made now.
-    fn dir(&self, name: &str) -> PathBuf {
-        let dir = self.path(name);
-        std::fs::create_dir_all(&dir).expect("directory");
-        dir
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// `edgerunner ARGS` in `dir` with exactly `env` (and PATH, HOME, a private XDG_CONFIG_HOME).
 fn edgerunner(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
@@ -90,21 +62,10 @@ async fn run_runner(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, 
         work.to_str().expect("UTF-8 path"),
     ];
     all.extend_from_slice(args);
-    let mut child = edgerunner(scratch, dir, &all, env)
+    let child = edgerunner(scratch, dir, &all, env)
         .spawn()
         .expect("edgerunner starts");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("output");
-            panic!("the runner did not exit within 90 s: {}", shown(&output));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    output_within(child, Duration::from_secs(90), "the runner").await
 }
 
 /// The job's whole stored stream, read page by page as `admin jobs logs` reads it: the pages'
@@ -336,7 +297,7 @@ async fn a_key_pair_runners_key_and_config_stay_out_of_its_jobs() {
     let base = base_url();
     let output = edgerunner(
         &scratch,
-        &scratch.0,
+        scratch.root(),
         &[
             "runner",
             "enroll",

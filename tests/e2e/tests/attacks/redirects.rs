@@ -12,7 +12,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgerunner_e2e::*;
 
@@ -97,16 +97,10 @@ fn serve(mut stream: TcpStream, record: &Mutex<Vec<String>>, answer: String) {
     let _ = stream.write_all(answer.as_bytes());
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(unique(&format!("edgerunner-attack-{name}")));
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
-}
-
 /// `edgerunner ARGS` with exactly `env` (and PATH, a private XDG_CONFIG_HOME), run to its end
 /// (at most 60 s).
 async fn edgerunner(dir: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(required_env("EDGERUNNER_BIN"))
+    let child = Command::new(required_env("EDGERUNNER_BIN"))
         .args(args)
         .current_dir(dir)
         .env_clear()
@@ -118,28 +112,15 @@ async fn edgerunner(dir: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> Outpu
         .stderr(Stdio::piped())
         .spawn()
         .expect("edgerunner starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("output");
-            panic!(
-                "edgerunner {args:?} did not exit within 60 s: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    output_within(child, Duration::from_secs(60), "edgerunner").await
 }
 
 #[tokio::test]
 async fn a_runner_redirected_by_its_server_exits_naming_the_location_and_keeps_its_token() {
     let org = bootstrap_org("attack-redirect-runner");
     let (runner_id, token) = register_simple_runner(&org, "redirected").await;
-    let dir = scratch("redirect-runner");
+    let scratch = Scratch::new("redirect-runner");
+    let dir = scratch.root().to_path_buf();
     let base = base_url();
 
     // The control: these credentials work against the real server.
@@ -200,7 +181,8 @@ async fn a_runner_redirected_by_its_server_exits_naming_the_location_and_keeps_i
 #[tokio::test]
 async fn an_admin_command_redirected_by_its_server_keeps_its_api_key() {
     let org = bootstrap_org("attack-redirect-admin");
-    let dir = scratch("redirect-admin");
+    let scratch = Scratch::new("redirect-admin");
+    let dir = scratch.root().to_path_buf();
     let base = base_url();
     let admin = |server: String| {
         let dir = dir.clone();
