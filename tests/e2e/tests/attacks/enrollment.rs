@@ -444,6 +444,7 @@ async fn only_an_admin_key_sets_the_policy_or_handles_tokens_and_every_bound_is_
             "INVALID_EXPIRES_IN",
         ),
         (json!({ "name": "" }), "INVALID_FIELD"),
+        (json!({ "name": "n".repeat(201) }), "INVALID_FIELD"),
         (json!({ "name": "a\nb" }), "INVALID_CHARACTERS"),
         (json!({ "uses": 3 }), "UNKNOWN_FIELD"),
     ] {
