@@ -7,14 +7,13 @@
 use std::cell::RefCell;
 
 use edgerunner_protocol::credential::{self, CredentialError, VerifiedCredential};
-use edgerunner_protocol::envelope::MasterSigningSecret;
-use serde::{Deserialize, Serialize};
-use worker::{Env, Request};
+use worker::Request;
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::bearer_token;
 use crate::memo::Expiring;
 use crate::platform::secret_hash;
+use crate::secrets::master_secret;
 use crate::store::{api_keys, runners};
 use crate::Ctx;
 
@@ -116,7 +115,7 @@ impl PresentedKey {
                 "not an API key: keys are erk_ and 64 lowercase hex digits",
             ));
         }
-        crate::gate_do::refused_network(req, ctx.now)?;
+        crate::objects::gate::refused_network(req, ctx.now)?;
         // Looked up by hash: the stored value is useless to a reader of the database, and
         // equality of two SHA-256 digests reveals nothing about the key through timing.
         Ok(Self {
@@ -145,7 +144,7 @@ impl PresentedKey {
         row: Option<api_keys::ApiKeyRow>,
     ) -> ApiResult<AdminCaller> {
         let Some(row) = row.filter(|row| row.revoked_at.is_none()) else {
-            crate::gate_do::count_failed_key(ctx, req).await?;
+            crate::objects::gate::count_failed_key(&ctx.env, ctx.db.trips(), req, ctx.now).await?;
             return Err(ApiError::unauthorized("unknown or revoked API key"));
         };
         let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
@@ -173,59 +172,6 @@ const MAX_REMEMBERED_KEYS: usize = 1024;
 thread_local! {
     /// Key hash → when its memory ends. A Worker isolate runs one thread.
     static AUTHENTICATED: RefCell<Expiring> = RefCell::new(Expiring::new(MAX_REMEMBERED_KEYS));
-}
-
-/// The signing root, or `503` when it is missing or too short to be trusted.
-pub(crate) fn master_secret(env: &Env) -> Result<MasterSigningSecret, SecretRefusal> {
-    let secret = configured_secret(env, "REMOTE_RUNNER_SIGNING_SECRET")?;
-    MasterSigningSecret::new(secret).map_err(|_| SecretRefusal::SigningSecretTooShort)
-}
-
-/// A configured secret that may not be used. Typed rather than an [`ApiError`] because a job's
-/// object needs the signing root too, and answers this refusal to the edge across its wire.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) enum SecretRefusal {
-    /// The secret `name` is the value `.dev.vars.example` ships.
-    Placeholder(String),
-    /// `REMOTE_RUNNER_SIGNING_SECRET` is unset or shorter than [`MIN_SECRET_CHARS`].
-    SigningSecretTooShort,
-}
-
-impl From<SecretRefusal> for ApiError {
-    fn from(refusal: SecretRefusal) -> Self {
-        match refusal {
-            SecretRefusal::Placeholder(name) => ApiError::unavailable(
-                "SECRET_IS_PLACEHOLDER",
-                format!("{name} is the placeholder from .dev.vars.example; set a random value of at least {MIN_SECRET_CHARS} characters"),
-            ),
-            SecretRefusal::SigningSecretTooShort => ApiError::unavailable(
-                "SIGNING_SECRET_TOO_SHORT",
-                format!("REMOTE_RUNNER_SIGNING_SECRET must be configured with at least {MIN_SECRET_CHARS} characters"),
-            ),
-        }
-    }
-}
-
-/// The shortest secret we accept, for both `REMOTE_RUNNER_SIGNING_SECRET` and `CRON_SECRET`.
-const MIN_SECRET_CHARS: usize = 32;
-
-/// What `.dev.vars.example` ships: a value every reader of the repository knows.
-const PLACEHOLDER_PREFIX: &str = "replace-with-";
-
-/// A secret as configured, refused (`503`, naming the secret and why) when it is the shipped
-/// placeholder. Unset reads as empty; the caller decides what empty means.
-fn configured_secret(env: &Env, name: &str) -> Result<String, SecretRefusal> {
-    let secret = env.secret(name).map(|s| s.to_string()).unwrap_or_default();
-    refuse_placeholder(name, &secret)?;
-    Ok(secret)
-}
-
-fn refuse_placeholder(name: &str, secret: &str) -> Result<(), SecretRefusal> {
-    if secret.starts_with(PLACEHOLDER_PREFIX) {
-        return Err(SecretRefusal::Placeholder(name.to_owned()));
-    }
-    Ok(())
 }
 
 /// A runner whose credential we issued, that has not expired, whose generation is still the
@@ -279,30 +225,9 @@ pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> 
     Ok(RunnerCaller { runner })
 }
 
-/// Whether `token` is the configured `CRON_SECRET`, compared in constant time. An unset secret
-/// matches nothing; one that is set but shorter than 32 characters, or the shipped placeholder,
-/// is refused with `503` naming it, so a weak secret is never usable.
-pub(crate) fn is_cron_secret(env: &Env, token: &str) -> ApiResult<bool> {
-    let secret = configured_secret(env, "CRON_SECRET")?;
-    if secret.is_empty() {
-        return Ok(false);
-    }
-    if secret.chars().count() < MIN_SECRET_CHARS {
-        return Err(ApiError::unavailable(
-            "CRON_SECRET_TOO_SHORT",
-            format!("CRON_SECRET must be at least {MIN_SECRET_CHARS} characters"),
-        ));
-    }
-    Ok(edgerunner_protocol::envelope::constant_time_eq(
-        secret.as_bytes(),
-        token.as_bytes(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{is_api_key_form, refuse_placeholder};
-    use crate::error::ApiError;
+    use super::is_api_key_form;
 
     #[test]
     fn only_keys_of_the_minted_form_are_looked_up() {
@@ -319,22 +244,5 @@ mod tests {
         ] {
             assert!(!is_api_key_form(&bad), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn the_shipped_placeholders_are_refused_by_name() {
-        let example = include_str!("../.dev.vars.example");
-        let mut seen = 0;
-        for line in example
-            .lines()
-            .filter(|l| !l.starts_with('#') && l.contains('='))
-        {
-            let (name, value) = line.split_once('=').expect("KEY=VALUE");
-            let err = refuse_placeholder(name, value).expect_err(line);
-            assert_eq!(ApiError::from(err).code(), "SECRET_IS_PLACEHOLDER");
-            seen += 1;
-        }
-        assert_eq!(seen, 2, "both secrets of .dev.vars.example are checked");
-        assert!(refuse_placeholder("CRON_SECRET", &"a".repeat(64)).is_ok());
     }
 }

@@ -8,7 +8,7 @@
 //! *before* that read; while the stamp has not moved, a claim with the same credential and the
 //! same served targets would find nothing again, so it answers `204` without a D1 query (see
 //! `runner_do.rs`). A long-polling claim waits here for the stamp to move (the edge waits, see
-//! `routes::jobs::claim`).
+//! `routes::jobs::claim`). What it is asked and answers is in [`crate::objects::dispatch`].
 //!
 //! The stamp lives in memory only: a write per enqueue would cost more than it saves, and an
 //! object that was evicted starts a new **epoch** (a random id), so every stamp it handed out
@@ -36,39 +36,16 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::future::{select, Either};
-use serde::{Deserialize, Serialize};
-use serde_json::json;
 use worker::{durable_object, Delay, DurableObject, Env, Request, Response, Result, State};
 
-use crate::error::{ApiError, ApiResult};
-use crate::objects::{self, read_op, respond, Reply, DISPATCHERS};
-use crate::ops::DispatchOp;
+use crate::objects::dispatch::{DispatchOp, DispatchRefusal, Looked, Stamp, MAX_WAIT_MILLIS};
+use crate::objects::{answer, read_op};
 use crate::store::RoundTrips;
 
 /// How often one touch's wake may be passed on by woken claims that found nothing.
 pub(crate) const PASSES_PER_TOUCH: u32 = 4;
 /// Claims that may wait in one organization's dispatcher at once.
 pub(crate) const MAX_WAITERS: usize = 10_000;
-/// The longest wait a dispatcher holds (the claim's `waitSeconds` bound).
-pub(crate) const MAX_WAIT_MILLIS: u32 = 25_000;
-
-/// Where an organization's queue stands: the dispatcher's epoch and its count of touches.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Stamp {
-    pub(crate) epoch: String,
-    pub(crate) version: u64,
-}
-
-/// A look's answer: the stamp, and whether this caller was woken by a touch (or a wake passed
-/// on), rather than by the end of its wait or a stamp it had not seen yet.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Looked {
-    pub(crate) stamp: Stamp,
-    pub(crate) woken: bool,
-}
-
 struct Queue {
     stamp: Stamp,
     /// Passes left to the current version's wake ([`PASSES_PER_TOUCH`] after each touch).
@@ -142,30 +119,36 @@ impl DurableObject for Dispatcher {
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
-        let outcome = match read_op::<DispatchOp>(req).await {
+        let looked = match read_op::<DispatchOp>(req).await {
             Ok(DispatchOp::Touch { .. }) => Ok(self.touch()),
             Ok(DispatchOp::Look {
                 known,
                 wait_ms,
                 pass_on,
                 ..
-            }) => self.look(known, wait_ms, pass_on).await,
-            Err(err) => Err(err),
+            }) => Ok(self.look(known, wait_ms, pass_on).await),
+            Err(err) => {
+                worker::console_error!("dispatcher: {err:?}");
+                Err(DispatchRefusal::Internal)
+            }
         };
-        respond(outcome, &RoundTrips::default())
+        answer(&looked, &RoundTrips::default())
     }
 }
 
 impl Dispatcher {
-    fn touch(&self) -> Reply {
+    fn touch(&self) -> Looked {
         let mut queue = self.queue.borrow_mut();
         queue.touch();
-        looked_reply(&queue.stamp, false)
+        Looked {
+            stamp: queue.stamp.clone(),
+            woken: false,
+        }
     }
 
     /// The stamp now, or (when it is still `known` and the caller will wait) once it moves or
     /// the wait ends. `pass_on`: the caller was woken at `known` and found nothing.
-    async fn look(&self, known: Option<Stamp>, wait_ms: u32, pass_on: bool) -> ApiResult<Reply> {
+    async fn look(&self, known: Option<Stamp>, wait_ms: u32, pass_on: bool) -> Looked {
         let wait_ms = wait_ms.min(MAX_WAIT_MILLIS);
         let waiting = {
             let mut queue = self.queue.borrow_mut();
@@ -187,15 +170,11 @@ impl Dispatcher {
                 woken = picked;
             }
         }
-        Ok(looked_reply(&self.queue.borrow().stamp, woken))
+        Looked {
+            stamp: self.queue.borrow().stamp.clone(),
+            woken,
+        }
     }
-}
-
-fn looked_reply(stamp: &Stamp, woken: bool) -> Reply {
-    Reply::ok(json!(Looked {
-        stamp: stamp.clone(),
-        woken
-    }))
 }
 
 /// Resolves once a wake picked this waiter (`true`), or at once when the stamp had already
@@ -251,61 +230,6 @@ impl Drop for Moved {
             queue.waiters.remove(&self.id);
         }
     }
-}
-
-/// Tells organization `org`'s dispatcher that its claimable work may have changed. Called after
-/// the change committed, so it never fails the caller: a lost touch is logged, and the runners'
-/// quiet time bounds what it costs.
-pub(crate) async fn touch(env: &Env, org: &str) {
-    let op = DispatchOp::Touch {
-        organization_id: org.to_owned(),
-    };
-    if let Err(err) = call(env, &op).await {
-        worker::console_error!("dispatcher: touching {org} failed: {err:?}");
-    }
-}
-
-/// Organization `org`'s stamp, at once.
-pub(crate) async fn stamp(env: &Env, org: &str, known: Option<&Stamp>) -> ApiResult<Stamp> {
-    Ok(wait(env, org, known, 0, false).await?.stamp)
-}
-
-/// Organization `org`'s stamp: at once, or (when it is still `known`) after a wake reaches this
-/// caller or `wait_ms` pass. `pass_on`: the caller was woken at `known` and found nothing.
-pub(crate) async fn wait(
-    env: &Env,
-    org: &str,
-    known: Option<&Stamp>,
-    wait_ms: u32,
-    pass_on: bool,
-) -> ApiResult<Looked> {
-    let op = DispatchOp::Look {
-        organization_id: org.to_owned(),
-        known: known.cloned(),
-        wait_ms,
-        pass_on,
-    };
-    let reply = call(env, &op).await?;
-    serde_json::from_value(reply.body).map_err(ApiError::internal)
-}
-
-async fn call(env: &Env, op: &DispatchOp) -> ApiResult<Reply> {
-    let reply = objects::call(
-        env,
-        &RoundTrips::default(),
-        DISPATCHERS,
-        op.organization_id(),
-        op.name(),
-        op,
-    )
-    .await?;
-    if !reply.is_success() {
-        return Err(ApiError::internal(format!(
-            "dispatcher answered {}: {}",
-            reply.status, reply.body
-        )));
-    }
-    Ok(reply)
 }
 
 #[cfg(test)]

@@ -112,6 +112,7 @@ impl ApiError {
     }
 
     /// The `Retry-After` this answer carries, in seconds.
+    #[cfg(test)]
     pub(crate) fn retry_after(&self) -> Option<u64> {
         self.retry_after
     }

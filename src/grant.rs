@@ -28,10 +28,11 @@ use edgerunner_protocol::time::{Timestamp, UnixMillis};
 use serde_json::{json, Value};
 use worker::{D1PreparedStatement, Env};
 
-use crate::auth::master_secret;
 use crate::error::{ApiError, ApiResult};
+use crate::objects::job::JobRefusal;
+use crate::objects::runner::{ClaimGrant, GrantedClaim};
 use crate::platform::{random_bytes, rfc3339};
-use crate::replies::{ClaimGrant, GrantedClaim, JobRefusal};
+use crate::secrets::master_secret;
 use crate::store::{self, events, guards, jobs, runners, Db};
 
 /// How long a signed envelope may be acted on after it is issued.

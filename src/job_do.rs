@@ -34,13 +34,12 @@ use serde_json::{json, Value};
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State, Storage};
 
 use crate::error::{ApiError, ApiResult};
-use crate::objects::{answer, read_op};
-use crate::ops::{Holder, JobOp};
-use crate::platform::{alarm_delay, now_ms, rfc3339};
-use crate::replies::{
-    Cancelled, ChunkAccepted, CompletionDecision, EvidenceHolder, HeartbeatAnswer, JobRefusal,
-    JobReply, LeaseUse, LostClaim, Recovered, Released,
+use crate::objects::job::{
+    Cancelled, ChunkAccepted, CompletionDecision, EvidenceHolder, HandedBack, HeartbeatAnswer,
+    Holder, JobOp, JobRefusal, JobReply, LeaseUse, LostClaim, Recovered,
 };
+use crate::objects::{answer, read_op};
+use crate::platform::{alarm_delay, now_ms, rfc3339};
 use crate::store::{self, events, guards, jobs, runners, Db, RoundTrips};
 
 /// Largest stream payload, as stable JSON bytes (the schema's cap too).
@@ -201,7 +200,7 @@ impl JobObject {
         }
         if let Some(org) = &outcome.touched {
             // Never fails: a lost touch costs at most the runners' quiet time.
-            crate::dispatch_do::touch(&self.env, org).await;
+            crate::objects::dispatch::touch(&self.env, org).await;
         }
         outcome.answer
     }
@@ -406,7 +405,7 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
             "{} reached the snapshot's operations",
             op.name()
         ))),
-        JobOp::Release {
+        JobOp::HandBack {
             claim_id, reason, ..
         } => release(ctx, snapshot, claim_id, reason).await,
     }
@@ -1572,7 +1571,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
         ReleaseDecision::Cancel => None,
     };
     // The answer; what was decided in it is the event's detail too.
-    let answer = Released {
+    let answer = HandedBack {
         job_id: job.id.clone(),
         claim_id: claim_id.to_owned(),
         state: next,
@@ -1635,7 +1634,7 @@ async fn release(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &str) -> 
     if next == JobState::Queued {
         ctx.touched.replace(Some(job.organization_id.clone()));
     }
-    Ok(JobReply::Released(answer))
+    Ok(JobReply::HandedBack(answer))
 }
 
 #[cfg(test)]

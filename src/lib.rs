@@ -3,24 +3,28 @@
 //! # Layout
 //! - `lib.rs`: the fetch and scheduled entry points and the route table.
 //! - [`auth`]: API keys and runner credentials, as proof types handlers require.
-//! - [`routes`]: one module per HTTP surface (API keys, enrollment policy and tokens, runner
-//!   administration, runner identity).
+//! - [`routes`]: one module per HTTP surface: API keys, enrollment policy and tokens, evidence,
+//!   runner identity (enroll, challenge, session, self), jobs (enqueue, claim, heartbeat,
+//!   stream, completion, hand-back, cancel, reap, reads), the release registry, runner
+//!   administration, and a runner's files.
+//! - [`objects`]: what each Durable Object is asked and answers, one module per object (its
+//!   operations, its typed reply and refusal with the refusal's one HTTP mapping, and the typed
+//!   stub the edge calls it through), and the wire they share.
+//! - The Durable Objects: [`job_do`] (`JobObject`, one per job, the single writer of that job's
+//!   rows after its grant), [`runner_do`] (`RunnerObject`, one per runner: its claims and its
+//!   lease book), [`grant`] (the grant a runner's object prepares and commits),
+//!   [`dispatch_do`] (`Dispatcher`, one per organization: the queue stamp and the long poll),
+//!   [`gate_do`] (`AddressGate`, one per client network: rate limits for callers without a
+//!   credential).
 //! - [`store`]: named SQL, one module per table group; guarded writes with checked row counts.
-//! - [`job_do`]: `JobObject`, one Durable Object per job, the single writer of that job's rows.
-//! - [`runner_do`]: `RunnerObject`, one Durable Object per runner, which serializes its claims.
-//! - [`gate_do`]: `AddressGate`, one Durable Object per client network: rate limits for callers
-//!   without a credential.
-//! - [`error`]: the one error type and its one mapping to `{"error": {"code", "message"}}`.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
-//! - [`objects`]: how the edge and the Durable Objects talk; [`ops`]: what an object is asked;
-//!   [`replies`]: what the job's and runner's objects answer, and the one mapping of their
-//!   refusals to HTTP.
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
 //!   path, which the router enforces (`405`) before the route table.
-//! - [`http`], [`platform`]: request parsing; the clock and randomness.
-//! - [`memo`]: small bounded per-isolate memories that skip safe work (refused networks,
-//!   recently authenticated keys), never authorities.
+//! - Leaves: [`error`] (the one error type and its one mapping to
+//!   `{"error": {"code", "message"}}`), [`secrets`] (the signing root and `CRON_SECRET`, checked
+//!   at use), [`http`] (request parsing), [`platform`] (the clock and randomness), [`memo`]
+//!   (small bounded per-isolate memories that skip safe work, never authorities).
 //!
 //! Protocol rules (hashing, envelopes, chains, matching, state machines) live in the
 //! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects and D1.
@@ -39,13 +43,12 @@ mod job_do;
 mod memo;
 mod objects;
 mod openapi;
-mod ops;
 mod panel;
 mod platform;
 mod reaper;
-mod replies;
 mod routes;
 mod runner_do;
+mod secrets;
 mod store;
 
 pub use dispatch_do::Dispatcher;
@@ -54,7 +57,7 @@ pub use job_do::JobObject;
 pub use runner_do::RunnerObject;
 
 use error::{json_response, ApiError, ApiResult};
-use routes::{api_keys, identity, runners};
+use routes::{api_keys, identity, runner_files, runners};
 
 /// What every handler needs: the environment, the database and one reading of the clock.
 pub(crate) struct Ctx {
@@ -190,10 +193,10 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
             identity::get_self_claims(req, &ctx).await
         }
         (Get, ["api", "remote-runners", "self", "files"]) => {
-            identity::list_self_files(req, &ctx).await
+            runner_files::list_self_files(req, &ctx).await
         }
         (Put, ["api", "remote-runners", "self", "files", name]) => {
-            identity::put_self_file(req, &ctx, name).await
+            runner_files::put_self_file(req, &ctx, name).await
         }
 
         (Post, ["api", "remote-runners", "claim"]) => routes::jobs::claim(req, &ctx).await,
@@ -281,11 +284,11 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         }
 
         #[cfg(feature = "bench-floor")]
-        (Post, ["__bench", "floor"]) => objects::call_runner(
+        (Post, ["__bench", "floor"]) => objects::runner::call(
             &ctx.env,
             ctx.db.trips(),
             "bench-floor",
-            &ops::RunnerOp::Floor,
+            &objects::runner::RunnerOp::Floor,
         )
         .await?
         .0

@@ -18,8 +18,8 @@ use worker::Env;
 
 use crate::error::{ApiError, ApiResult};
 use crate::objects;
-use crate::ops::JobOp;
-use crate::replies::{JobReply, Recovered};
+use crate::objects::job::JobOp;
+use crate::objects::job::{JobReply, Recovered};
 use crate::store;
 
 /// Leases examined by one pass unless the caller asks for fewer.
@@ -79,7 +79,7 @@ pub(crate) async fn pass(
                 actor: actor.to_owned(),
             })
             .collect();
-        let replies = join_all(ops.iter().map(|op| objects::call_job(env, db.trips(), op))).await;
+        let replies = join_all(ops.iter().map(|op| objects::job::call(env, db.trips(), op))).await;
         for reply in replies {
             match reply {
                 Ok(JobReply::Recovered(Recovered { lost: None, .. })) => unchanged += 1,

@@ -21,13 +21,15 @@ use worker::{
     Response, Result, State, Storage,
 };
 
-use crate::dispatch_do::{self, Stamp};
 use crate::error::{ApiError, ApiResult};
 use crate::grant::{self, Prepared};
+use crate::objects::dispatch::Stamp;
+use crate::objects::job::{JobOp, JobRefusal};
+use crate::objects::runner::{
+    ClaimGrant, RunnerOp, RunnerRefusal, RunnerReply, QUIET_STAMP_HEADER,
+};
 use crate::objects::{self, answer, read_op};
-use crate::ops::{JobOp, RunnerOp};
 use crate::platform::{alarm_delay, now_ms, random_bytes};
-use crate::replies::{ClaimGrant, JobRefusal, RunnerRefusal, RunnerReply};
 use crate::store::{self, jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
@@ -120,7 +122,7 @@ impl DurableObject for RunnerObject {
         });
         if let (Ok(RunnerReply::Nothing), Some(quiet)) = (&outcome, quiet) {
             if let Ok(stamp) = serde_json::to_string(&quiet.stamp) {
-                res.headers_mut().set(objects::QUIET_STAMP_HEADER, &stamp)?;
+                res.headers_mut().set(QUIET_STAMP_HEADER, &stamp)?;
             }
         }
         Ok(res)
@@ -188,7 +190,9 @@ impl RunnerObject {
                 (Some(stamp), _) => Some(stamp),
                 (None, None) => None,
                 (None, Some(quiet)) => {
-                    match dispatch_do::stamp(&self.env, &request.org, Some(&quiet.stamp)).await {
+                    match objects::dispatch::stamp(&self.env, &request.org, Some(&quiet.stamp))
+                        .await
+                    {
                         // Nothing was queued (nor the runner changed) since it found nothing.
                         Ok(stamp) if quiet.confirmed && stamp == quiet.stamp => {
                             return Ok(RunnerReply::Nothing);
@@ -265,7 +269,9 @@ impl RunnerObject {
                     let (stamp, confirmed) = match before {
                         Some(stamp) => (Some(stamp), true),
                         None => (
-                            dispatch_do::stamp(&env, &request.org, None).await.ok(),
+                            objects::dispatch::stamp(&env, &request.org, None)
+                                .await
+                                .ok(),
                             false,
                         ),
                     };
@@ -638,7 +644,7 @@ impl LeaseBook {
                 job_id: job_id.to_owned(),
                 attempt,
             };
-            let why = match objects::ask_job(env, &RoundTrips::default(), &op).await {
+            let why = match objects::job::ask(env, &RoundTrips::default(), &op).await {
                 Ok(Ok(_)) => {
                     self.forget(entry).await;
                     watched.answered += 1;

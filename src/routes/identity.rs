@@ -14,23 +14,21 @@ use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
 use super::enrollment::{admit, presented_token, Policy, Presented};
-use super::runners::capability_document;
-use super::{optional_str, refuse_unknown, required_name, required_str};
-use crate::auth::{self, master_secret};
+use super::runner_files::check_file;
+use super::{capability_document, optional_str, refuse_unknown, required_name, required_str};
+use crate::auth;
 use crate::error::{json_response, ApiError, ApiResult};
-use crate::gate_do::{self, Bucket};
 use crate::http::{
-    body_bytes, client_address, client_network, json_object_capped, ENROLL_BODY_BYTES,
-    SMALL_BODY_BYTES,
+    client_address, client_network, json_object_capped, ENROLL_BODY_BYTES, SMALL_BODY_BYTES,
 };
+use crate::objects::gate::{self, Bucket};
 use crate::platform::{random_bytes, random_id, rfc3339, secret_hash};
+use crate::secrets::master_secret;
 use crate::store::{self, enrollment, events, runners};
 use crate::Ctx;
 
 /// How long a challenge may be answered.
 const CHALLENGE_TTL_MILLIS: i64 = 60_000;
-/// Files a runner uploads about itself are small text (logs, `lscpu`).
-pub(crate) const MAX_FILE_BYTES: usize = 256 * 1024;
 const MAX_MACHINE_BYTES: usize = 16 * 1024;
 /// What an enrollment may carry before anyone has approved it: a few small files.
 const MAX_ENROLL_FILES: usize = 16;
@@ -63,37 +61,12 @@ fn max_pending_enrollments_per_network(env: &worker::Env) -> i64 {
     )
 }
 
-fn valid_file_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-}
-
-fn check_file(name: &str, content: &str) -> ApiResult<()> {
-    if !valid_file_name(name) {
-        return Err(ApiError::unprocessable(
-            "INVALID_FILE_NAME",
-            "file names are 1-128 characters of [A-Za-z0-9._-], not starting with a dot",
-        ));
-    }
-    if content.len() > MAX_FILE_BYTES {
-        return Err(ApiError::new(
-            413,
-            "FILE_TOO_LARGE",
-            format!("files are capped at {MAX_FILE_BYTES} bytes"),
-        ));
-    }
-    Ok(())
-}
-
 fn string_array(value: &Value) -> String {
     value.to_string()
 }
 
 pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    gate_do::take(ctx, &req, Bucket::Enroll).await?;
+    gate::take(&ctx.env, ctx.db.trips(), &req, Bucket::Enroll).await?;
     let body = json_object_capped(&mut req, ENROLL_BODY_BYTES).await?;
     if body.contains_key("tags") {
         return Err(ApiError::unprocessable(
@@ -314,7 +287,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
 /// most [`runners::MAX_LIVE_CHALLENGES`] of its challenges are live at once: a new one
 /// replaces the oldest, so the live runner itself always gets one that works.
 pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    gate_do::take(ctx, &req, Bucket::Challenge).await?;
+    gate::take(&ctx.env, ctx.db.trips(), &req, Bucket::Challenge).await?;
     let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     refuse_unknown(&body, &["fingerprint"])?;
     let fingerprint = Fingerprint::parse(required_str(&body, "fingerprint", 128)?)?;
@@ -351,7 +324,7 @@ pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response
 /// `POST /api/remote-runners/session`, both identity models, the SDK's response shape.
 pub(crate) async fn session(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // An address that keeps failing is turned away before its next guess is looked at.
-    gate_do::check(ctx, &req, Bucket::FailedSession).await?;
+    gate::check(&ctx.env, ctx.db.trips(), &req, Bucket::FailedSession).await?;
     let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     let master = master_secret(&ctx.env)?;
     let found = if body.contains_key("fingerprint") {
@@ -363,7 +336,7 @@ pub(crate) async fn session(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         Ok(runner) => runner,
         Err(err) => {
             if err.status() == 401 {
-                gate_do::take(ctx, &req, Bucket::FailedSession).await?;
+                gate::take(&ctx.env, ctx.db.trips(), &req, Bucket::FailedSession).await?;
             }
             return Err(err);
         }
@@ -486,47 +459,6 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     json_response(200, &caller.runner.to_json(&files)).map_err(ApiError::from)
 }
 
-/// `GET /api/remote-runners/self/files?limit=&cursor=`: the runner's own files, by name.
-pub(crate) async fn list_self_files(req: Request, ctx: &Ctx) -> ApiResult<Response> {
-    let caller = auth::runner(&req, ctx).await?;
-    files_page(&req, ctx, caller.organization_id(), caller.runner_id()).await
-}
-
-/// One page of a runner's files in name order: `?limit=` (1–100, default 100) after
-/// `?cursor=` (the `nextCursor` of the page before: the last name it listed).
-pub(crate) async fn files_page(
-    req: &Request,
-    ctx: &Ctx,
-    org: &str,
-    runner: &str,
-) -> ApiResult<Response> {
-    let limit = super::limit_param(req, runners::MAX_RUNNER_FILES, runners::MAX_RUNNER_FILES)?;
-    let after = match crate::http::query_param(req, "cursor") {
-        None => None,
-        Some(name) if valid_file_name(&name) => Some(name),
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "INVALID_CURSOR",
-                "cursor must be a nextCursor this list returned",
-            ))
-        }
-    };
-    // One more than the page, to know whether another follows.
-    let mut files = runners::files(&ctx.db, org, runner, after.as_deref(), limit + 1).await?;
-    let next_cursor = (files.len() as i64 > limit).then(|| {
-        files.truncate(limit as usize);
-        files.last().map(|f| f.name.clone())
-    });
-    json_response(
-        200,
-        &json!({
-            "files": files.iter().map(runners::FileMeta::to_json).collect::<Vec<_>>(),
-            "nextCursor": next_cursor.flatten(),
-        }),
-    )
-    .map_err(ApiError::from)
-}
-
 /// The claims this runner holds now: what a restarted process hands back
 /// (`POST /api/remote-runners/release`), since a fresh process runs none of them.
 pub(crate) async fn get_self_claims(req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -544,51 +476,4 @@ pub(crate) async fn get_self_claims(req: Request, ctx: &Ctx) -> ApiResult<Respon
         .map(runners::RunnerClaimRow::to_json)
         .collect();
     json_response(200, &serde_json::json!({ "claims": claims })).map_err(ApiError::from)
-}
-
-pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> ApiResult<Response> {
-    let caller = auth::runner(&req, ctx).await?;
-    let bytes = body_bytes(&mut req, MAX_FILE_BYTES).await.map_err(|err| {
-        if err.status() == 413 {
-            ApiError::new(
-                413,
-                "FILE_TOO_LARGE",
-                format!("files are capped at {MAX_FILE_BYTES} bytes"),
-            )
-        } else {
-            err
-        }
-    })?;
-    let content = String::from_utf8(bytes)
-        .map_err(|_| ApiError::unprocessable("INVALID_FILE", "files must be UTF-8 text"))?;
-    check_file(name, &content)?;
-    let hash = secret_hash(&content);
-    let changed = store::batch(
-        &ctx.db,
-        vec![runners::put_file(
-            &ctx.db,
-            caller.organization_id(),
-            caller.runner_id(),
-            name,
-            &content,
-            &hash,
-            ctx.now,
-        )?],
-    )
-    .await?;
-    if changed.first().copied() != Some(1) {
-        return Err(ApiError::conflict(
-            "RUNNER_FILES_FULL",
-            format!(
-                "a runner holds at most {} files and {} bytes of them; replace an existing file (same name) instead",
-                runners::MAX_RUNNER_FILES,
-                runners::MAX_RUNNER_FILE_BYTES
-            ),
-        ));
-    }
-    json_response(
-        200,
-        &json!({ "name": name, "size": content.len(), "contentHash": hash, "uploadedAt": rfc3339(ctx.now) }),
-    )
-    .map_err(ApiError::from)
 }

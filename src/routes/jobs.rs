@@ -13,16 +13,15 @@ use worker::{Request, Response};
 
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, PresentedKey, Scope};
-use crate::dispatch_do;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{
     json_body, json_body_capped, json_object, json_object_capped, CLAIM_BODY_BYTES,
     SMALL_BODY_BYTES,
 };
 use crate::objects;
-use crate::ops::{Holder, JobOp, RunnerOp};
+use crate::objects::job::{Holder, JobOp};
+use crate::objects::runner::{RunnerOp, RunnerReply};
 use crate::platform::{now_ms, random_id};
-use crate::replies::RunnerReply;
 use crate::store::{self, api_keys, events, guards, jobs, Db, RoundTrips};
 use crate::Ctx;
 
@@ -199,7 +198,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         }
     };
     // Waiting claims wake, and idle runners' next claims read D1 again.
-    dispatch_do::touch(&ctx.env, &caller.organization_id).await;
+    objects::dispatch::touch(&ctx.env, &caller.organization_id).await;
     let job = store::rows_of::<jobs::JobRow>(&results, 0)?
         .into_iter()
         .next()
@@ -596,7 +595,7 @@ pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         reason: reason.to_owned(),
     };
     // A refusal is the answer; otherwise the job as D1 now holds it.
-    objects::call_job(&ctx.env, ctx.db.trips(), &op).await?;
+    objects::job::call(&ctx.env, ctx.db.trips(), &op).await?;
     let job = jobs::get(&ctx.db, &caller.organization_id, id)
         .await?
         .ok_or_else(|| ApiError::internal("cancelled job vanished"))?;
@@ -636,7 +635,7 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let mut woken = false;
     for _ in 0..MAX_WAIT_ROUNDS {
         let (reply, quiet) =
-            objects::call_runner(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
+            objects::runner::call(&ctx.env, ctx.db.trips(), &claims.runner_id, &op).await?;
         let left = u32::try_from(deadline - now_ms()).unwrap_or(0);
         let nothing = matches!(reply, RunnerReply::Nothing);
         let Some(quiet) = quiet.filter(|_| nothing && left > 0) else {
@@ -646,7 +645,7 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         // another waiting claim (it waits again itself).
         let pass_on =
             woken && matches!(&op, RunnerOp::Claim { stamp: Some(at), .. } if *at == quiet);
-        match dispatch_do::wait(
+        match objects::dispatch::wait(
             &ctx.env,
             &claims.organization_id,
             Some(&quiet),
@@ -677,7 +676,7 @@ pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
 const MAX_WAIT_ROUNDS: usize = 16;
 
 /// The longest a claim may wait for a job (`waitSeconds`).
-const MAX_WAIT_SECONDS: u32 = dispatch_do::MAX_WAIT_MILLIS / 1000;
+const MAX_WAIT_SECONDS: u32 = objects::dispatch::MAX_WAIT_MILLIS / 1000;
 
 /// A claim's optional `waitSeconds`: an integer from 0 to 25; without it the claim answers at
 /// once, as the published SDK expects.
@@ -772,7 +771,7 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     let job_id = job_of_claim(claim_id)?;
     let extend_seconds = match body.get("extendSeconds") {
         None | Some(Value::Null) => 60,
-        Some(v) => v.as_i64().ok_or_else(crate::replies::invalid_lease)?,
+        Some(v) => v.as_i64().ok_or_else(crate::objects::job::invalid_lease)?,
     };
     let op = JobOp::Heartbeat {
         job_id: job_id.to_owned(),
@@ -780,7 +779,7 @@ pub(crate) async fn heartbeat(mut req: Request, ctx: &Ctx) -> ApiResult<Response
         claim_id: claim_id.to_owned(),
         extend_seconds,
     };
-    objects::call_job(&ctx.env, ctx.db.trips(), &op)
+    objects::job::call(&ctx.env, ctx.db.trips(), &op)
         .await?
         .into_response()
 }
@@ -794,13 +793,13 @@ pub(crate) async fn release(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     let claim_id = required_str(&body, "claimId", 300)?;
     let reason = required_str(&body, "reason", 500)?;
     let job_id = job_of_claim(claim_id)?;
-    let op = JobOp::Release {
+    let op = JobOp::HandBack {
         job_id: job_id.to_owned(),
         holder: holder(&credential)?,
         claim_id: claim_id.to_owned(),
         reason: reason.to_owned(),
     };
-    objects::call_job(&ctx.env, ctx.db.trips(), &op)
+    objects::job::call(&ctx.env, ctx.db.trips(), &op)
         .await?
         .into_response()
 }
@@ -858,7 +857,7 @@ async fn forward_named_job(
         ));
     }
     let op = op(job_id, holder(&credential)?, body);
-    objects::call_job(&ctx.env, ctx.db.trips(), &op)
+    objects::job::call(&ctx.env, ctx.db.trips(), &op)
         .await?
         .into_response()
 }
@@ -897,7 +896,7 @@ pub(crate) async fn reap(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         let caller = auth::admin(&req, ctx).await?;
         caller.require_admin()?;
         Some((caller.organization_id.clone(), caller.actor()))
-    } else if auth::is_cron_secret(&ctx.env, &token)? {
+    } else if crate::secrets::is_cron_secret(&ctx.env, &token)? {
         None
     } else {
         return Err(ApiError::unauthorized(

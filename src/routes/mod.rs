@@ -7,8 +7,10 @@ pub(crate) mod evidence;
 pub(crate) mod identity;
 pub(crate) mod jobs;
 pub(crate) mod releases;
+pub(crate) mod runner_files;
 pub(crate) mod runners;
 
+use edgerunner_protocol::capability::CapabilityDocument;
 use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ApiResult};
@@ -173,6 +175,37 @@ pub(crate) fn plain_number(text: &str, max_digits: usize) -> Option<i64> {
     (digits && text.bytes().all(|b| b.is_ascii_digit()))
         .then(|| text.parse().ok())
         .flatten()
+}
+
+/// The capability document from a request: `capabilities`, with the top-level fields the
+/// surfaces also accept (`maxConcurrentJobs`; for enrollment `problemTypes`, `external`)
+/// taking precedence, parsed with the registration defaults filled in.
+pub(crate) fn capability_document(
+    body: &Map<String, Value>,
+    overrides: &[&str],
+) -> ApiResult<CapabilityDocument> {
+    let mut document = match body.get("capabilities") {
+        Some(Value::Object(map)) => map.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_CAPABILITIES",
+                "capabilities must be an object",
+            ));
+        }
+    };
+    if !overrides.iter().any(|field| body.contains_key(*field)) {
+        return Ok(CapabilityDocument::parse(&Value::Object(document))?);
+    }
+    // The document is checked as sent, so a bad field in it is refused even where a top-level
+    // field then replaces it; then with the replacements.
+    CapabilityDocument::parse(&Value::Object(document.clone()))?;
+    for field in overrides {
+        if let Some(value) = body.get(*field) {
+            document.insert((*field).to_owned(), value.clone());
+        }
+    }
+    Ok(CapabilityDocument::parse(&Value::Object(document))?)
 }
 
 #[cfg(test)]

@@ -1,15 +1,15 @@
 //! Runner administration: register, list, inspect, change status or tags, rotate, audit, files.
 
-use edgerunner_protocol::capability::{parse_tags, CapabilityDocument};
+use edgerunner_protocol::capability::parse_tags;
 use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
 use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
-use crate::dispatch_do;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
+use crate::objects;
 use crate::platform::{random_id, random_secret, secret_hash};
 use crate::store::{self, events, runners};
 use crate::Ctx;
@@ -17,37 +17,6 @@ use crate::Ctx;
 pub(crate) const BOOTSTRAP_TOKEN_PREFIX: &str = "erb";
 /// Bootstrap tokens may be given a lifetime of at most ten years.
 const MAX_BOOTSTRAP_TTL_SECONDS: i64 = 10 * 365 * 24 * 3600;
-
-/// The capability document from a request: `capabilities`, with the top-level fields the
-/// surfaces also accept (`maxConcurrentJobs`; for enrollment `problemTypes`, `external`)
-/// taking precedence, parsed with the registration defaults filled in.
-pub(crate) fn capability_document(
-    body: &Map<String, Value>,
-    overrides: &[&str],
-) -> ApiResult<CapabilityDocument> {
-    let mut document = match body.get("capabilities") {
-        Some(Value::Object(map)) => map.clone(),
-        None | Some(Value::Null) => Map::new(),
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "INVALID_CAPABILITIES",
-                "capabilities must be an object",
-            ));
-        }
-    };
-    if !overrides.iter().any(|field| body.contains_key(*field)) {
-        return Ok(CapabilityDocument::parse(&Value::Object(document))?);
-    }
-    // The document is checked as sent, so a bad field in it is refused even where a top-level
-    // field then replaces it; then with the replacements.
-    CapabilityDocument::parse(&Value::Object(document.clone()))?;
-    for field in overrides {
-        if let Some(value) = body.get(*field) {
-            document.insert((*field).to_owned(), value.clone());
-        }
-    }
-    Ok(CapabilityDocument::parse(&Value::Object(document))?)
-}
 
 pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<Option<i64>> {
     match body.get("bootstrapTokenTtlSeconds") {
@@ -79,7 +48,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
     )?;
     let name = required_name(&body, "name", 200)?;
     let runner_key = required_name(&body, "runnerKey", 200)?;
-    let document = capability_document(&body, &["maxConcurrentJobs"])?;
+    let document = super::capability_document(&body, &["maxConcurrentJobs"])?;
     let tags = match body.get("tags") {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => parse_tags(v)?,
@@ -408,7 +377,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
             })?;
         }
         // What the runner's claims may get changed: its object must not answer from memory.
-        dispatch_do::touch(&ctx.env, &caller.organization_id).await;
+        objects::dispatch::touch(&ctx.env, &caller.organization_id).await;
     }
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
@@ -474,7 +443,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         )
     })?;
     // The old credential's claims must be refused, not answered from the runner object's memory.
-    dispatch_do::touch(&ctx.env, &caller.organization_id).await;
+    objects::dispatch::touch(&ctx.env, &caller.organization_id).await;
     let runner = load(ctx, &caller.organization_id, id).await?;
     json_response(
         200,
@@ -501,7 +470,7 @@ pub(crate) async fn files(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respon
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
     load(ctx, &caller.organization_id, id).await?;
-    super::identity::files_page(&req, ctx, &caller.organization_id, id).await
+    super::runner_files::files_page(&req, ctx, &caller.organization_id, id).await
 }
 
 pub(crate) async fn file(req: Request, ctx: &Ctx, id: &str, name: &str) -> ApiResult<Response> {

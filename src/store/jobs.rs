@@ -385,7 +385,7 @@ pub(crate) fn candidates(
 // Claims, chunks, completions
 // ------------------------------------------------------------------------------------------
 
-/// A claim as a retried request finds it (`replies::ClaimGrant::replayed`).
+/// A claim as a retried request finds it (`objects::runner::ClaimGrant::replayed`).
 #[derive(Deserialize)]
 pub(crate) struct ClaimAnswer {
     pub(crate) id: String,

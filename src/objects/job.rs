@@ -1,14 +1,12 @@
-//! What a job's Durable Object answers the edge: a [`JobReply`], one variant per kind of
-//! success, or a [`JobRefusal`], one variant per reason it says no; and a runner's object, a
-//! [`RunnerReply`] or a [`RunnerRefusal`].
+//! The job's object (`JobObject`, one per job, `id_from_name(job id)`): what it is asked
+//! ([`JobOp`]), what it answers ([`JobReply`], one variant per kind of success, or
+//! [`JobRefusal`], one variant per reason it says no, with every refusal's HTTP answer in
+//! `From<JobRefusal> for ApiError`), and the stub the edge calls it through ([`call`], [`ask`]).
 //!
-//! Both cross the object's wire as serde enums inside a `Result` (`{"Ok": {"heartbeat": …}}`,
+//! Answers cross the object's wire as serde enums inside a `Result` (`{"Ok": {"heartbeat": …}}`,
 //! `{"Err": {"claimNotActive": …}}`), externally tagged so the variant is read before its fields
-//! and a signed job's number lexemes reach the edge unbuffered. The edge decodes an answer in
-//! one place ([`crate::objects::call_job`], [`crate::objects::call_runner`]), and a refusal
-//! becomes its HTTP answer in one place: `From<JobRefusal> for ApiError` (and the runner's),
-//! below, which holds every refusal's status, code and text. Callers match on variants; no one
-//! reads a key, a status or an error code out of an object's answer.
+//! and a chunk's or a completion's number lexemes (which the protocol hashes) reach the object
+//! unbuffered and intact.
 
 use edgerunner_protocol::chunk::ChunkError;
 use edgerunner_protocol::completion::CompletionError;
@@ -17,15 +15,123 @@ use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{JobState, StateError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use worker::Response;
+use worker::{Env, Response};
 
-use crate::auth::SecretRefusal;
+use super::JOBS;
 use crate::error::{json_response, ApiError, ApiResult};
-use crate::platform::rfc3339;
+use crate::secrets::SecretRefusal;
 use crate::store::guards::{self, Guard};
-use crate::store::jobs::ClaimAnswer;
+use crate::store::RoundTrips;
 
-/// A job object's answer to a [`crate::ops::JobOp`] that it carried out.
+/// An operation of a job's object (`JobObject`).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub(crate) enum JobOp {
+    /// A runner's object's alarm, at the first lease of a claim it granted: does this object
+    /// watch that lease now (it wrote since, and its alarm is set, or the claim is over)? If
+    /// not, recovery looks at the lease.
+    Watch { job_id: String, attempt: i64 },
+    Heartbeat {
+        job_id: String,
+        holder: Holder,
+        claim_id: String,
+        extend_seconds: i64,
+    },
+    /// A chunk as the runner sent it.
+    Stream {
+        job_id: String,
+        holder: Holder,
+        chunk: Value,
+    },
+    /// A completion as the runner sent it.
+    Complete {
+        job_id: String,
+        holder: Holder,
+        completion: Value,
+    },
+    /// The holder hands its claim back.
+    HandBack {
+        job_id: String,
+        holder: Holder,
+        claim_id: String,
+        reason: String,
+    },
+    Cancel {
+        job_id: String,
+        organization_id: String,
+        actor: String,
+        reason: String,
+    },
+    /// Recovery's look at the lease (the alarm, the cron pass, an admin's reap).
+    Recover { job_id: String, actor: String },
+}
+
+impl JobOp {
+    pub(crate) fn job_id(&self) -> &str {
+        match self {
+            JobOp::Watch { job_id, .. }
+            | JobOp::Heartbeat { job_id, .. }
+            | JobOp::Stream { job_id, .. }
+            | JobOp::Complete { job_id, .. }
+            | JobOp::HandBack { job_id, .. }
+            | JobOp::Cancel { job_id, .. }
+            | JobOp::Recover { job_id, .. } => job_id,
+        }
+    }
+
+    /// The runner a runner's operation comes from.
+    pub(crate) fn holder(&self) -> Option<&Holder> {
+        match self {
+            JobOp::Heartbeat { holder, .. }
+            | JobOp::Stream { holder, .. }
+            | JobOp::Complete { holder, .. }
+            | JobOp::HandBack { holder, .. } => Some(holder),
+            JobOp::Watch { .. } | JobOp::Cancel { .. } | JobOp::Recover { .. } => None,
+        }
+    }
+
+    /// The operation's name, for the request path and logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            JobOp::Watch { .. } => "watch",
+            JobOp::Heartbeat { .. } => "heartbeat",
+            JobOp::Stream { .. } => "stream",
+            JobOp::Complete { .. } => "complete",
+            JobOp::HandBack { .. } => "release",
+            JobOp::Cancel { .. } => "cancel",
+            JobOp::Recover { .. } => "recover",
+        }
+    }
+}
+
+/// The runner a credential names, as the edge verified it (signature and expiry) without
+/// reading D1; its generation is checked against the runner's row by the job's object.
+#[derive(Serialize, Deserialize, Clone)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Holder {
+    pub(crate) runner_id: String,
+    pub(crate) organization_id: String,
+    pub(crate) generation: i64,
+}
+
+/// Calls a job's object: `op` on the object of the job it names. Its answer, with a refusal
+/// as the client's answer to it (`From<JobRefusal> for ApiError`).
+pub(crate) async fn call(env: &Env, trips: &RoundTrips, op: &JobOp) -> ApiResult<JobReply> {
+    ask(env, trips, op).await?.map_err(ApiError::from)
+}
+
+/// [`call`] for a caller that acts on a refusal itself (a runner's object asks whether the
+/// job's object watches a lease): the object's answer as it decided it.
+pub(crate) async fn ask(
+    env: &Env,
+    trips: &RoundTrips,
+    op: &JobOp,
+) -> ApiResult<Result<JobReply, JobRefusal>> {
+    let (answer, _) = super::ask(env, trips, JOBS, op.job_id(), op.name(), op).await?;
+    Ok(answer)
+}
+
+/// A job object's answer to a [`JobOp`] that it carried out.
 ///
 /// The payloads of the variants a runner receives (grant, heartbeat, chunk, completion,
 /// hand-back) serialize as exactly the JSON document the runner's SDK reads, so the edge's
@@ -40,7 +146,7 @@ pub(crate) enum JobReply {
     /// stale one is a refusal that carries its decision.
     Completed(CompletionDecision),
     /// The holder handed its claim back.
-    Released(Released),
+    HandedBack(HandedBack),
     /// A cancellation applied or requested (the edge answers with the job as D1 holds it).
     Cancelled(Cancelled),
     /// Recovery looked at the job's lease.
@@ -56,7 +162,7 @@ impl JobReply {
             JobReply::Heartbeat(beat) => serde_json::to_value(beat),
             JobReply::Appended(chunk) => serde_json::to_value(chunk),
             JobReply::Completed(decision) => serde_json::to_value(decision),
-            JobReply::Released(released) => serde_json::to_value(released),
+            JobReply::HandedBack(handed_back) => serde_json::to_value(handed_back),
             JobReply::Cancelled(cancelled) => serde_json::to_value(cancelled),
             JobReply::Recovered(recovered) => serde_json::to_value(recovered),
             JobReply::Watching => {
@@ -69,54 +175,6 @@ impl JobReply {
         // Through a `Value`, so the members are in the order every other body has (sorted).
         json_response(200, &document).map_err(ApiError::from)
     }
-}
-
-/// A granted claim as the runner's SDK reads it: from the grant, or from D1 for a retried
-/// claim request (`store::jobs::ClaimAnswer`).
-#[derive(Serialize, Deserialize, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ClaimGrant {
-    pub(crate) claim: GrantedClaim,
-    /// The signed envelope exactly as signed and stored: a client-facing document the edge
-    /// only forwards, kept a `Value` so that its number lexemes are the signed ones.
-    pub(crate) signed_job: Value,
-}
-
-impl ClaimGrant {
-    /// A claim's answer as its grant gave it, from the claim and the signed job as stored.
-    pub(crate) fn replayed(stored: ClaimAnswer) -> ApiResult<Self> {
-        let signed_job: Value = serde_json::from_str(
-            stored
-                .signed_job
-                .as_deref()
-                .ok_or_else(|| ApiError::internal("an active claim without its signed job"))?,
-        )
-        .map_err(ApiError::internal)?;
-        Ok(ClaimGrant {
-            claim: GrantedClaim {
-                id: stored.id,
-                job_id: stored.job_id,
-                runner_id: stored.runner_id,
-                dispatch_attempt: stored.dispatch_attempt,
-                issued_at: rfc3339(stored.issued_at),
-                expires_at: rfc3339(stored.expires_at),
-                lease_expires_at: rfc3339(stored.lease_expires_at),
-            },
-            signed_job,
-        })
-    }
-}
-
-#[derive(Serialize, Deserialize, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct GrantedClaim {
-    pub(crate) id: String,
-    pub(crate) job_id: String,
-    pub(crate) runner_id: String,
-    pub(crate) dispatch_attempt: i64,
-    pub(crate) issued_at: Option<String>,
-    pub(crate) expires_at: Option<String>,
-    pub(crate) lease_expires_at: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -152,7 +210,7 @@ pub(crate) struct CompletionDecision {
 
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Released {
+pub(crate) struct HandedBack {
     pub(crate) job_id: String,
     pub(crate) claim_id: String,
     pub(crate) state: JobState,
@@ -408,102 +466,6 @@ impl From<ApiError> for JobRefusal {
     }
 }
 
-/// A runner's object's answer to a claim it carried out.
-#[derive(Serialize, Deserialize, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) enum RunnerReply {
-    /// A job granted to the runner, or the grant a retried request already had.
-    Granted(ClaimGrant),
-    /// No job for the runner now (`204`).
-    Nothing,
-    /// The benchmark floor's write (the `bench-floor` build only).
-    Floor,
-}
-
-impl RunnerReply {
-    /// What the runner gets.
-    pub(crate) fn into_response(self) -> ApiResult<Response> {
-        match self {
-            RunnerReply::Granted(grant) => {
-                let document = serde_json::to_value(grant).map_err(ApiError::internal)?;
-                json_response(200, &document).map_err(ApiError::from)
-            }
-            RunnerReply::Nothing => Ok(Response::empty()?.with_status(204)),
-            RunnerReply::Floor => {
-                json_response(200, &serde_json::json!({ "ok": true })).map_err(ApiError::from)
-            }
-        }
-    }
-}
-
-/// Why a runner's object did not carry out a claim.
-#[derive(Serialize, Deserialize, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) enum RunnerRefusal {
-    /// The runner is `pending_approval`, `draining` or `lost` (the state named).
-    NotActive(String),
-    /// The runner holds as many claims as it may.
-    AtCapacity,
-    /// The credential's generation moved on, or the runner may no longer call.
-    CredentialRevoked,
-    /// The credential's runner no longer exists.
-    RunnerGone,
-    /// The job's object refused the grant.
-    Job(JobRefusal),
-    /// The benchmark floor asked of a build without it.
-    NoSuchRoute,
-    /// The object failed; its log has the detail.
-    Internal,
-}
-
-impl RunnerRefusal {
-    /// An internal failure: the detail is logged here, the answer is a bare `500`.
-    pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
-        ApiError::internal(detail).into()
-    }
-}
-
-impl From<RunnerRefusal> for ApiError {
-    fn from(refusal: RunnerRefusal) -> Self {
-        use RunnerRefusal as R;
-        match refusal {
-            R::NotActive(state) => {
-                ApiError::unavailable("RUNNER_NOT_ACTIVE", format!("the runner is {state}"))
-            }
-            R::AtCapacity => ApiError::unavailable(
-                "RUNNER_AT_CAPACITY",
-                "the runner holds as many claims as it may",
-            ),
-            R::CredentialRevoked => JobRefusal::CredentialRevoked.into(),
-            R::RunnerGone => ApiError::unauthorized("the credential's runner no longer exists"),
-            R::Job(refusal) => refusal.into(),
-            R::NoSuchRoute => ApiError::not_found("no such route"),
-            R::Internal => ApiError::failed_elsewhere(),
-        }
-    }
-}
-
-/// What the runner's object meets through the helpers it shares with the edge: a failure
-/// (it writes nothing a guard watches).
-impl From<ApiError> for RunnerRefusal {
-    fn from(err: ApiError) -> Self {
-        if err.status() != 500 {
-            worker::console_error!(
-                "runner object: {} {} has no refusal of its own; answered as internal",
-                err.status(),
-                err.code()
-            );
-        }
-        RunnerRefusal::Internal
-    }
-}
-
-impl From<worker::Error> for RunnerRefusal {
-    fn from(err: worker::Error) -> Self {
-        ApiError::from(err).into()
-    }
-}
-
 impl From<worker::Error> for JobRefusal {
     fn from(err: worker::Error) -> Self {
         ApiError::from(err).into()
@@ -710,46 +672,6 @@ mod tests {
     }
 
     #[test]
-    fn a_runners_object_refuses_a_claim_with_the_answers_clients_always_read() {
-        let answered = |refusal: RunnerRefusal| {
-            let wire = serde_json::to_string(&Err::<RunnerReply, _>(refusal)).unwrap();
-            let back: Result<RunnerReply, RunnerRefusal> = serde_json::from_str(&wire).unwrap();
-            let err = ApiError::from(back.unwrap_err());
-            (err.status(), err.body())
-        };
-        assert_eq!(
-            answered(RunnerRefusal::NotActive("draining".into())),
-            (503, error("RUNNER_NOT_ACTIVE", "the runner is draining"))
-        );
-        assert_eq!(
-            answered(RunnerRefusal::AtCapacity),
-            (
-                503,
-                error(
-                    "RUNNER_AT_CAPACITY",
-                    "the runner holds as many claims as it may"
-                )
-            )
-        );
-        assert_eq!(
-            answered(RunnerRefusal::RunnerGone),
-            (
-                401,
-                error(
-                    "AUTHENTICATION_FAILED",
-                    "the credential's runner no longer exists"
-                )
-            )
-        );
-        // A grant the job's object refused is answered as the job's object refused it.
-        let capacity = Guard::named(guards::RUNNER_AT_CAPACITY).unwrap();
-        assert_eq!(
-            answered(RunnerRefusal::Job(JobRefusal::Guard(capacity))),
-            answered(RunnerRefusal::AtCapacity)
-        );
-    }
-
-    #[test]
     fn a_guard_crosses_by_name_and_answers_as_the_table_says() {
         let capacity = Guard::named(guards::RUNNER_AT_CAPACITY).unwrap();
         assert_eq!(
@@ -764,34 +686,6 @@ mod tests {
         );
         let unknown = r#"{"Err":{"guard":"no_such_guard"}}"#;
         assert!(serde_json::from_str::<Result<JobReply, JobRefusal>>(unknown).is_err());
-    }
-
-    #[test]
-    fn a_granted_claim_keeps_its_signed_number_lexemes_across_the_wire() {
-        let signed: Value = serde_json::from_str(r#"{"requirements":{"cpu":1.50}}"#).unwrap();
-        let grant = RunnerReply::Granted(ClaimGrant {
-            claim: GrantedClaim {
-                id: "job_1-a1".into(),
-                job_id: "job_1".into(),
-                runner_id: "run_1".into(),
-                dispatch_attempt: 1,
-                issued_at: Some("2025-01-01T00:00:00.000Z".into()),
-                expires_at: None,
-                lease_expires_at: None,
-            },
-            signed_job: signed,
-        });
-        let wire = serde_json::to_string(&Ok::<_, RunnerRefusal>(grant)).unwrap();
-        let Ok(Ok(RunnerReply::Granted(back))) =
-            serde_json::from_str::<Result<RunnerReply, RunnerRefusal>>(&wire)
-        else {
-            panic!("not a grant: {wire}");
-        };
-        let document = serde_json::to_value(back).unwrap();
-        assert_eq!(
-            document.to_string(),
-            r#"{"claim":{"dispatchAttempt":1,"expiresAt":null,"id":"job_1-a1","issuedAt":"2025-01-01T00:00:00.000Z","jobId":"job_1","leaseExpiresAt":null,"runnerId":"run_1"},"signedJob":{"requirements":{"cpu":1.50}}}"#
-        );
     }
 
     #[test]
@@ -821,7 +715,7 @@ mod tests {
             serde_json::to_value(chunk).unwrap(),
             json!({ "accepted": true, "sequence": 4, "checksum": checksum.as_str() })
         );
-        let released = Released {
+        let released = HandedBack {
             job_id: "job_1".into(),
             claim_id: "job_1-a1".into(),
             state: JobState::Queued,
@@ -851,5 +745,35 @@ mod tests {
                 "jobState": "succeeded",
             })
         );
+    }
+
+    #[test]
+    fn a_chunk_keeps_its_number_lexemes_through_the_operation() {
+        let chunk: Value = serde_json::from_str(r#"{"payload":{"t":1.000,"x":0.10}}"#).unwrap();
+        let sent = chunk.to_string();
+        assert!(sent.contains("1.000") && sent.contains("0.10"), "{sent}");
+        let op = JobOp::Stream {
+            job_id: "job_1".into(),
+            holder: Holder {
+                runner_id: "run_1".into(),
+                organization_id: "org_1".into(),
+                generation: 1,
+            },
+            chunk,
+        };
+        let text = serde_json::to_string(&op).unwrap();
+        let back: JobOp = serde_json::from_str(&text).unwrap();
+        let JobOp::Stream { chunk, .. } = back else {
+            panic!("not a stream operation: {text}");
+        };
+        assert_eq!(chunk.to_string(), sent);
+    }
+
+    #[test]
+    fn a_missing_field_is_an_error_not_a_default() {
+        let refused = serde_json::from_value::<JobOp>(
+            json!({ "heartbeat": { "jobId": "job_1", "claimId": "job_1-a1", "extendSeconds": 60 } }),
+        );
+        assert!(refused.is_err());
     }
 }

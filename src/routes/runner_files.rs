@@ -1,0 +1,128 @@
+//! A runner's files: small text it uploads about itself (logs, `lscpu`), at most
+//! [`runners::MAX_RUNNER_FILES`] of them, read back a page at a time by the runner and by its
+//! organization's admins.
+
+use serde_json::json;
+use worker::{Request, Response};
+
+use crate::auth;
+use crate::error::{json_response, ApiError, ApiResult};
+use crate::http::body_bytes;
+use crate::platform::{rfc3339, secret_hash};
+use crate::store::{self, runners};
+use crate::Ctx;
+
+/// Files a runner uploads about itself are small text (logs, `lscpu`).
+pub(crate) const MAX_FILE_BYTES: usize = 256 * 1024;
+fn valid_file_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+pub(crate) fn check_file(name: &str, content: &str) -> ApiResult<()> {
+    if !valid_file_name(name) {
+        return Err(ApiError::unprocessable(
+            "INVALID_FILE_NAME",
+            "file names are 1-128 characters of [A-Za-z0-9._-], not starting with a dot",
+        ));
+    }
+    if content.len() > MAX_FILE_BYTES {
+        return Err(ApiError::new(
+            413,
+            "FILE_TOO_LARGE",
+            format!("files are capped at {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /api/remote-runners/self/files?limit=&cursor=`: the runner's own files, by name.
+pub(crate) async fn list_self_files(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    files_page(&req, ctx, caller.organization_id(), caller.runner_id()).await
+}
+
+/// One page of a runner's files in name order: `?limit=` (1–100, default 100) after
+/// `?cursor=` (the `nextCursor` of the page before: the last name it listed).
+pub(crate) async fn files_page(
+    req: &Request,
+    ctx: &Ctx,
+    org: &str,
+    runner: &str,
+) -> ApiResult<Response> {
+    let limit = super::limit_param(req, runners::MAX_RUNNER_FILES, runners::MAX_RUNNER_FILES)?;
+    let after = match crate::http::query_param(req, "cursor") {
+        None => None,
+        Some(name) if valid_file_name(&name) => Some(name),
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "INVALID_CURSOR",
+                "cursor must be a nextCursor this list returned",
+            ))
+        }
+    };
+    // One more than the page, to know whether another follows.
+    let mut files = runners::files(&ctx.db, org, runner, after.as_deref(), limit + 1).await?;
+    let next_cursor = (files.len() as i64 > limit).then(|| {
+        files.truncate(limit as usize);
+        files.last().map(|f| f.name.clone())
+    });
+    json_response(
+        200,
+        &json!({
+            "files": files.iter().map(runners::FileMeta::to_json).collect::<Vec<_>>(),
+            "nextCursor": next_cursor.flatten(),
+        }),
+    )
+    .map_err(ApiError::from)
+}
+
+pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> ApiResult<Response> {
+    let caller = auth::runner(&req, ctx).await?;
+    let bytes = body_bytes(&mut req, MAX_FILE_BYTES).await.map_err(|err| {
+        if err.status() == 413 {
+            ApiError::new(
+                413,
+                "FILE_TOO_LARGE",
+                format!("files are capped at {MAX_FILE_BYTES} bytes"),
+            )
+        } else {
+            err
+        }
+    })?;
+    let content = String::from_utf8(bytes)
+        .map_err(|_| ApiError::unprocessable("INVALID_FILE", "files must be UTF-8 text"))?;
+    check_file(name, &content)?;
+    let hash = secret_hash(&content);
+    let changed = store::batch(
+        &ctx.db,
+        vec![runners::put_file(
+            &ctx.db,
+            caller.organization_id(),
+            caller.runner_id(),
+            name,
+            &content,
+            &hash,
+            ctx.now,
+        )?],
+    )
+    .await?;
+    if changed.first().copied() != Some(1) {
+        return Err(ApiError::conflict(
+            "RUNNER_FILES_FULL",
+            format!(
+                "a runner holds at most {} files and {} bytes of them; replace an existing file (same name) instead",
+                runners::MAX_RUNNER_FILES,
+                runners::MAX_RUNNER_FILE_BYTES
+            ),
+        ));
+    }
+    json_response(
+        200,
+        &json!({ "name": name, "size": content.len(), "contentHash": hash, "uploadedAt": rfc3339(ctx.now) }),
+    )
+    .map_err(ApiError::from)
+}
