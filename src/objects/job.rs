@@ -21,6 +21,7 @@ use super::JOBS;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::secrets::SecretRefusal;
 use crate::store::guards::{self, Guard};
+pub(crate) use crate::store::lifecycle::EvidenceHolder;
 use crate::store::RoundTrips;
 
 /// An operation of a job's object (`JobObject`).
@@ -319,14 +320,6 @@ pub(crate) enum JobRefusal {
 pub(crate) enum LeaseUse {
     Heartbeat,
     HandBack,
-}
-
-/// The accepted completion that already holds an evidence row, as D1 names it.
-#[derive(Serialize, Deserialize, Debug)]
-pub(crate) struct EvidenceHolder {
-    pub(crate) evidence_kind: String,
-    pub(crate) evidence_id: String,
-    pub(crate) job_id: String,
 }
 
 impl JobRefusal {

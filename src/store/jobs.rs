@@ -398,7 +398,7 @@ pub(crate) struct ClaimAnswer {
     pub(crate) signed_job: Option<String>,
 }
 
-#[derive(Deserialize, Clone)]
+#[derive(Deserialize, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ClaimRow {
     pub(crate) id: String,
     pub(crate) runner_id: String,

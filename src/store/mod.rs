@@ -10,6 +10,7 @@ pub(crate) mod events;
 pub(crate) mod evidence;
 pub(crate) mod guards;
 pub(crate) mod jobs;
+pub(crate) mod lifecycle;
 pub(crate) mod releases;
 pub(crate) mod runners;
 

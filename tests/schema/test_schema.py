@@ -2566,7 +2566,7 @@ class ProductionStatementTests(SchemaTest):
         # Attempt 2, handed back (free): queued again with the hand-back counted as free.
         claim = self.grant(2, request_id="req-2")
         self.end(claim, 2, "claimed", "queued", ("released", "handed back: stopping"),
-                 (query("release_runner"), (self.runner, NOW)), free=1)
+                 (query("hand_back_runner"), (self.runner, NOW)), free=1)
         self.assertEqual(self.w.one("SELECT released_attempts FROM jobs WHERE id = ?", self.job)[0], 1)
         self.assertEqual(self.active_claims(), 0)
 

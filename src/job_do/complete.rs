@@ -1,0 +1,416 @@
+//! A completion: the holder (or a runner whose attempt was superseded) reports the result of
+//! an attempt. [`decide`] checks who sends it and which claim it names, and asks the protocol
+//! crate's `reconcile` what it means: accepted (the job ends, its evidence goes into custody),
+//! a duplicate of the accepted one, or a conflicting or stale one (recorded, up to the job's
+//! cap, and refused with its decision).
+
+use edgerunner_protocol::completion::{
+    reconcile, AcceptedCompletion, ActiveClaim, Completion, Evidence, JobCompletionView, Outcome,
+};
+use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, OrganizationId, RunnerId};
+use edgerunner_protocol::stable_json::Sha256Hex;
+use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::time::UnixMillis;
+use serde_json::{json, Value};
+
+use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
+use super::snapshot::Snapshot;
+use crate::error::ApiError;
+use crate::objects::job::{CompletionDecision, JobRefusal, JobReply};
+use crate::store::lifecycle::{self, Attachment, NewCompletion};
+use crate::store::{events, guards, jobs};
+
+/// What a completion is, decided: the completion as parsed, the claim it names, and what
+/// reconciliation made of it.
+#[derive(Debug)]
+pub(super) struct Decided<'a> {
+    pub(super) completion: Completion,
+    pub(super) claim: &'a jobs::ClaimRow,
+    pub(super) attempt: i64,
+    pub(super) outcome: Outcome,
+    pub(super) rationale: String,
+    /// The job's state the decision was made in.
+    pub(super) state: JobState,
+}
+
+/// What `raw`, sent by `runner` at `now`, means for the job. Every stored decision names a real
+/// claim of this job, attempt and runner; a completion naming anything else is refused outright
+/// and not stored.
+pub(super) fn decide<'a>(
+    snap: &'a Snapshot,
+    runner: &str,
+    raw: &Value,
+    now: i64,
+) -> OpResult<Decided<'a>> {
+    let completion = Completion::from_json(raw)?;
+    let fields = completion.fields();
+    let job = &snap.job;
+    if fields.runner_id.as_str() != runner {
+        return Err(JobRefusal::RunnerMismatch);
+    }
+    let attempt = i64::from(fields.dispatch_attempt.get());
+    let Some(claim) = snap.claims.iter().find(|c| {
+        c.id == fields.claim_id.as_str() && c.dispatch_attempt == attempt && c.runner_id == runner
+    }) else {
+        if snap.claims.iter().any(|c| c.runner_id == runner) {
+            return Err(JobRefusal::ClaimMismatch);
+        }
+        return Err(JobRefusal::NoJobForRunner);
+    };
+    let attempt_of = |n: i64| {
+        DispatchAttempt::new(u32::try_from(n).unwrap_or(0))
+            .ok_or_else(|| ApiError::internal("attempt out of range"))
+    };
+    let view = JobCompletionView {
+        now: UnixMillis::new(now).map_err(ApiError::internal)?,
+        organization_id: OrganizationId::parse(&job.organization_id).map_err(ApiError::internal)?,
+        state: snap.state()?,
+        dispatch_attempt: u32::try_from(job.dispatch_attempt).unwrap_or(0),
+        input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
+        active_claim: match snap.active_claim() {
+            Some(active) => Some(ActiveClaim {
+                claim_id: ClaimId::parse(&active.id).map_err(ApiError::internal)?,
+                runner_id: RunnerId::parse(&active.runner_id).map_err(ApiError::internal)?,
+                attempt: attempt_of(active.dispatch_attempt)?,
+                stream_checksum: snap
+                    .head
+                    .first()
+                    .map(|c| Sha256Hex::parse(&c.checksum))
+                    .transpose()
+                    .map_err(ApiError::internal)?,
+                // The lease heartbeats and appends are checked against (NULL cannot be: the
+                // schema holds a lease exactly while a claim is active).
+                lease_expires_at: UnixMillis::new(job.lease_expires_at.unwrap_or(0))
+                    .map_err(ApiError::internal)?,
+            }),
+            None => None,
+        },
+        accepted: match &snap.accepted {
+            Some(a) => Some(AcceptedCompletion {
+                attempt: attempt_of(a.dispatch_attempt)?,
+                checksum: Sha256Hex::parse(&a.completion_checksum).map_err(ApiError::internal)?,
+            }),
+            None => None,
+        },
+    };
+    let decision = reconcile(&view, &completion)?;
+    Ok(Decided {
+        completion,
+        claim,
+        attempt,
+        outcome: decision.outcome,
+        rationale: decision.rationale,
+        state: view.state,
+    })
+}
+
+/// The evidence rows an accepted completion takes into custody, the evaluation run first.
+pub(super) fn attachments(evidence: &Evidence) -> Vec<(&'static str, String)> {
+    let mut all = vec![("evaluation_run", evidence.evaluation_run_id.key())];
+    let lists = [
+        ("test_result", &evidence.test_result_ids),
+        ("cost_record", &evidence.cost_record_ids),
+        ("model_call", &evidence.model_call_ids),
+    ];
+    for (kind, ids) in lists {
+        all.extend(ids.iter().map(|id| (kind, id.key())));
+    }
+    all.extend(evidence.trace_id.iter().map(|id| ("trace", id.key())));
+    all
+}
+
+/// The event that records a refused decision stored in full.
+fn refused_event_kind(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Duplicate => "job.completion_duplicate",
+        Outcome::Conflict => "job.completion_conflict",
+        _ => "job.completion_stale",
+    }
+}
+
+/// Decides a completion and writes what it decided.
+pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer {
+    let runner = ctx.runner()?;
+    let decided = decide(&snap, runner, raw, ctx.now)?;
+    let Decided {
+        completion,
+        claim,
+        attempt,
+        outcome,
+        ..
+    } = &decided;
+    let (attempt, outcome) = (*attempt, *outcome);
+    let fields = completion.fields();
+    let job = &snap.job;
+    let completion_id = crate::platform::random_id("cmp")?;
+    let evidence_json = fields.evidence.to_json();
+    let reported_costs = evidence_json
+        .get("costs")
+        .or_else(|| raw.get("costs"))
+        .map(Value::to_string);
+    let evaluation_run = fields.evidence.evaluation_run_id.key();
+    let evidence_text = evidence_json.to_string();
+    let raw_text = raw.to_string();
+    let insert_completion = lifecycle::insert_completion(
+        ctx.db,
+        &NewCompletion {
+            id: &completion_id,
+            job_id: &job.id,
+            organization_id: &job.organization_id,
+            claim_id: &claim.id,
+            runner_id: runner,
+            attempt,
+            decision: outcome.as_str(),
+            rationale: &decided.rationale,
+            checksum: completion.checksum().as_str(),
+            status: fields.status.as_str(),
+            input_hash: fields.input_hash.as_str(),
+            result_hash: fields.result_hash.as_ref().map(Sha256Hex::as_str),
+            final_stream_checksum: fields.final_stream_checksum.as_ref().map(Sha256Hex::as_str),
+            evaluation_run: &evaluation_run,
+            evidence_json: &evidence_text,
+            reported_costs: reported_costs.as_deref(),
+            completed_at: fields.completed_at.as_str(),
+            received_at: ctx.now,
+            raw: &raw_text,
+        },
+    )?;
+    let actor = format!("runner:{runner}");
+    let detail = json!({
+        "completionId": completion_id,
+        "decision": outcome.as_str(),
+        "status": fields.status.as_str(),
+        "completionChecksum": completion.checksum().as_str(),
+    })
+    .to_string();
+    let mut recorded = event(job, &actor, "job.completion_recorded");
+    recorded.runner_id = Some(runner);
+    recorded.claim_id = Some(&claim.id);
+    recorded.attempt = Some(attempt);
+    recorded.reason = Some(&decided.rationale);
+    recorded.detail_json = Some(&detail);
+    recorded.at = ctx.now;
+
+    let Outcome::Accepted { job_state } = outcome else {
+        // Stored in full (row and event) up to MAX_STORED_REFUSALS; past that only counted on
+        // the job row with the latest checksum, and one event marks where counting began. The
+        // runner's answer is the same either way, but names no stored completion.
+        let stored = snap.stored_refusals < jobs::MAX_STORED_REFUSALS;
+        let statements = if stored {
+            recorded.kind = refused_event_kind(outcome);
+            vec![insert_completion, events::insert(ctx.db, &recorded)?]
+        } else {
+            let mut statements = vec![jobs::count_unstored_decision(
+                ctx.db,
+                &job.id,
+                outcome.as_str(),
+                completion.checksum().as_str(),
+                ctx.now,
+            )?];
+            if job.unstored_decisions == 0 {
+                let detail = json!({
+                    "stored": snap.stored_refusals,
+                    "decision": outcome.as_str(),
+                    "completionChecksum": completion.checksum().as_str(),
+                })
+                .to_string();
+                let mut capped = event(job, &actor, "job.completion_decisions_capped");
+                capped.runner_id = Some(runner);
+                capped.claim_id = Some(&claim.id);
+                capped.attempt = Some(attempt);
+                capped.reason = Some(
+                    "the job holds as many refused completion decisions as it stores; later ones are counted on the job",
+                );
+                capped.detail_json = Some(&detail);
+                capped.at = ctx.now;
+                statements.push(events::insert(ctx.db, &capped)?);
+            }
+            statements
+        };
+        ctx.commit(&snap, false, statements).await?;
+        let answer = CompletionDecision {
+            decision: outcome.as_str().to_owned(),
+            rationale: decided.rationale.clone(),
+            completion_id: stored.then_some(completion_id),
+            job_state: decided.state,
+        };
+        // A conflict or a stale completion is recorded, and refused with its decision.
+        return match outcome {
+            Outcome::Duplicate => Ok(JobReply::Completed(answer)),
+            Outcome::Conflict => Err(JobRefusal::CompletionConflict(answer)),
+            _ => Err(JobRefusal::CompletionStale(answer)),
+        };
+    };
+
+    // Accepted: decision, job finalization, claim release, capacity, terminal event and
+    // evidence custody in one transaction. The completion row goes first, while the job still
+    // holds the claim (its triggers check exactly that); evidence goes last (its key makes a
+    // second attachment anywhere abort everything).
+    recorded.kind = "job.completed";
+    let mut statements = vec![insert_completion];
+    statements.extend(lifecycle::finish(
+        ctx.db, &job.id, &claim.id, runner, attempt, job_state, ctx.now,
+    )?);
+    statements.push(events::insert(ctx.db, &recorded)?);
+    let custody = attachments(&fields.evidence);
+    let custody: Vec<Attachment<'_>> = custody
+        .iter()
+        .map(|(kind, id)| Attachment { kind, id })
+        .collect();
+    for evidence in &custody {
+        statements.push(lifecycle::attach_evidence(
+            ctx.db,
+            evidence,
+            &completion_id,
+            &job.id,
+            &job.organization_id,
+            ctx.now,
+        )?);
+    }
+    let changed = match ctx.commit(&snap, true, statements).await {
+        Ok(changed) => changed,
+        // The guards that judge the evidence rather than the job: the completion is refused.
+        Err(err) => {
+            return Err(match err.guard() {
+                Some(guards::UNIQUE_COMPLETION_EVIDENCE) => JobRefusal::EvidenceAttached(
+                    lifecycle::evidence_holder(ctx.db, &job.organization_id, &custody).await?,
+                ),
+                Some(guards::EVIDENCE_NOT_IN_COMPLETION_RUN) => JobRefusal::EvidenceNotInRun,
+                Some(guards::COMPLETION_DOES_NOT_CLOSE_STREAM) => JobRefusal::StreamNotClosed,
+                _ => err.into(),
+            })
+        }
+    };
+    if changed.get(1..4) != Some(&[1, 1, 1][..]) {
+        return Err(JobRefusal::internal(format!(
+            "completion batch changed {changed:?} rows"
+        )));
+    }
+    ctx.alarm.set(AlarmChange::Clear);
+    Ok(JobReply::Completed(CompletionDecision {
+        decision: "accepted".to_owned(),
+        rationale: decided.rationale,
+        completion_id: Some(completion_id),
+        job_state,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use edgerunner_protocol::completion::CompletionError;
+    use edgerunner_protocol::state::CompletionStatus;
+
+    use super::*;
+    use crate::job_do::fixtures::{completion, held, requeued_after_loss, NOW};
+
+    #[test]
+    fn the_holders_completion_is_accepted_and_ends_the_job() {
+        let snap = held(JobState::Running);
+        let sent = completion(1, CompletionStatus::Succeeded);
+        let decided = decide(&snap, "run_1", &sent.to_json(), NOW).unwrap();
+        assert_eq!(
+            decided.outcome,
+            Outcome::Accepted {
+                job_state: JobState::Succeeded
+            }
+        );
+        assert_eq!(
+            (decided.claim.id.as_str(), decided.attempt),
+            ("job_1-a1", 1)
+        );
+        let failed = completion(1, CompletionStatus::Failed);
+        let decided = decide(&snap, "run_1", &failed.to_json(), NOW).unwrap();
+        assert_eq!(
+            decided.outcome,
+            Outcome::Accepted {
+                job_state: JobState::Failed
+            }
+        );
+    }
+
+    #[test]
+    fn a_completion_for_another_runner_is_refused_as_a_mismatch() {
+        let sent = completion(1, CompletionStatus::Succeeded);
+        let snap = held(JobState::Running);
+        let refused = decide(&snap, "run_2", &sent.to_json(), NOW);
+        assert!(
+            matches!(refused, Err(JobRefusal::RunnerMismatch)),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_completion_naming_no_claim_of_its_runner_is_refused_and_not_stored() {
+        // Its runner holds a claim of this job, but not this attempt's.
+        let sent = completion(2, CompletionStatus::Succeeded);
+        let snap = held(JobState::Running);
+        let refused = decide(&snap, "run_1", &sent.to_json(), NOW);
+        assert!(
+            matches!(refused, Err(JobRefusal::ClaimMismatch)),
+            "{refused:?}"
+        );
+        // A runner that never held a claim of this job learns nothing about it.
+        let mut stranger = held(JobState::Running);
+        stranger.claims[0].runner_id = "run_2".to_owned();
+        let sent = completion(1, CompletionStatus::Succeeded);
+        let refused = decide(&stranger, "run_1", &sent.to_json(), NOW);
+        assert!(
+            matches!(refused, Err(JobRefusal::NoJobForRunner)),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_completion_whose_checksum_does_not_cover_it_is_refused_by_the_protocol() {
+        let mut sent = completion(1, CompletionStatus::Succeeded).to_json();
+        sent["status"] = json!("failed");
+        let snap = held(JobState::Running);
+        let refused = decide(&snap, "run_1", &sent, NOW);
+        assert!(
+            matches!(
+                refused,
+                Err(JobRefusal::Completion(
+                    CompletionError::ChecksumMismatch { .. }
+                ))
+            ),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_replay_of_the_accepted_completion_is_a_duplicate_and_another_one_a_conflict() {
+        let sent = completion(1, CompletionStatus::Succeeded);
+        let mut done = held(JobState::Succeeded);
+        done.job.active_claim_id = None;
+        done.claims[0].state = "completed".to_owned();
+        done.accepted = Some(jobs::AcceptedRow {
+            dispatch_attempt: 1,
+            completion_checksum: sent.checksum().as_str().to_owned(),
+        });
+        let decided = decide(&done, "run_1", &sent.to_json(), NOW).unwrap();
+        assert_eq!(decided.outcome, Outcome::Duplicate);
+        let other = completion(1, CompletionStatus::Failed);
+        let decided = decide(&done, "run_1", &other.to_json(), NOW).unwrap();
+        assert_eq!(decided.outcome, Outcome::Conflict);
+    }
+
+    #[test]
+    fn a_completion_of_a_claim_lost_to_recovery_is_stale() {
+        let sent = completion(1, CompletionStatus::Succeeded);
+        let snap = requeued_after_loss();
+        let decided = decide(&snap, "run_1", &sent.to_json(), NOW).unwrap();
+        assert_eq!(decided.outcome, Outcome::Stale);
+        assert_eq!(decided.state, JobState::Queued);
+        assert_eq!(refused_event_kind(decided.outcome), "job.completion_stale");
+    }
+
+    #[test]
+    fn custody_takes_the_run_first_then_every_evidence_row() {
+        let sent = completion(1, CompletionStatus::Succeeded);
+        let kinds: Vec<&str> = attachments(&sent.fields().evidence)
+            .iter()
+            .map(|(kind, _)| *kind)
+            .collect();
+        assert_eq!(kinds, ["evaluation_run", "test_result", "trace"]);
+    }
+}

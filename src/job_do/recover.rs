@@ -1,0 +1,269 @@
+//! Recovery's look at the job's lease (its alarm, a runner object's watch, the cron pass and an
+//! admin's reap all end here): the protocol crate's `recovery::decide` applied. A lapsed lease
+//! loses its claim and its runner, and the job is queued again for its next attempt (or ends
+//! at the attempt limit) in one guarded batch, so racing callers produce one loss.
+
+use edgerunner_protocol::recovery::{
+    decide as decide_recovery, next_check_at_ms, RecoveryDecision,
+};
+use edgerunner_protocol::state::JobState;
+use serde_json::json;
+
+use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
+use super::snapshot::Snapshot;
+use crate::objects::job::{JobRefusal, JobReply, LostClaim, Recovered};
+use crate::platform::rfc3339;
+use crate::store::lifecycle::{self, ClaimEnd, Freed};
+use crate::store::{events, jobs, runners};
+
+/// What recovery does with the job at `now`.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Recovery<'a> {
+    /// Nothing to lose: no claim, or its lease is alive; with the time the alarm should next
+    /// look, when the lease is alive (a heartbeat moved it past this look).
+    Nothing {
+        state: JobState,
+        look_again_at: Option<i64>,
+    },
+    /// The active claim's lease lapsed: the claim and its runner are lost, and the job goes to
+    /// `next` (queued again, or cancelled at the attempt limit).
+    Lose {
+        claim: &'a jobs::ClaimRow,
+        decision: RecoveryDecision,
+        from: JobState,
+        next: JobState,
+    },
+}
+
+pub(super) fn decide(snap: &Snapshot, now: i64) -> OpResult<Recovery<'_>> {
+    let state = snap.state()?;
+    let lease = snap.lease()?;
+    let decision = decide_recovery(&lease, now);
+    let Some(claim) = snap.active_claim() else {
+        // No claim to lose: a job that is already queued or finished needs nothing. (A job left
+        // `lost` cannot exist: loss and requeue commit in one batch.)
+        return Ok(Recovery::Nothing {
+            state,
+            look_again_at: None,
+        });
+    };
+    let next = match decision {
+        // The lease is alive (a heartbeat moved it past this alarm, or the move after that
+        // heartbeat's commit never happened): watch its current expiry instead.
+        RecoveryDecision::Nothing => {
+            return Ok(Recovery::Nothing {
+                state,
+                look_again_at: next_check_at_ms(&lease),
+            })
+        }
+        RecoveryDecision::Requeue { .. } => JobState::Queued,
+        RecoveryDecision::Exhausted { .. } | RecoveryDecision::Cancel => JobState::Cancelled,
+    };
+    Ok(Recovery::Lose {
+        claim,
+        decision,
+        from: state,
+        next,
+    })
+}
+
+/// Decides recovery and writes the loss it decided.
+pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer {
+    let job = &snap.job;
+    let (claim, decision, from, next) = match decide(&snap, ctx.now)? {
+        Recovery::Nothing {
+            state,
+            look_again_at,
+        } => {
+            if let Some(at) = look_again_at {
+                ctx.alarm.set(AlarmChange::At(at));
+            }
+            return Ok(JobReply::Recovered(Recovered {
+                job_id: job.id.clone(),
+                state,
+                lost: None,
+            }));
+        }
+        Recovery::Lose {
+            claim,
+            decision,
+            from,
+            next,
+        } => (claim, decision, from, next),
+    };
+    let reason = decision.reason();
+    let mut lost = event(job, actor, "job.lease_lost");
+    lost.runner_id = Some(&claim.runner_id);
+    lost.claim_id = Some(&claim.id);
+    lost.attempt = Some(claim.dispatch_attempt);
+    let lapse = lapse_reason(claim, job.lease_expires_at);
+    lost.reason = Some(&lapse);
+    lost.at = ctx.now;
+    let (next_attempt, counted) = match decision {
+        RecoveryDecision::Requeue {
+            next_attempt,
+            counted,
+        } => (Some(next_attempt), Some(counted)),
+        RecoveryDecision::Exhausted { attempts } => (None, Some(attempts)),
+        RecoveryDecision::Nothing | RecoveryDecision::Cancel => (None, None),
+    };
+    let detail = json!({
+        "decision": decision.code(),
+        "nextAttempt": next_attempt,
+        "countedAttempts": counted,
+    })
+    .to_string();
+    let then_kind = match next {
+        JobState::Queued => "job.requeued",
+        _ => "job.cancelled",
+    };
+    let mut then = event(job, actor, then_kind);
+    then.attempt = Some(claim.dispatch_attempt);
+    then.reason = Some(&reason);
+    then.detail_json = Some(&detail);
+    then.at = ctx.now;
+    let freed = Freed {
+        job_id: &job.id,
+        claim_id: &claim.id,
+        attempt: claim.dispatch_attempt,
+        end: ClaimEnd {
+            state: "lost",
+            reason: "lease expired",
+        },
+        from,
+        to: next,
+        reason: &reason,
+        free_hand_back: false,
+    };
+    let mut statements = Vec::from(lifecycle::free_claim(ctx.db, &freed, ctx.now)?);
+    statements.extend([
+        // The runner takes the protocol's lease_lost move from whatever state it is in now: an
+        // active one is marked lost and its credential generation moves on (its next call gets
+        // 401, the SDK re-exchanges at once, and that fresh session is what brings it back to
+        // active); a draining, lost or revoked one keeps its state.
+        runners::recover(
+            ctx.db,
+            &claim.runner_id,
+            ctx.now,
+            &format!("job {}: {lapse}", job.id),
+        )?,
+        events::insert(ctx.db, &lost)?,
+        events::insert(ctx.db, &then)?,
+    ]);
+    let changed = ctx.commit(&snap, false, statements).await?;
+    if changed.get(..3) != Some(&[1, 1, 1][..]) {
+        return Err(JobRefusal::internal(format!(
+            "recovery batch changed {changed:?} rows"
+        )));
+    }
+    ctx.alarm.set(AlarmChange::Clear);
+    // The job is queued again (or finished), and its runner lost: claims must read D1.
+    ctx.touched.replace(Some(job.organization_id.clone()));
+    Ok(JobReply::Recovered(Recovered {
+        job_id: job.id.clone(),
+        state: next,
+        lost: Some(LostClaim {
+            claim_id: claim.id.clone(),
+            runner_id: claim.runner_id.clone(),
+            decision: decision.code().to_owned(),
+        }),
+    }))
+}
+
+/// What a lapsed lease says happened: when the claim last heartbeated, or that it never did.
+fn lapse_reason(claim: &jobs::ClaimRow, lease: Option<i64>) -> String {
+    let at = |ms: i64| rfc3339(ms).unwrap_or_else(|| format!("{ms} ms"));
+    let expired = lease.map_or_else(
+        || "its lease".to_owned(),
+        |ms| format!("its lease ({})", at(ms)),
+    );
+    match (claim.last_heartbeat_at, claim.started_at) {
+        (Some(last), _) => format!(
+            "{expired} expired with no heartbeat since {} (attempt {})",
+            at(last),
+            claim.dispatch_attempt
+        ),
+        (None, Some(first)) => format!(
+            "{expired} expired; heartbeats were accepted from {} (the last one's time was not recorded)",
+            at(first)
+        ),
+        (None, None) => format!(
+            "{expired} expired before any heartbeat (claimed {}, attempt {})",
+            at(claim.issued_at),
+            claim.dispatch_attempt
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job_do::fixtures::{held, queued, NOW};
+
+    #[test]
+    fn a_live_lease_is_left_alone_and_looked_at_again_at_its_end() {
+        let snap = held(JobState::Running);
+        let lease = snap.job.lease_expires_at.unwrap();
+        assert_eq!(
+            decide(&snap, lease - 1).unwrap(),
+            Recovery::Nothing {
+                state: JobState::Running,
+                look_again_at: Some(lease)
+            }
+        );
+        // A job that holds no claim has nothing to lose.
+        assert_eq!(
+            decide(&queued(), NOW).unwrap(),
+            Recovery::Nothing {
+                state: JobState::Queued,
+                look_again_at: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_lapsed_lease_loses_its_claim_and_queues_the_job_again() {
+        let snap = held(JobState::Running);
+        let lease = snap.job.lease_expires_at.unwrap();
+        let Recovery::Lose {
+            claim,
+            decision,
+            from,
+            next,
+        } = decide(&snap, lease).unwrap()
+        else {
+            panic!("a lapsed lease was not lost");
+        };
+        assert_eq!(claim.id, "job_1-a1");
+        assert_eq!((from, next), (JobState::Running, JobState::Queued));
+        assert_eq!(decision.code(), "LEASE_LOST_REQUEUED");
+    }
+
+    #[test]
+    fn a_lapsed_lease_at_the_last_attempt_ends_the_job() {
+        let mut snap = held(JobState::Running);
+        snap.job.dispatch_attempt = 3;
+        snap.claims[0].dispatch_attempt = 3;
+        let lease = snap.job.lease_expires_at.unwrap();
+        let Recovery::Lose { next, decision, .. } = decide(&snap, lease).unwrap() else {
+            panic!("a lapsed lease was not lost");
+        };
+        assert_eq!(next, JobState::Cancelled);
+        assert!(matches!(
+            decision,
+            RecoveryDecision::Exhausted { attempts: 3 }
+        ));
+    }
+
+    #[test]
+    fn a_lapse_says_when_the_claim_last_heartbeated_or_that_it_never_did() {
+        let snap = held(JobState::Running);
+        let mut claim = snap.claims[0].clone();
+        let lease = Some(claim.lease_expires_at);
+        claim.last_heartbeat_at = None;
+        claim.started_at = None;
+        assert!(lapse_reason(&claim, lease).contains("expired before any heartbeat"));
+        claim.last_heartbeat_at = Some(NOW);
+        assert!(lapse_reason(&claim, lease).contains("with no heartbeat since"));
+    }
+}

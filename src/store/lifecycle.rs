@@ -1,0 +1,355 @@
+//! The job object's writes after a grant, each statement behind one typed function: a
+//! heartbeat's lease, a completion and its evidence custody, a cancel, and a claim that ends
+//! without a completion (lost to recovery, or handed back), with the assertions every such
+//! batch starts with. The job object decides; these only bind what it decided.
+
+use edgerunner_protocol::state::JobState;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use worker::D1PreparedStatement;
+
+use super::{events, stmt, Db};
+use crate::error::ApiResult;
+
+/// The job's state, attempt and active claim an operation decided from, which its write
+/// asserts ([`assert_job_as_known`]).
+pub(crate) struct AsKnown<'a> {
+    pub(crate) job_id: &'a str,
+    pub(crate) state: JobState,
+    pub(crate) attempt: i64,
+    pub(crate) active_claim: Option<&'a str>,
+}
+
+/// The assertion that the job is as `known` at the commit, with its claim's lease live at
+/// `live_at` when the decision relied on it: `job_moved` aborts the batch otherwise.
+pub(crate) fn assert_job_as_known(
+    db: &Db,
+    known: &AsKnown<'_>,
+    live_at: Option<i64>,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/assert_job_as_known.sql"),
+        &[
+            known.job_id.into(),
+            known.state.as_str().into(),
+            known.attempt.into(),
+            known.active_claim.into(),
+            live_at.into(),
+        ],
+    )
+}
+
+/// The assertion that claim `claim_id` is `runner`'s, in organization `org` (`job_moved`
+/// otherwise): what a presumed first heartbeat relies on.
+pub(crate) fn assert_claim_held(
+    db: &Db,
+    claim_id: &str,
+    runner: &str,
+    org: &str,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/assert_claim_held.sql"),
+        &[claim_id.into(), runner.into(), org.into()],
+    )
+}
+
+/// What a heartbeat writes: the lease it sets, on `runner`'s claim `claim_id` (attempt
+/// `attempt`) of job `job_id`, moving the job `from` → `to`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Beat<'a> {
+    pub(crate) org: &'a str,
+    pub(crate) job_id: &'a str,
+    pub(crate) claim_id: &'a str,
+    pub(crate) attempt: i64,
+    pub(crate) runner: &'a str,
+    pub(crate) lease: i64,
+    pub(crate) from: JobState,
+    pub(crate) to: JobState,
+}
+
+/// A heartbeat's statements: the job's lease and state, the claim's lease and beat, the
+/// runner's contact time (in that order), and on the first heartbeat (from `claimed`) the
+/// `job.started` event.
+pub(crate) fn heartbeat(db: &Db, beat: &Beat<'_>, now: i64) -> ApiResult<Vec<D1PreparedStatement>> {
+    let mut statements = vec![
+        stmt(
+            db,
+            include_str!("queries/heartbeat_job.sql"),
+            &[
+                beat.job_id.into(),
+                beat.claim_id.into(),
+                beat.attempt.into(),
+                beat.lease.into(),
+                beat.to.as_str().into(),
+                now.into(),
+                beat.from.as_str().into(),
+            ],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/heartbeat_claim.sql"),
+            &[beat.claim_id.into(), beat.lease.into(), now.into()],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/heartbeat_runner.sql"),
+            &[beat.runner.into(), now.into()],
+        )?,
+    ];
+    if beat.from == JobState::Claimed {
+        let actor = format!("runner:{}", beat.runner);
+        statements.push(events::insert(
+            db,
+            &events::NewEvent {
+                organization_id: beat.org,
+                job_id: Some(beat.job_id),
+                runner_id: Some(beat.runner),
+                claim_id: Some(beat.claim_id),
+                actor: &actor,
+                kind: "job.started",
+                attempt: Some(beat.attempt),
+                reason: None,
+                detail_json: None,
+                at: now,
+            },
+        )?);
+    }
+    Ok(statements)
+}
+
+/// A completion decision as stored (accepted, duplicate, conflict or stale).
+pub(crate) struct NewCompletion<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) job_id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) claim_id: &'a str,
+    pub(crate) runner_id: &'a str,
+    pub(crate) attempt: i64,
+    pub(crate) decision: &'a str,
+    pub(crate) rationale: &'a str,
+    pub(crate) checksum: &'a str,
+    pub(crate) status: &'a str,
+    pub(crate) input_hash: &'a str,
+    pub(crate) result_hash: Option<&'a str>,
+    pub(crate) final_stream_checksum: Option<&'a str>,
+    pub(crate) evaluation_run: &'a str,
+    pub(crate) evidence_json: &'a str,
+    pub(crate) reported_costs: Option<&'a str>,
+    pub(crate) completed_at: &'a str,
+    pub(crate) received_at: i64,
+    /// The completion as the runner sent it.
+    pub(crate) raw: &'a str,
+}
+
+pub(crate) fn insert_completion(db: &Db, c: &NewCompletion<'_>) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/completion_insert.sql"),
+        &[
+            c.id.into(),
+            c.job_id.into(),
+            c.organization_id.into(),
+            c.claim_id.into(),
+            c.runner_id.into(),
+            c.attempt.into(),
+            c.decision.into(),
+            c.rationale.into(),
+            c.checksum.into(),
+            c.status.into(),
+            c.input_hash.into(),
+            c.result_hash.into(),
+            c.final_stream_checksum.into(),
+            Some(c.evaluation_run).into(),
+            c.evidence_json.into(),
+            c.reported_costs.into(),
+            c.completed_at.into(),
+            c.received_at.into(),
+            c.raw.into(),
+        ],
+    )
+}
+
+/// An accepted completion's three writes, in this order: the job finished as `job_state`
+/// (guarded by its active claim at `attempt`), the claim ended, the runner's capacity back.
+pub(crate) fn finish(
+    db: &Db,
+    job_id: &str,
+    claim_id: &str,
+    runner: &str,
+    attempt: i64,
+    job_state: JobState,
+    now: i64,
+) -> ApiResult<[D1PreparedStatement; 3]> {
+    Ok([
+        stmt(
+            db,
+            include_str!("queries/complete_job.sql"),
+            &[
+                job_id.into(),
+                claim_id.into(),
+                attempt.into(),
+                job_state.as_str().into(),
+                now.into(),
+            ],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/complete_claim.sql"),
+            &[claim_id.into(), now.into()],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/complete_runner.sql"),
+            &[runner.into(), now.into()],
+        )?,
+    ])
+}
+
+/// One evidence row (`kind`, `id`) put in the custody of completion `completion_id`: its key
+/// makes a second attachment anywhere abort the whole batch.
+pub(crate) struct Attachment<'a> {
+    pub(crate) kind: &'a str,
+    pub(crate) id: &'a str,
+}
+
+pub(crate) fn attach_evidence(
+    db: &Db,
+    evidence: &Attachment<'_>,
+    completion_id: &str,
+    job_id: &str,
+    org: &str,
+    now: i64,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/completion_evidence_insert.sql"),
+        &[
+            evidence.kind.into(),
+            evidence.id.into(),
+            completion_id.into(),
+            job_id.into(),
+            org.into(),
+            now.into(),
+        ],
+    )
+}
+
+/// The accepted completion that already holds an evidence row, as D1 names it.
+#[derive(Serialize, Deserialize, Debug)]
+pub(crate) struct EvidenceHolder {
+    pub(crate) evidence_kind: String,
+    pub(crate) evidence_id: String,
+    pub(crate) job_id: String,
+}
+
+/// Which accepted completion of organization `org` holds one of `evidence` already (the
+/// evaluation run first), if any.
+pub(crate) async fn evidence_holder(
+    db: &Db,
+    org: &str,
+    evidence: &[Attachment<'_>],
+) -> ApiResult<Option<EvidenceHolder>> {
+    let wanted = Value::Array(evidence.iter().map(|e| json!([e.kind, e.id])).collect()).to_string();
+    let holders: Vec<EvidenceHolder> = super::all(
+        db,
+        include_str!("queries/evidence_holder.sql"),
+        &[org.into(), wanted.as_str().into()],
+    )
+    .await?;
+    Ok(holders.into_iter().next())
+}
+
+/// A cancel of job `job_id` (of `org`) from `from`: a job holding no claim ends at once
+/// (`to` is cancelled), one holding a claim is asked to stop (`to` is cancel_requested).
+pub(crate) fn cancel_job(
+    db: &Db,
+    job_id: &str,
+    org: &str,
+    (from, to): (JobState, JobState),
+    reason: &str,
+    now: i64,
+) -> ApiResult<D1PreparedStatement> {
+    let sql = if to == JobState::Cancelled {
+        include_str!("queries/cancel_queued_job.sql")
+    } else {
+        include_str!("queries/cancel_request_job.sql")
+    };
+    stmt(
+        db,
+        sql,
+        &[
+            job_id.into(),
+            org.into(),
+            from.as_str().into(),
+            reason.into(),
+            now.into(),
+        ],
+    )
+}
+
+/// How a claim ends without a completion: the claim's state and end reason.
+pub(crate) struct ClaimEnd<'a> {
+    pub(crate) state: &'a str,
+    pub(crate) reason: &'a str,
+}
+
+/// A claim that ends without a completion, and its job off it: the two writes, in this order.
+pub(crate) struct Freed<'a> {
+    pub(crate) job_id: &'a str,
+    pub(crate) claim_id: &'a str,
+    pub(crate) attempt: i64,
+    pub(crate) end: ClaimEnd<'a>,
+    /// The job goes `from` → `to` (queued, or cancelled with `reason` unless a cancel reason is
+    /// already recorded).
+    pub(crate) from: JobState,
+    pub(crate) to: JobState,
+    pub(crate) reason: &'a str,
+    /// A hand-back that does not count against the job's attempts.
+    pub(crate) free_hand_back: bool,
+}
+
+pub(crate) fn free_claim(
+    db: &Db,
+    freed: &Freed<'_>,
+    now: i64,
+) -> ApiResult<[D1PreparedStatement; 2]> {
+    let finished_at = (freed.to == JobState::Cancelled).then_some(now);
+    Ok([
+        stmt(
+            db,
+            include_str!("queries/end_claim.sql"),
+            &[
+                freed.claim_id.into(),
+                now.into(),
+                freed.end.state.into(),
+                freed.end.reason.into(),
+            ],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/free_job.sql"),
+            &[
+                freed.job_id.into(),
+                freed.claim_id.into(),
+                freed.attempt.into(),
+                freed.from.as_str().into(),
+                freed.to.as_str().into(),
+                now.into(),
+                finished_at.into(),
+                freed.reason.into(),
+                i64::from(freed.free_hand_back).into(),
+            ],
+        )?,
+    ])
+}
+
+/// A hand-back gives runner `runner` its capacity back; its state and credential stay.
+pub(crate) fn hand_back_runner(db: &Db, runner: &str, now: i64) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/hand_back_runner.sql"),
+        &[runner.into(), now.into()],
+    )
+}
