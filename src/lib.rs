@@ -199,11 +199,17 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
             runner_files::put_self_file(req, &ctx, name).await
         }
 
-        (Post, ["api", "remote-runners", "claim"]) => routes::jobs::claim(req, &ctx).await,
-        (Post, ["api", "remote-runners", "heartbeat"]) => routes::jobs::heartbeat(req, &ctx).await,
-        (Post, ["api", "remote-runners", "stream"]) => routes::jobs::stream(req, &ctx).await,
-        (Post, ["api", "remote-runners", "complete"]) => routes::jobs::complete(req, &ctx).await,
-        (Post, ["api", "remote-runners", "release"]) => routes::jobs::release(req, &ctx).await,
+        (Post, ["api", "remote-runners", "claim"]) => routes::runner_jobs::claim(req, &ctx).await,
+        (Post, ["api", "remote-runners", "heartbeat"]) => {
+            routes::runner_jobs::heartbeat(req, &ctx).await
+        }
+        (Post, ["api", "remote-runners", "stream"]) => routes::runner_jobs::stream(req, &ctx).await,
+        (Post, ["api", "remote-runners", "complete"]) => {
+            routes::runner_jobs::complete(req, &ctx).await
+        }
+        (Post, ["api", "remote-runners", "release"]) => {
+            routes::runner_jobs::hand_back(req, &ctx).await
+        }
         (Post, ["api", "remote-runners", "jobs"]) => routes::jobs::enqueue(req, &ctx).await,
         (Post, ["api", "remote-runners", "jobs", "reap"]) => routes::jobs::reap(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs"]) => routes::jobs::list(req, &ctx).await,
@@ -212,10 +218,10 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
             routes::jobs::cancel(req, &ctx, id).await
         }
         (Get, ["api", "remote-runners", "jobs", id, "stream"]) => {
-            routes::jobs::stream_read(req, &ctx, id).await
+            routes::custody::stream_read(req, &ctx, id).await
         }
         (Get, ["api", "remote-runners", "jobs", id, "bundle"]) => {
-            routes::jobs::bundle(req, &ctx, id).await
+            routes::custody::bundle(req, &ctx, id).await
         }
         (Post, ["api", "remote-runners", "jobs", id, "evidence", "runs"]) => {
             routes::evidence::create_job_run(req, &ctx, id).await
@@ -224,10 +230,10 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
             routes::evidence::create_job_test_result(req, &ctx, id, run).await
         }
         (Get, ["api", "remote-runners", "jobs", id, "input"]) => {
-            routes::jobs::input(req, &ctx, id).await
+            routes::runner_jobs::input(req, &ctx, id).await
         }
         (Get, ["api", "remote-runners", "jobs", id, "artifact"]) => {
-            routes::jobs::artifact(req, &ctx, id).await
+            routes::runner_jobs::artifact(req, &ctx, id).await
         }
 
         (Post, ["api", "remote-runners"]) => runners::register(req, &ctx).await,

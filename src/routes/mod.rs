@@ -2,12 +2,14 @@
 //! [`crate::auth`] and its storage from [`crate::store`].
 
 pub(crate) mod api_keys;
+pub(crate) mod custody;
 pub(crate) mod enrollment;
 pub(crate) mod evidence;
 pub(crate) mod identity;
 pub(crate) mod jobs;
 pub(crate) mod releases;
 pub(crate) mod runner_files;
+pub(crate) mod runner_jobs;
 pub(crate) mod runners;
 
 use edgerunner_protocol::capability::CapabilityDocument;

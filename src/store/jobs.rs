@@ -3,6 +3,7 @@
 //! Durable Object (the single writer), except the grant's (`crate::grant`, by the claiming
 //! runner's object); reads serve inspection and job-bound runner reads.
 
+use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
@@ -148,7 +149,7 @@ pub(crate) fn select_page(
     limit: i64,
 ) -> ApiResult<D1PreparedStatement> {
     // Past every row: ids are ASCII, and times stay below 2^53 (bind values are f64).
-    let (at, id) = cursor.unwrap_or((MAX_SAFE_INTEGER, "~"));
+    let (at, id) = cursor.unwrap_or((MAX_PORTABLE_INTEGER as i64, "~"));
     match state {
         None => stmt(
             db,
@@ -162,8 +163,6 @@ pub(crate) fn select_page(
         ),
     }
 }
-
-const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
 #[derive(Deserialize)]
 pub(crate) struct StateCount {
