@@ -94,7 +94,7 @@ pub(crate) fn is_api_key_form(token: &str) -> bool {
 
 /// The API key a request presents, checked for its form only (no D1 yet). A route whose first
 /// read is scoped to the caller's organization can send the key's lookup in that same read
-/// (`store::ORGANIZATION_OF_KEY`) and authenticate from its result ([`PresentedKey::caller`]).
+/// (`store::jobs::select_by_idempotency_key_of_key`) and authenticate from its result ([`PresentedKey::caller`]).
 pub(crate) struct PresentedKey {
     hash: String,
 }

@@ -33,6 +33,7 @@ use crate::objects::job::JobRefusal;
 use crate::objects::runner::{ClaimGrant, GrantedClaim};
 use crate::platform::{random_bytes, rfc3339};
 use crate::secrets::master_secret;
+use crate::store::lifecycle::{self, AsKnown, NewGrant};
 use crate::store::{self, events, guards, jobs, runners, Db};
 
 /// How long a signed envelope may be acted on after it is issued.
@@ -148,62 +149,52 @@ pub(crate) fn prepare(
         detail_json: Some(&detail),
         at: now,
     };
-    let statements = vec![
+    let mut statements = vec![
         // The runner still holds the credential generation its claim's read checked.
         runners::credential_check(
             db,
-            runners::ASSERT_CREDENTIAL_CURRENT,
+            runners::CredentialCheck::Assert,
             runner,
             org,
             i64::try_from(generation).map_err(ApiError::internal)?,
         )?,
         // The job is still as the candidate read found it: queued, at its attempt, unclaimed.
-        store::stmt(
+        lifecycle::assert_job_as_known(
             db,
-            include_str!("store/queries/assert_job_as_known.sql"),
-            &[
-                job.id.as_str().into(),
-                job.state.as_str().into(),
-                job.dispatch_attempt.into(),
-                job.active_claim_id.as_deref().into(),
-                None::<i64>.into(),
-            ],
+            &AsKnown {
+                job_id: &job.id,
+                state: JobState::Queued,
+                attempt: job.dispatch_attempt,
+                active_claim: job.active_claim_id.as_deref(),
+            },
+            None,
         )?,
-        // Order matters (see the migration): the claim first, while the job is still queued.
-        store::stmt(
-            db,
-            include_str!("store/queries/grant_claim.sql"),
-            &[
-                claim_id.as_str().into(),
-                job.id.as_str().into(),
-                org.into(),
-                runner.into(),
-                attempt.into(),
-                nonce.as_str().into(),
-                signing.key_id.as_str().into(),
-                issued.into(),
-                expires.into(),
-                lease.into(),
-                signed.to_string().as_str().into(),
-                request_id.into(),
-            ],
-        )?,
-        store::stmt(
-            db,
-            include_str!("store/queries/grant_job.sql"),
-            &[
-                job.id.as_str().into(),
-                org.into(),
-                attempt.into(),
-                claim_id.as_str().into(),
-                lease.into(),
-                now.into(),
-            ],
-        )?,
+    ];
+    // Order matters (see the migration): the claim first, while the job is still queued.
+    let signed_text = signed.to_string();
+    statements.extend(lifecycle::grant(
+        db,
+        &NewGrant {
+            claim_id: &claim_id,
+            job_id: &job.id,
+            organization_id: org,
+            runner_id: runner,
+            attempt,
+            nonce: nonce.as_str(),
+            key_id: signing.key_id.as_str(),
+            issued_at: issued,
+            expires_at: expires,
+            lease_expires_at: lease,
+            signed_job: &signed_text,
+            request_id,
+            now,
+        },
+    )?);
+    statements.extend([
         // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
         runners::take_capacity(db, runner, now)?,
         events::insert(db, &claimed)?,
-    ];
+    ]);
     Ok(Prepared {
         statements,
         grant: ClaimGrant {

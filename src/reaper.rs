@@ -12,7 +12,6 @@
 
 use edgerunner_protocol::state::JobState;
 use futures_util::future::join_all;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::Env;
 
@@ -28,11 +27,6 @@ pub(crate) const MAX_PASS_LIMIT: i64 = 500;
 /// Job objects asked at once.
 const CONCURRENCY: usize = 16;
 
-#[derive(Deserialize)]
-struct Expired {
-    id: String,
-}
-
 /// One bounded pass over expired leases, across every organization (`org = None`, the cron
 /// trigger and `CRON_SECRET`) or within one (an admin).
 pub(crate) async fn pass(
@@ -43,27 +37,10 @@ pub(crate) async fn pass(
     actor: &str,
 ) -> ApiResult<Value> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
-    // The IN list is spelled as in the partial index's WHERE, so the index is used.
-    let expired: Vec<Expired> = match org {
-        None => {
-            store::all(
-                &db,
-                include_str!("store/queries/expired_leases.sql"),
-                &[now.into(), (limit + 1).into()],
-            )
-            .await?
-        }
-        Some(org) => {
-            store::all(
-                &db,
-                include_str!("store/queries/expired_leases_in_org.sql"),
-                &[org.into(), now.into(), (limit + 1).into()],
-            )
-            .await?
-        }
-    };
+    // One more than the pass takes, to know whether more remain.
+    let expired = store::jobs::expired_leases(&db, org, now, limit + 1).await?;
     let more = i64::try_from(expired.len()).unwrap_or(i64::MAX) > limit;
-    let batch: Vec<&Expired> = expired
+    let batch: Vec<&String> = expired
         .iter()
         .take(usize::try_from(limit).unwrap_or(0))
         .collect();
@@ -75,7 +52,7 @@ pub(crate) async fn pass(
         let ops: Vec<JobOp> = group
             .iter()
             .map(|job| JobOp::Recover {
-                job_id: job.id.clone(),
+                job_id: (*job).clone(),
                 actor: actor.to_owned(),
             })
             .collect();

@@ -402,11 +402,7 @@ async fn claim(
         let mut ranges = Ranges::of(&runner_profile);
         let mut riders = vec![runners::select(db, org, runner_id)?];
         if let Some(request_id) = request_id {
-            riders.push(store::stmt(
-                db,
-                include_str!("store/queries/claim_by_request.sql"),
-                &[runner_id.into(), request_id.into()],
-            )?);
+            riders.push(jobs::select_claim_by_request(db, runner_id, request_id)?);
         }
         let (rows, page) = ranges.next_page(db, org, riders).await?;
         let runner = store::rows_of::<runners::RunnerRow>(&rows, 0)?
@@ -781,16 +777,8 @@ async fn floor(db: &Db) -> RunnerAnswer {
     crate::store::batch(
         db,
         vec![
-            crate::store::stmt(
-                db,
-                "INSERT INTO bench_floor (at) VALUES (?1)",
-                &[now.into()],
-            )?,
-            crate::store::stmt(
-                db,
-                "INSERT INTO bench_floor (at) VALUES (?1)",
-                &[now.into()],
-            )?,
+            crate::store::bench_floor_write(db, now)?,
+            crate::store::bench_floor_write(db, now)?,
         ],
     )
     .await?;

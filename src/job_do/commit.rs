@@ -136,7 +136,7 @@ impl<'a> OpCtx<'a> {
         if let Some(holder) = self.holder {
             batch.push(runners::credential_check(
                 self.db,
-                runners::ASSERT_CREDENTIAL_CURRENT,
+                runners::CredentialCheck::Assert,
                 &holder.runner_id,
                 &holder.organization_id,
                 holder.generation,

@@ -38,7 +38,7 @@ impl Snapshot {
         if let Some(holder) = holder {
             statements.push(runners::credential_check(
                 db,
-                runners::CREDENTIAL_CURRENT,
+                runners::CredentialCheck::Read,
                 &holder.runner_id,
                 &holder.organization_id,
                 holder.generation,

@@ -18,31 +18,26 @@ pub(crate) struct ApiKeyRow {
     pub(crate) revoked_at: Option<i64>,
 }
 
-const COLUMNS: &str =
-    "id, organization_id, name, key_prefix, role, scopes, created_at, last_used_at, revoked_at";
-
 pub(crate) async fn by_hash(db: &Db, key_hash: &str) -> ApiResult<Option<ApiKeyRow>> {
-    first(db, &by_hash_sql(), &[key_hash.into()]).await
+    first(
+        db,
+        include_str!("queries/api_keys/by_hash.sql"),
+        &[key_hash.into()],
+    )
+    .await
 }
 
 /// [`by_hash`] as a statement, to ride in a batch.
 pub(crate) fn select_by_hash(db: &Db, key_hash: &str) -> ApiResult<worker::D1PreparedStatement> {
-    super::stmt(db, &by_hash_sql(), &[key_hash.into()])
-}
-
-fn by_hash_sql() -> String {
-    format!("SELECT {COLUMNS} FROM api_keys WHERE key_hash = ?1")
+    super::stmt(
+        db,
+        include_str!("queries/api_keys/by_hash.sql"),
+        &[key_hash.into()],
+    )
 }
 
 pub(crate) async fn list(db: &Db, org: &str) -> ApiResult<Vec<ApiKeyRow>> {
-    all(
-        db,
-        &format!(
-            "SELECT {COLUMNS} FROM api_keys WHERE organization_id = ?1 ORDER BY created_at, id"
-        ),
-        &[org.into()],
-    )
-    .await
+    all(db, include_str!("queries/api_keys/list.sql"), &[org.into()]).await
 }
 
 pub(crate) struct NewApiKey<'a> {
@@ -59,8 +54,7 @@ pub(crate) struct NewApiKey<'a> {
 pub(crate) fn insert(db: &Db, key: &NewApiKey<'_>) -> ApiResult<worker::D1PreparedStatement> {
     super::stmt(
         db,
-        "INSERT INTO api_keys (id, organization_id, name, key_prefix, key_hash, role, scopes, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        include_str!("queries/api_keys/insert.sql"),
         &[
             key.id.into(),
             key.organization_id.into(),
@@ -83,7 +77,7 @@ pub(crate) fn revoke(
 ) -> ApiResult<worker::D1PreparedStatement> {
     super::stmt(
         db,
-        "UPDATE api_keys SET revoked_at = ?3 WHERE organization_id = ?1 AND id = ?2 AND revoked_at IS NULL",
+        include_str!("queries/api_keys/revoke.sql"),
         &[org.into(), id.into(), now.into()],
     )
 }
@@ -96,7 +90,7 @@ struct OrganizationName {
 pub(crate) async fn organization_name(db: &Db, org: &str) -> ApiResult<Option<String>> {
     let row: Option<OrganizationName> = first(
         db,
-        "SELECT name FROM organizations WHERE id = ?1",
+        include_str!("queries/api_keys/organization_name.sql"),
         &[org.into()],
     )
     .await?;

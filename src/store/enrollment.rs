@@ -17,7 +17,7 @@ pub(crate) struct OrganizationPolicy {
 pub(crate) async fn policy(db: &Db, org: &str) -> ApiResult<Option<OrganizationPolicy>> {
     first(
         db,
-        "SELECT enrollment_policy FROM organizations WHERE id = ?1",
+        include_str!("queries/enrollment/policy.sql"),
         &[org.into()],
     )
     .await
@@ -27,7 +27,7 @@ pub(crate) async fn policy(db: &Db, org: &str) -> ApiResult<Option<OrganizationP
 pub(crate) fn set_policy(db: &Db, org: &str, policy: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "UPDATE organizations SET enrollment_policy = ?2 WHERE id = ?1",
+        include_str!("queries/enrollment/set_policy.sql"),
         &[org.into(), policy.into()],
     )
 }
@@ -42,8 +42,7 @@ pub(crate) fn set_pending_caps(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "UPDATE organizations SET max_pending_enrollments = ?2, max_pending_enrollments_per_network = ?3 \
-         WHERE id = ?1 AND (max_pending_enrollments <> ?2 OR max_pending_enrollments_per_network <> ?3)",
+        include_str!("queries/enrollment/set_pending_caps.sql"),
         &[org.into(), per_organization.into(), per_network.into()],
     )
 }
@@ -62,17 +61,11 @@ pub(crate) struct TokenRow {
     pub(crate) last_used_at: Option<i64>,
 }
 
-const COLUMNS: &str =
-    "id, name, token_prefix, max_uses, uses, created_at, created_by, expires_at, \
-                       revoked_at, last_used_at";
-
 /// The organization's token whose hash this is; another organization's token is not found.
 pub(crate) async fn by_hash(db: &Db, org: &str, token_hash: &str) -> ApiResult<Option<TokenRow>> {
     first(
         db,
-        &format!(
-            "SELECT {COLUMNS} FROM enrollment_tokens WHERE organization_id = ?1 AND token_hash = ?2"
-        ),
+        include_str!("queries/enrollment/by_hash.sql"),
         &[org.into(), token_hash.into()],
     )
     .await
@@ -82,10 +75,7 @@ pub(crate) async fn by_hash(db: &Db, org: &str, token_hash: &str) -> ApiResult<O
 pub(crate) async fn list(db: &Db, org: &str, limit: i64) -> ApiResult<Vec<TokenRow>> {
     all(
         db,
-        &format!(
-            "SELECT {COLUMNS} FROM enrollment_tokens WHERE organization_id = ?1 \
-             ORDER BY created_at DESC, id DESC LIMIT ?2"
-        ),
+        include_str!("queries/enrollment/list.sql"),
         &[org.into(), limit.into()],
     )
     .await
@@ -108,8 +98,7 @@ pub(crate) struct NewToken<'a> {
 pub(crate) fn insert(db: &Db, t: &NewToken<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "INSERT INTO enrollment_tokens (id, organization_id, name, token_prefix, token_hash, max_uses, \
-           created_at, created_by, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        include_str!("queries/enrollment/insert.sql"),
         &[
             t.id.into(),
             t.organization_id.into(),
@@ -129,8 +118,7 @@ pub(crate) fn insert(db: &Db, t: &NewToken<'_>) -> ApiResult<D1PreparedStatement
 pub(crate) fn revoke(db: &Db, org: &str, id: &str, now: i64) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "UPDATE enrollment_tokens SET revoked_at = ?3 \
-         WHERE organization_id = ?1 AND id = ?2 AND revoked_at IS NULL",
+        include_str!("queries/enrollment/revoke.sql"),
         &[org.into(), id.into(), now.into()],
     )
 }
@@ -140,8 +128,7 @@ pub(crate) fn revoke(db: &Db, org: &str, id: &str, now: i64) -> ApiResult<D1Prep
 pub(crate) fn purge(db: &Db, cutoff: i64, limit: i64) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "DELETE FROM enrollment_tokens WHERE rowid IN (SELECT rowid FROM enrollment_tokens \
-           WHERE expires_at < ?1 AND uses = 0 LIMIT ?2)",
+        include_str!("queries/enrollment/purge.sql"),
         &[cutoff.into(), limit.into()],
     )
 }

@@ -20,12 +20,7 @@ pub(crate) struct NewEvent<'a> {
 }
 
 pub(crate) fn insert(db: &Db, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
-    insert_sql(
-        db,
-        "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        event,
-    )
+    insert_sql(db, include_str!("queries/events/insert.sql"), event)
 }
 
 /// The event, only if the statement just before it in the same batch changed exactly one row:
@@ -35,8 +30,7 @@ pub(crate) fn insert(db: &Db, event: &NewEvent<'_>) -> ApiResult<D1PreparedState
 pub(crate) fn insert_if_changed(db: &Db, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
     insert_sql(
         db,
-        "INSERT INTO job_events (organization_id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at) \
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE changes() = 1",
+        include_str!("queries/events/insert_if_changed.sql"),
         event,
     )
 }
@@ -75,8 +69,6 @@ pub(crate) struct EventRow {
     pub(crate) at: i64,
 }
 
-const COLUMNS: &str = "id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at";
-
 pub(crate) async fn for_runner(
     db: &Db,
     org: &str,
@@ -85,7 +77,7 @@ pub(crate) async fn for_runner(
 ) -> ApiResult<Vec<EventRow>> {
     all(
         db,
-        &format!("SELECT {COLUMNS} FROM job_events WHERE runner_id = ?2 AND organization_id = ?1 ORDER BY id LIMIT ?3"),
+        include_str!("queries/events/for_runner.sql"),
         &[org.into(), runner.into(), limit.into()],
     )
     .await
@@ -111,7 +103,7 @@ impl EventRow {
 pub(crate) async fn for_job(db: &Db, org: &str, job: &str, limit: i64) -> ApiResult<Vec<EventRow>> {
     all(
         db,
-        &format!("SELECT {COLUMNS} FROM job_events WHERE job_id = ?2 AND organization_id = ?1 ORDER BY id LIMIT ?3"),
+        include_str!("queries/events/for_job.sql"),
         &[org.into(), job.into(), limit.into()],
     )
     .await

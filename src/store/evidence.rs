@@ -28,23 +28,6 @@ fn attachment(completion_id: Option<&str>, job_id: Option<&str>, at: Option<i64>
     }
 }
 
-/// The custody columns every read selects; `{alias}` is the evidence table's alias and
-/// `{kind}` its `completion_evidence.evidence_kind`.
-fn custody_join(alias: &str, kind: &str) -> String {
-    format!(
-        "LEFT JOIN completion_evidence AS ce \
-                ON ce.evidence_kind = '{kind}' AND ce.evidence_id = {alias}.id \
-               AND ce.organization_id = {alias}.organization_id"
-    )
-}
-
-const CUSTODY_COLUMNS: &str =
-    "ce.completion_id AS attached_completion_id, ce.job_id AS attached_job_id, ce.attached_at AS attached_at";
-
-/// A run's rows are guarded by the run being the organization's.
-const RUN_GUARD: &str =
-    "WHERE EXISTS (SELECT 1 FROM evaluation_runs WHERE id = ?2 AND organization_id = ?1)";
-
 // ---------------------------------------------------------------------------------------------
 // Evaluation runs
 // ---------------------------------------------------------------------------------------------
@@ -111,8 +94,7 @@ pub(crate) struct NewRun<'a> {
 pub(crate) async fn insert_run(db: &Db, new: &NewRun<'_>) -> ApiResult<usize> {
     run(
         db,
-        "INSERT INTO evaluation_runs (id, organization_id, evaluation_id, status, metadata, created_at) \
-         VALUES (?1, ?2, ?3, 'running', ?4, ?5)",
+        include_str!("queries/evidence/insert_run.sql"),
         &[
             new.id.into(),
             new.organization_id.into(),
@@ -127,13 +109,7 @@ pub(crate) async fn insert_run(db: &Db, new: &NewRun<'_>) -> ApiResult<usize> {
 pub(crate) async fn get_run(db: &Db, org: &str, id: &str) -> ApiResult<Option<RunRow>> {
     first(
         db,
-        &format!(
-            "SELECT r.id, r.evaluation_id, r.status, r.metadata, r.created_at, r.finished_at, \
-                    {CUSTODY_COLUMNS} \
-               FROM evaluation_runs AS r {} \
-              WHERE r.id = ?2 AND r.organization_id = ?1",
-            custody_join("r", "evaluation_run")
-        ),
+        include_str!("queries/evidence/get_run.sql"),
         &[org.into(), id.into()],
     )
     .await
@@ -190,10 +166,7 @@ pub(crate) struct NewTestResult<'a> {
 pub(crate) async fn insert_test_result(db: &Db, new: &NewTestResult<'_>) -> ApiResult<usize> {
     run(
         db,
-        &format!(
-            "INSERT INTO test_results (id, organization_id, evaluation_run_id, name, status, score, created_at) \
-             SELECT ?3, ?1, ?2, ?4, ?5, CAST(?6 AS REAL), ?7 {RUN_GUARD}"
-        ),
+        include_str!("queries/evidence/insert_test_result.sql"),
         &[
             new.organization_id.into(),
             new.evaluation_run_id.into(),
@@ -214,13 +187,7 @@ pub(crate) async fn test_results_of(
 ) -> ApiResult<Vec<TestResultRow>> {
     all(
         db,
-        &format!(
-            "SELECT t.id, t.evaluation_run_id, t.name, t.status, t.score, t.created_at, {CUSTODY_COLUMNS} \
-               FROM test_results AS t {} \
-              WHERE t.evaluation_run_id = ?2 AND t.organization_id = ?1 \
-              ORDER BY t.created_at, t.rowid LIMIT ?3",
-            custody_join("t", "test_result")
-        ),
+        include_str!("queries/evidence/test_results_of.sql"),
         &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
     )
     .await
@@ -279,11 +246,7 @@ pub(crate) struct NewCostRecord<'a> {
 pub(crate) async fn insert_cost_record(db: &Db, new: &NewCostRecord<'_>) -> ApiResult<usize> {
     run(
         db,
-        &format!(
-            "INSERT INTO cost_records (id, organization_id, evaluation_run_id, category, amount_micros, \
-                                       currency, description, created_at) \
-             SELECT ?3, ?1, ?2, ?4, ?5, ?6, ?7, ?8 {RUN_GUARD}"
-        ),
+        include_str!("queries/evidence/insert_cost_record.sql"),
         &[
             new.organization_id.into(),
             new.evaluation_run_id.into(),
@@ -305,14 +268,7 @@ pub(crate) async fn cost_records_of(
 ) -> ApiResult<Vec<CostRecordRow>> {
     all(
         db,
-        &format!(
-            "SELECT c.id, c.evaluation_run_id, c.category, c.amount_micros, c.currency, c.description, \
-                    c.created_at, {CUSTODY_COLUMNS} \
-               FROM cost_records AS c {} \
-              WHERE c.evaluation_run_id = ?2 AND c.organization_id = ?1 \
-              ORDER BY c.created_at, c.rowid LIMIT ?3",
-            custody_join("c", "cost_record")
-        ),
+        include_str!("queries/evidence/cost_records_of.sql"),
         &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
     )
     .await
@@ -376,11 +332,7 @@ pub(crate) struct NewModelCall<'a> {
 pub(crate) async fn insert_model_call(db: &Db, new: &NewModelCall<'_>) -> ApiResult<usize> {
     run(
         db,
-        &format!(
-            "INSERT INTO model_calls (id, organization_id, evaluation_run_id, provider, model, status, \
-                                      input_tokens, output_tokens, latency_ms, created_at) \
-             SELECT ?3, ?1, ?2, ?4, ?5, ?6, ?7, ?8, ?9, ?10 {RUN_GUARD}"
-        ),
+        include_str!("queries/evidence/insert_model_call.sql"),
         &[
             new.organization_id.into(),
             new.evaluation_run_id.into(),
@@ -404,14 +356,7 @@ pub(crate) async fn model_calls_of(
 ) -> ApiResult<Vec<ModelCallRow>> {
     all(
         db,
-        &format!(
-            "SELECT m.id, m.evaluation_run_id, m.provider, m.model, m.status, m.input_tokens, \
-                    m.output_tokens, m.latency_ms, m.created_at, {CUSTODY_COLUMNS} \
-               FROM model_calls AS m {} \
-              WHERE m.evaluation_run_id = ?2 AND m.organization_id = ?1 \
-              ORDER BY m.created_at, m.rowid LIMIT ?3",
-            custody_join("m", "model_call")
-        ),
+        include_str!("queries/evidence/model_calls_of.sql"),
         &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
     )
     .await
@@ -464,10 +409,7 @@ pub(crate) struct NewTrace<'a> {
 pub(crate) async fn insert_trace(db: &Db, new: &NewTrace<'_>) -> ApiResult<usize> {
     run(
         db,
-        &format!(
-            "INSERT INTO traces (id, organization_id, evaluation_run_id, name, spans, created_at) \
-             SELECT ?3, ?1, ?2, ?4, ?5, ?6 {RUN_GUARD}"
-        ),
+        include_str!("queries/evidence/insert_trace.sql"),
         &[
             new.organization_id.into(),
             new.evaluation_run_id.into(),
@@ -483,13 +425,7 @@ pub(crate) async fn insert_trace(db: &Db, new: &NewTrace<'_>) -> ApiResult<usize
 pub(crate) async fn traces_of(db: &Db, org: &str, run_id: &str) -> ApiResult<Vec<TraceRow>> {
     all(
         db,
-        &format!(
-            "SELECT x.id, x.evaluation_run_id, x.name, x.spans, x.created_at, {CUSTODY_COLUMNS} \
-               FROM traces AS x {} \
-              WHERE x.evaluation_run_id = ?2 AND x.organization_id = ?1 \
-              ORDER BY x.created_at, x.rowid LIMIT ?3",
-            custody_join("x", "trace")
-        ),
+        include_str!("queries/evidence/traces_of.sql"),
         &[org.into(), run_id.into(), Arg::Int(MAX_ROWS_PER_KIND)],
     )
     .await
@@ -504,8 +440,7 @@ pub(crate) async fn run_is_for_job(db: &Db, org: &str, run: &str, job: &str) -> 
     }
     let found: Option<Found> = first(
         db,
-        "SELECT id FROM evaluation_runs WHERE id = ?2 AND organization_id = ?1 \
-           AND json_extract(metadata, '$.metadata.jobId') = ?3",
+        include_str!("queries/evidence/run_is_for_job.sql"),
         &[org.into(), run.into(), job.into()],
     )
     .await?;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
-use super::{all, first, stmt, Arg, Db, ORGANIZATION_OF_KEY};
+use super::{all, first, stmt, Arg, Db};
 use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
 
@@ -46,12 +46,6 @@ pub(crate) struct JobRow {
     #[serde(default)]
     pub(crate) last_unstored_at: Option<i64>,
 }
-
-const JOB_COLUMNS: &str = "id, organization_id, idempotency_key, intent_hash, subject_kind, \
-    subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, \
-    requirements, state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, \
-    created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, \
-    last_unstored_decision, last_unstored_at";
 
 /// Duplicate, conflict and stale decisions stored in full per job; later ones are counted on
 /// the job row (the schema's `job_completions_refusals_are_bounded` holds the same number).
@@ -98,7 +92,7 @@ impl JobRow {
 pub(crate) fn select_job(db: &Db, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"),
+        include_str!("queries/jobs/select_job.sql"),
         &[id.into()],
     )
 }
@@ -106,7 +100,7 @@ pub(crate) fn select_job(db: &Db, id: &str) -> ApiResult<D1PreparedStatement> {
 pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<JobRow>> {
     first(
         db,
-        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?2 AND organization_id = ?1"),
+        include_str!("queries/jobs/get.sql"),
         &[org.into(), id.into()],
     )
     .await
@@ -115,16 +109,14 @@ pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<JobRow
 pub(crate) async fn by_idempotency_key(db: &Db, org: &str, key: &str) -> ApiResult<Option<JobRow>> {
     first(
         db,
-        &format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = ?1 AND idempotency_key = ?2"
-        ),
+        include_str!("queries/jobs/by_idempotency_key.sql"),
         &[org.into(), key.into()],
     )
     .await
 }
 
 /// [`by_idempotency_key`] as a statement, in the organization of the API key whose hash is
-/// `key_hash` ([`ORGANIZATION_OF_KEY`]), to ride in the enqueue's one read.
+/// `key_hash` (the statement scopes by the key's own lookup), to ride in the enqueue's one read.
 pub(crate) fn select_by_idempotency_key_of_key(
     db: &Db,
     key_hash: &str,
@@ -132,9 +124,7 @@ pub(crate) fn select_by_idempotency_key_of_key(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        &format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE organization_id = {ORGANIZATION_OF_KEY} AND idempotency_key = ?2"
-        ),
+        include_str!("queries/jobs/select_by_idempotency_key_of_key.sql"),
         &[key_hash.into(), key.into()],
     )
 }
@@ -229,7 +219,7 @@ pub(crate) struct StreamPage<'a> {
 pub(crate) fn select_found(db: &Db, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT state, dispatch_attempt FROM jobs WHERE id = ?2 AND organization_id = ?1",
+        include_str!("queries/jobs/select_found.sql"),
         &[org.into(), id.into()],
     )
 }
@@ -288,13 +278,7 @@ pub(crate) struct NewJob<'a> {
 pub(crate) fn insert(db: &Db, j: &NewJob<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        &format!(
-            "INSERT INTO jobs (id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, \
-               subject_version_id, subject_content_hash, subject_environment, input, input_hash, requirements, \
-               execution_kind, runtime, external, problem_type, tags, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?18) \
-             RETURNING {JOB_COLUMNS}"
-        ),
+        include_str!("queries/jobs/insert.sql"),
         &[
             j.id.into(),
             j.organization_id.into(),
@@ -328,7 +312,7 @@ pub(crate) struct BindableVersion {
 }
 
 /// The [`BindableVersion`] named, in the organization of the API key whose hash is `key_hash`
-/// ([`ORGANIZATION_OF_KEY`]).
+/// (the statement scopes by the key's own lookup).
 pub(crate) fn select_bindable_version_of_key(
     db: &Db,
     key_hash: &str,
@@ -338,13 +322,13 @@ pub(crate) fn select_bindable_version_of_key(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        &format!(
-            "SELECT v.content_hash, a.kind, \
-               EXISTS (SELECT 1 FROM release_promotions p WHERE p.version_id = v.id AND p.environment = ?4) AS promoted \
-             FROM release_versions v JOIN release_artifacts a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
-             WHERE v.id = ?3 AND v.organization_id = {ORGANIZATION_OF_KEY} AND v.artifact_id = ?2"
-        ),
-        &[key_hash.into(), artifact.into(), version.into(), environment.into()],
+        include_str!("queries/jobs/select_bindable_version_of_key.sql"),
+        &[
+            key_hash.into(),
+            artifact.into(),
+            version.into(),
+            environment.into(),
+        ],
     )
 }
 
@@ -435,8 +419,7 @@ impl ClaimRow {
 pub(crate) fn select_claims(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT id, runner_id, dispatch_attempt, state, key_id, issued_at, expires_at, lease_expires_at, \
-           started_at, ended_at, end_reason, last_heartbeat_at FROM job_claims WHERE job_id = ?1 ORDER BY dispatch_attempt",
+        include_str!("queries/jobs/select_claims.sql"),
         &[job.into()],
     )
 }
@@ -454,9 +437,7 @@ pub(crate) struct ChunkHeadRow {
 pub(crate) fn select_stream_head(db: &Db, job: &str, limit: i64) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT sequence, checksum, stream_bytes FROM stream_chunks \
-         WHERE job_id = ?1 AND dispatch_attempt = (SELECT dispatch_attempt FROM jobs WHERE id = ?1) \
-         ORDER BY sequence DESC LIMIT ?2",
+        include_str!("queries/jobs/select_stream_head.sql"),
         &[job.into(), limit.into()],
     )
 }
@@ -470,7 +451,7 @@ pub(crate) struct AcceptedRow {
 pub(crate) fn select_accepted(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT dispatch_attempt, completion_checksum FROM job_completions WHERE job_id = ?1 AND decision = 'accepted'",
+        include_str!("queries/jobs/select_accepted.sql"),
         &[job.into()],
     )
 }
@@ -479,7 +460,7 @@ pub(crate) fn select_accepted(db: &Db, job: &str) -> ApiResult<D1PreparedStateme
 pub(crate) fn select_stored_refusals(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT count(*) AS stored FROM job_completions WHERE job_id = ?1 AND decision <> 'accepted'",
+        include_str!("queries/jobs/select_stored_refusals.sql"),
         &[job.into()],
     )
 }
@@ -510,9 +491,7 @@ pub(crate) struct NewChunk<'a> {
 pub(crate) fn insert_chunk(db: &Db, c: &NewChunk<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "INSERT INTO stream_chunks (job_id, organization_id, claim_id, dispatch_attempt, sequence, kind, \
-           previous_checksum, payload, payload_hash, checksum, emitted_at, received_at, stream_bytes) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        include_str!("queries/jobs/insert_chunk.sql"),
         &[
             c.job_id.into(),
             c.organization_id.into(),
@@ -541,8 +520,7 @@ pub(crate) fn count_unstored_decision(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "UPDATE jobs SET unstored_decisions = unstored_decisions + 1, last_unstored_checksum = ?3, \
-           last_unstored_decision = ?2, last_unstored_at = ?4 WHERE id = ?1",
+        include_str!("queries/jobs/count_unstored_decision.sql"),
         &[job.into(), decision.into(), checksum.into(), now.into()],
     )
 }
@@ -570,8 +548,7 @@ pub(crate) fn select_chunk_heads(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT dispatch_attempt, sequence, kind, previous_checksum, payload_hash, checksum, emitted_at, received_at, claim_id \
-         FROM stream_chunks WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt, sequence LIMIT ?3",
+        include_str!("queries/jobs/select_chunk_heads.sql"),
         &[org.into(), job.into(), limit.into()],
     )
 }
@@ -587,15 +564,7 @@ pub(crate) fn select_stream_totals(
         db,
         // Attempts are 1–8 (a CHECK on job_claims; every dispatch, hand-backs included): one
         // seek of the primary key per attempt, never a scan.
-        "WITH RECURSIVE n (attempt) AS \
-           (SELECT 1 UNION ALL SELECT attempt + 1 FROM n WHERE attempt < ?3) \
-         SELECT s.dispatch_attempt, s.sequence + 1 AS chunks, s.stream_bytes, s.checksum AS last_checksum \
-         FROM n \
-         JOIN stream_chunks AS s ON s.job_id = ?2 AND s.dispatch_attempt = n.attempt \
-          AND s.sequence = (SELECT max(t.sequence) FROM stream_chunks AS t \
-                             WHERE t.job_id = ?2 AND t.dispatch_attempt = n.attempt) \
-         WHERE s.organization_id = ?1 \
-         ORDER BY s.dispatch_attempt",
+        include_str!("queries/jobs/select_stream_totals.sql"),
         &[
             org.into(),
             job.into(),
@@ -634,9 +603,7 @@ pub(crate) struct CompletionRow {
 pub(crate) async fn completions(db: &Db, org: &str, job: &str) -> ApiResult<Vec<CompletionRow>> {
     all(
         db,
-        "SELECT id, claim_id, runner_id, dispatch_attempt, decision, rationale, completion_checksum, status, input_hash, \
-           result_hash, final_stream_checksum, evidence, reported_costs, completed_at, received_at \
-         FROM job_completions WHERE job_id = ?2 AND organization_id = ?1 ORDER BY received_at, id",
+        include_str!("queries/jobs/completions.sql"),
         &[org.into(), job.into()],
     )
     .await
@@ -652,8 +619,7 @@ pub(crate) struct EvidenceRow {
 pub(crate) async fn evidence(db: &Db, org: &str, job: &str) -> ApiResult<Vec<EvidenceRow>> {
     all(
         db,
-        "SELECT evidence_kind, evidence_id, completion_id FROM completion_evidence \
-         WHERE job_id = ?2 AND organization_id = ?1 ORDER BY evidence_kind, evidence_id",
+        include_str!("queries/jobs/evidence.sql"),
         &[org.into(), job.into()],
     )
     .await
@@ -676,11 +642,7 @@ pub(crate) async fn held_job_data(
 ) -> ApiResult<Option<HeldJobData>> {
     first(
         db,
-        "SELECT j.input, j.subject_version_id, j.subject_content_hash, v.content FROM jobs j \
-           JOIN job_claims c ON c.id = j.active_claim_id AND c.state = 'active' \
-           JOIN release_versions v ON v.id = j.subject_version_id \
-         WHERE j.id = ?2 AND j.organization_id = ?1 AND c.runner_id = ?3 \
-           AND j.state IN ('claimed', 'running', 'cancel_requested')",
+        include_str!("queries/jobs/held_job_data.sql"),
         &[org.into(), job.into(), runner.into()],
     )
     .await
@@ -702,8 +664,7 @@ pub(crate) struct BundleClaim {
 pub(crate) async fn bundle_claims(db: &Db, org: &str, job: &str) -> ApiResult<Vec<BundleClaim>> {
     all(
         db,
-        "SELECT id, runner_id, dispatch_attempt, state, signed_job FROM job_claims \
-         WHERE job_id = ?2 AND organization_id = ?1 ORDER BY dispatch_attempt",
+        include_str!("queries/jobs/bundle_claims.sql"),
         &[org.into(), job.into()],
     )
     .await
@@ -725,7 +686,7 @@ pub(crate) fn select_completion_ids(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "SELECT id FROM job_completions WHERE job_id = ?2 AND organization_id = ?1 ORDER BY received_at, id",
+        include_str!("queries/jobs/select_completion_ids.sql"),
         &[org.into(), job.into()],
     )
 }
@@ -744,38 +705,56 @@ pub(crate) async fn bundle_completion(
 ) -> ApiResult<Option<BundleCompletion>> {
     first(
         db,
-        "SELECT id, decision, rationale, received FROM job_completions \
-         WHERE id = ?3 AND job_id = ?2 AND organization_id = ?1",
+        include_str!("queries/jobs/bundle_completion.sql"),
         &[org.into(), job.into(), id.into()],
     )
     .await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::JOB_COLUMNS;
+#[derive(Deserialize)]
+struct Expired {
+    id: String,
+}
 
-    /// The claim's candidate query answers whole job rows: the columns [`super::JobRow`] is
-    /// read from everywhere else, in the same order.
-    #[test]
-    fn the_candidate_query_selects_the_job_columns() {
-        let sql = include_str!("queries/claim_candidates.sql");
-        let select = sql
-            .lines()
-            .filter(|line| !line.trim_start().starts_with("--"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let listed = select
-            .split_once("SELECT")
-            .and_then(|(_, rest)| rest.split_once("FROM"))
-            .map(|(columns, _)| columns)
-            .expect("a SELECT … FROM");
-        let words = |text: &str| {
-            text.split(|c: char| c == ',' || c.is_whitespace())
-                .filter(|w| !w.is_empty())
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(words(listed), words(JOB_COLUMNS));
-    }
+/// The ids of at most `limit` jobs whose lease expired before `now`, across every organization
+/// (`org = None`: the cron trigger and `CRON_SECRET`) or within one, through the lease index.
+pub(crate) async fn expired_leases(
+    db: &Db,
+    org: Option<&str>,
+    now: i64,
+    limit: i64,
+) -> ApiResult<Vec<String>> {
+    let expired: Vec<Expired> = match org {
+        None => {
+            all(
+                db,
+                include_str!("queries/expired_leases.sql"),
+                &[now.into(), limit.into()],
+            )
+            .await?
+        }
+        Some(org) => {
+            all(
+                db,
+                include_str!("queries/expired_leases_in_org.sql"),
+                &[org.into(), now.into(), limit.into()],
+            )
+            .await?
+        }
+    };
+    Ok(expired.into_iter().map(|e| e.id).collect())
+}
+
+/// [`ClaimAnswer`] of runner `runner`'s active claim granted for request `request_id`, if any:
+/// what a retried claim answers.
+pub(crate) fn select_claim_by_request(
+    db: &Db,
+    runner: &str,
+    request_id: &str,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/claim_by_request.sql"),
+        &[runner.into(), request_id.into()],
+    )
 }

@@ -1,5 +1,5 @@
-//! The job object's writes after a grant, each statement behind one typed function: a
-//! heartbeat's lease, a completion and its evidence custody, a cancel, and a claim that ends
+//! A job's writes from its grant on, each statement behind one typed function: the grant (the
+//! runner's object writes it), a heartbeat's lease, a completion and its evidence custody, a cancel, and a claim that ends
 //! without a completion (lost to recovery, or handed back), with the assertions every such
 //! batch starts with. The job object decides; these only bind what it decided.
 
@@ -53,6 +53,61 @@ pub(crate) fn assert_claim_held(
         include_str!("queries/assert_claim_held.sql"),
         &[claim_id.into(), runner.into(), org.into()],
     )
+}
+
+/// A grant of a queued job's next attempt, as the runner's object prepared it.
+pub(crate) struct NewGrant<'a> {
+    pub(crate) claim_id: &'a str,
+    pub(crate) job_id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) runner_id: &'a str,
+    pub(crate) attempt: i64,
+    pub(crate) nonce: &'a str,
+    pub(crate) key_id: &'a str,
+    pub(crate) issued_at: i64,
+    pub(crate) expires_at: i64,
+    pub(crate) lease_expires_at: i64,
+    /// The signed envelope, as signed.
+    pub(crate) signed_job: &'a str,
+    pub(crate) request_id: Option<&'a str>,
+    pub(crate) now: i64,
+}
+
+/// A grant's two writes, in the order the schema needs: the claim row while the job is still
+/// queued, then the job `queued` at attempt n − 1 → `claimed` at attempt n.
+pub(crate) fn grant(db: &Db, g: &NewGrant<'_>) -> ApiResult<[D1PreparedStatement; 2]> {
+    Ok([
+        stmt(
+            db,
+            include_str!("queries/grant_claim.sql"),
+            &[
+                g.claim_id.into(),
+                g.job_id.into(),
+                g.organization_id.into(),
+                g.runner_id.into(),
+                g.attempt.into(),
+                g.nonce.into(),
+                g.key_id.into(),
+                g.issued_at.into(),
+                g.expires_at.into(),
+                g.lease_expires_at.into(),
+                g.signed_job.into(),
+                g.request_id.into(),
+            ],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/grant_job.sql"),
+            &[
+                g.job_id.into(),
+                g.organization_id.into(),
+                g.attempt.into(),
+                g.claim_id.into(),
+                g.lease_expires_at.into(),
+                g.now.into(),
+            ],
+        )?,
+    ])
 }
 
 /// What a heartbeat writes: the lease it sets, on `runner`'s claim `claim_id` (attempt

@@ -53,12 +53,6 @@ impl Deref for Db {
     }
 }
 
-/// The organization of the API key whose SHA-256 is bound as `?1` (none for an unknown or
-/// revoked key): a statement scoped by it can ride in one read with the key's own lookup, so an
-/// admin request's first read carries its authentication (see `auth::PresentedKey`).
-pub(crate) const ORGANIZATION_OF_KEY: &str =
-    "(SELECT organization_id FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL)";
-
 /// D1 round trips: every statement or batch sent counts one, a retry of it one more. Counted
 /// by the Worker itself, per request: an object operation reports its count to its caller
 /// ([`crate::objects::call`]), and the bench build answers the request's total in a header
@@ -263,5 +257,99 @@ fn constraint_or_internal(err: worker::Error) -> ApiError {
         ApiError::violation(&text)
     } else {
         ApiError::internal(text)
+    }
+}
+
+/// One row of the benchmark floor's table (the `bench-floor` build only; `scripts/bench`
+/// creates the table before the run).
+#[cfg(feature = "bench-floor")]
+pub(crate) fn bench_floor_write(db: &Db, now: i64) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/bench/floor_write.sql"),
+        &[now.into()],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    /// A row type's columns, in the order it is read with, and every statement that reads it
+    /// whole: each must select exactly those columns, in that order (serde reads a row by name,
+    /// so a missing column is a failed read at run time, and this finds it at build time).
+    const ROWS: [(&str, &str, &[&str]); 5] = [
+        (
+            "jobs::JobRow",
+            "id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, last_unstored_decision, last_unstored_at",
+            &[
+                include_str!("queries/jobs/select_job.sql"),
+                include_str!("queries/jobs/get.sql"),
+                include_str!("queries/jobs/by_idempotency_key.sql"),
+                include_str!("queries/jobs/select_by_idempotency_key_of_key.sql"),
+                include_str!("queries/claim_candidates.sql"),
+            ],
+        ),
+        (
+            "runners::RunnerRow",
+            "id, organization_id, identity_model, name, runner_key, bootstrap_token_hash, bootstrap_token_expires_at, public_key, fingerprint, product, version, machine, address, state, state_reason, capabilities, capabilities_hash, protocol_version, problem_types, external, tags, max_concurrent_jobs, active_claims, credential_generation, key_id, registered_at, approved_at, revoked_at, last_seen_at, last_heartbeat_at, completed_jobs",
+            &[
+                include_str!("queries/runners/get.sql"),
+                include_str!("queries/runners/select.sql"),
+                include_str!("queries/runners/get_unscoped.sql"),
+                include_str!("queries/runners/by_fingerprint.sql"),
+            ],
+        ),
+        (
+            "events::EventRow",
+            "id, job_id, runner_id, claim_id, actor, type, attempt, reason, detail, at",
+            &[
+                include_str!("queries/events/for_job.sql"),
+                include_str!("queries/events/for_runner.sql"),
+            ],
+        ),
+        (
+            "enrollment::TokenRow",
+            "id, name, token_prefix, max_uses, uses, created_at, created_by, expires_at, revoked_at, last_used_at",
+            &[
+                include_str!("queries/enrollment/by_hash.sql"),
+                include_str!("queries/enrollment/list.sql"),
+            ],
+        ),
+        (
+            "releases::TargetRow",
+            "id, target_key, repository, entrypoint, requirements, evaluation_id, version_id, content_hash, created_at, updated_at",
+            &[
+                include_str!("queries/releases/get_target.sql"),
+                include_str!("queries/releases/list_targets.sql"),
+                include_str!("queries/releases/list_targets_2.sql"),
+            ],
+        ),
+    ];
+
+    fn words(text: &str) -> Vec<&str> {
+        text.split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|w| !w.is_empty())
+            .collect()
+    }
+
+    /// The columns of a statement's first `SELECT … FROM`, comments left out.
+    fn selected(sql: &str) -> String {
+        let text = sql
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        text.split_once("SELECT")
+            .and_then(|(_, rest)| rest.split_once("FROM"))
+            .map(|(columns, _)| columns.to_owned())
+            .expect("a SELECT … FROM")
+    }
+
+    #[test]
+    fn every_statement_that_reads_a_whole_row_selects_its_columns_in_order() {
+        for (row, columns, statements) in ROWS {
+            for sql in statements {
+                assert_eq!(words(&selected(sql)), words(columns), "{row}: {sql}");
+            }
+        }
     }
 }

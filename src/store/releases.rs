@@ -12,10 +12,6 @@ use super::{all, first, run, stmt, Arg, Db};
 use crate::error::ApiResult;
 use crate::platform::rfc3339;
 
-/// Environments in the order they are shown (a release moves dev → staging → prod).
-const ENVIRONMENT_ORDER: &str =
-    "CASE environment WHEN 'dev' THEN 0 WHEN 'staging' THEN 1 ELSE 2 END";
-
 // ---------------------------------------------------------------------------------------------
 // Artifacts
 // ---------------------------------------------------------------------------------------------
@@ -52,8 +48,7 @@ pub(crate) struct NewArtifact<'a> {
 pub(crate) async fn insert_artifact(db: &Db, new: &NewArtifact<'_>) -> ApiResult<usize> {
     run(
         db,
-        "INSERT INTO release_artifacts (id, organization_id, kind, name, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        include_str!("queries/releases/insert_artifact.sql"),
         &[
             new.id.into(),
             new.organization_id.into(),
@@ -68,8 +63,7 @@ pub(crate) async fn insert_artifact(db: &Db, new: &NewArtifact<'_>) -> ApiResult
 pub(crate) async fn get_artifact(db: &Db, org: &str, id: &str) -> ApiResult<Option<ArtifactRow>> {
     first(
         db,
-        "SELECT id, kind, name, created_at FROM release_artifacts \
-         WHERE id = ?2 AND organization_id = ?1",
+        include_str!("queries/releases/get_artifact.sql"),
         &[org.into(), id.into()],
     )
     .await
@@ -174,10 +168,7 @@ struct InsertedId {
 pub(crate) async fn insert_version(db: &Db, new: &NewVersion<'_>) -> ApiResult<Option<i64>> {
     let rows: Vec<InsertedId> = all(
         db,
-        "INSERT INTO release_versions (artifact_id, organization_id, content, content_hash, created_at) \
-         SELECT ?1, ?2, ?3, ?4, ?5 \
-          WHERE EXISTS (SELECT 1 FROM release_artifacts WHERE id = ?1 AND organization_id = ?2) \
-         RETURNING id",
+        include_str!("queries/releases/insert_version.sql"),
         &[
             new.artifact_id.into(),
             new.organization_id.into(),
@@ -196,18 +187,12 @@ pub(crate) async fn get_version(
     id: i64,
     with_content: bool,
 ) -> ApiResult<Option<VersionRow>> {
-    let content = if with_content { ", v.content" } else { "" };
-    first(
-        db,
-        &format!(
-            "SELECT v.id, v.artifact_id, a.kind, v.content_hash, v.created_at{content} \
-               FROM release_versions AS v \
-               JOIN release_artifacts AS a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
-              WHERE v.id = ?2 AND v.organization_id = ?1"
-        ),
-        &[org.into(), Arg::Int(id)],
-    )
-    .await
+    // Two statements rather than one built at run time: every statement is a named file.
+    let sql = match with_content {
+        true => include_str!("queries/releases/get_version_with_content.sql"),
+        false => include_str!("queries/releases/get_version.sql"),
+    };
+    first(db, sql, &[org.into(), Arg::Int(id)]).await
 }
 
 /// An artifact's versions, newest first, without content.
@@ -219,11 +204,7 @@ pub(crate) async fn versions_of(
 ) -> ApiResult<Vec<VersionRow>> {
     all(
         db,
-        "SELECT v.id, v.artifact_id, a.kind, v.content_hash, v.created_at \
-           FROM release_versions AS v \
-           JOIN release_artifacts AS a ON a.id = v.artifact_id AND a.organization_id = v.organization_id \
-          WHERE v.artifact_id = ?2 AND v.organization_id = ?1 \
-          ORDER BY v.id DESC LIMIT ?3",
+        include_str!("queries/releases/versions_of.sql"),
         &[org.into(), artifact_id.into(), Arg::Int(limit)],
     )
     .await
@@ -247,10 +228,7 @@ pub(crate) async fn promotions_of_version(
 ) -> ApiResult<Vec<PromotionRow>> {
     all(
         db,
-        &format!(
-            "SELECT version_id, environment, promoted_at FROM release_promotions \
-              WHERE version_id = ?2 AND organization_id = ?1 ORDER BY {ENVIRONMENT_ORDER}"
-        ),
+        include_str!("queries/releases/promotions_of_version.sql"),
         &[org.into(), Arg::Int(version_id)],
     )
     .await
@@ -264,13 +242,7 @@ pub(crate) async fn promotions_of_artifact(
 ) -> ApiResult<Vec<PromotionRow>> {
     all(
         db,
-        &format!(
-            "SELECT version_id, environment, promoted_at FROM release_promotions \
-              WHERE organization_id = ?1 \
-                AND version_id IN (SELECT id FROM release_versions \
-                                    WHERE artifact_id = ?2 AND organization_id = ?1) \
-              ORDER BY version_id, {ENVIRONMENT_ORDER}"
-        ),
+        include_str!("queries/releases/promotions_of_artifact.sql"),
         &[org.into(), artifact_id.into()],
     )
     .await
@@ -284,8 +256,7 @@ pub(crate) async fn get_promotion(
 ) -> ApiResult<Option<PromotionRow>> {
     first(
         db,
-        "SELECT version_id, environment, promoted_at FROM release_promotions \
-          WHERE version_id = ?2 AND environment = ?3 AND organization_id = ?1",
+        include_str!("queries/releases/get_promotion.sql"),
         &[org.into(), Arg::Int(version_id), environment.into()],
     )
     .await
@@ -307,10 +278,7 @@ pub(crate) struct NewPromotion<'a> {
 pub(crate) fn promote(db: &Db, new: &NewPromotion<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "INSERT INTO release_promotions (version_id, organization_id, environment, promoted_at, promoted_by) \
-         SELECT ?1, ?2, ?3, ?4, ?5 \
-          WHERE EXISTS (SELECT 1 FROM release_versions WHERE id = ?1 AND organization_id = ?2) \
-         ON CONFLICT (version_id, environment) DO NOTHING",
+        include_str!("queries/releases/promote.sql"),
         &[
             Arg::Int(new.version_id),
             new.organization_id.into(),
@@ -338,10 +306,6 @@ pub(crate) struct TargetRow {
     pub(crate) created_at: i64,
     pub(crate) updated_at: i64,
 }
-
-const TARGET_COLUMNS: &str =
-    "id, target_key, repository, entrypoint, requirements, evaluation_id, \
-    version_id, content_hash, created_at, updated_at";
 
 impl TargetRow {
     pub(crate) fn to_json(&self) -> Value {
@@ -385,13 +349,7 @@ pub(crate) async fn insert_target(db: &Db, new: &NewTarget<'_>) -> ApiResult<usi
     };
     run(
         db,
-        "INSERT INTO executable_targets (id, organization_id, target_key, repository, entrypoint, \
-                                         requirements, evaluation_id, version_id, content_hash, \
-                                         created_at, updated_at) \
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10 \
-          WHERE ?8 IS NULL \
-             OR EXISTS (SELECT 1 FROM release_versions \
-                         WHERE id = ?8 AND organization_id = ?2 AND content_hash = ?9)",
+        include_str!("queries/releases/insert_target.sql"),
         &[
             new.id.into(),
             new.organization_id.into(),
@@ -411,9 +369,7 @@ pub(crate) async fn insert_target(db: &Db, new: &NewTarget<'_>) -> ApiResult<usi
 pub(crate) async fn get_target(db: &Db, org: &str, id: &str) -> ApiResult<Option<TargetRow>> {
     first(
         db,
-        &format!(
-            "SELECT {TARGET_COLUMNS} FROM executable_targets WHERE id = ?2 AND organization_id = ?1"
-        ),
+        include_str!("queries/releases/get_target.sql"),
         &[org.into(), id.into()],
     )
     .await
@@ -430,11 +386,7 @@ pub(crate) async fn list_targets(
         Some(evaluation_id) => {
             all(
                 db,
-                &format!(
-                    "SELECT {TARGET_COLUMNS} FROM executable_targets \
-                      WHERE organization_id = ?1 AND evaluation_id = ?2 \
-                      ORDER BY created_at DESC, id DESC LIMIT ?3"
-                ),
+                include_str!("queries/releases/list_targets.sql"),
                 &[org.into(), evaluation_id.into(), Arg::Int(limit)],
             )
             .await
@@ -442,11 +394,7 @@ pub(crate) async fn list_targets(
         None => {
             all(
                 db,
-                &format!(
-                    "SELECT {TARGET_COLUMNS} FROM executable_targets \
-                      WHERE organization_id = ?1 \
-                      ORDER BY created_at DESC, id DESC LIMIT ?2"
-                ),
+                include_str!("queries/releases/list_targets_2.sql"),
                 &[org.into(), Arg::Int(limit)],
             )
             .await

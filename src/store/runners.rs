@@ -46,12 +46,6 @@ pub(crate) struct RunnerRow {
     pub(crate) completed_jobs: i64,
 }
 
-const COLUMNS: &str = "id, organization_id, identity_model, name, runner_key, bootstrap_token_hash, \
-    bootstrap_token_expires_at, public_key, fingerprint, product, version, machine, address, state, \
-    state_reason, capabilities, capabilities_hash, protocol_version, problem_types, external, tags, \
-    max_concurrent_jobs, active_claims, credential_generation, key_id, registered_at, approved_at, \
-    revoked_at, last_seen_at, last_heartbeat_at, completed_jobs";
-
 fn parse_json(text: &str) -> Value {
     // Written by us as valid JSON (the schema CHECKs json_valid), so this cannot fail in practice.
     serde_json::from_str(text).unwrap_or(Value::Null)
@@ -103,7 +97,7 @@ impl RunnerRow {
 pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<RunnerRow>> {
     first(
         db,
-        &format!("SELECT {COLUMNS} FROM runners WHERE id = ?2 AND organization_id = ?1"),
+        include_str!("queries/runners/get.sql"),
         &[org.into(), id.into()],
     )
     .await
@@ -113,7 +107,7 @@ pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<Runner
 pub(crate) fn select(db: &Db, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        &format!("SELECT {COLUMNS} FROM runners WHERE id = ?2 AND organization_id = ?1"),
+        include_str!("queries/runners/select.sql"),
         &[org.into(), id.into()],
     )
 }
@@ -122,7 +116,7 @@ pub(crate) fn select(db: &Db, org: &str, id: &str) -> ApiResult<D1PreparedStatem
 pub(crate) async fn get_unscoped(db: &Db, id: &str) -> ApiResult<Option<RunnerRow>> {
     first(
         db,
-        &format!("SELECT {COLUMNS} FROM runners WHERE id = ?1"),
+        include_str!("queries/runners/get_unscoped.sql"),
         &[id.into()],
     )
     .await
@@ -131,7 +125,7 @@ pub(crate) async fn get_unscoped(db: &Db, id: &str) -> ApiResult<Option<RunnerRo
 pub(crate) async fn by_fingerprint(db: &Db, fingerprint: &str) -> ApiResult<Option<RunnerRow>> {
     first(
         db,
-        &format!("SELECT {COLUMNS} FROM runners WHERE fingerprint = ?1"),
+        include_str!("queries/runners/by_fingerprint.sql"),
         &[fingerprint.into()],
     )
     .await
@@ -258,12 +252,7 @@ pub(crate) struct NewRunner<'a> {
 pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "INSERT INTO runners (id, organization_id, identity_model, name, runner_key, bootstrap_token_hash, \
-           bootstrap_token_expires_at, public_key, fingerprint, product, version, machine, address, state, \
-           capabilities, capabilities_hash, protocol_version, problem_types, external, tags, \
-           max_concurrent_jobs, key_id, approved_at, registered_at, updated_at, enroll_network, \
-           enrollment_token_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?24, ?25, ?26)",
+        include_str!("queries/runners/insert.sql"),
         &[
             r.id.into(),
             r.organization_id.into(),
@@ -309,10 +298,7 @@ pub(crate) struct Rotation<'a> {
 pub(crate) fn rotate(db: &Db, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "UPDATE runners SET bootstrap_token_hash = ?4, bootstrap_token_expires_at = ?5, \
-           credential_generation = credential_generation + 1, key_id = NULL, updated_at = ?6 \
-         WHERE id = ?2 AND organization_id = ?1 AND identity_model = 'bootstrap' \
-           AND state <> 'revoked' AND credential_generation = ?3",
+        include_str!("queries/runners/rotate.sql"),
         &[
             r.org.into(),
             r.id.into(),
@@ -406,7 +392,7 @@ pub(crate) fn set_tags(
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
-        "UPDATE runners SET tags = ?3, updated_at = ?4 WHERE id = ?2 AND organization_id = ?1 AND state <> 'revoked'",
+        include_str!("queries/runners/set_tags.sql"),
         &[org.into(), id.into(), tags_json.into(), now.into()],
     )
 }
@@ -459,28 +445,34 @@ pub(crate) fn recover(db: &Db, id: &str, now: i64, reason: &str) -> ApiResult<D1
     )
 }
 
-/// The assertion, in a write's batch, that the runner still holds its credential generation and
-/// is in a state that may act ([`RunnerState::can_authenticate`]): a rotation, revocation or
-/// approval withdrawn behind the writer's back aborts the batch with `credential_revoked`.
-pub(crate) const ASSERT_CREDENTIAL_CURRENT: &str =
-    include_str!("queries/assert_credential_current.sql");
+/// Which credential check a statement makes for a runner at a credential generation.
+#[derive(Clone, Copy)]
+pub(crate) enum CredentialCheck {
+    /// In a write's batch: the runner still holds the generation and is in a state that may act
+    /// ([`RunnerState::can_authenticate`]); a rotation, revocation or approval withdrawn behind
+    /// the writer's back aborts the batch with `credential_revoked`.
+    Assert,
+    /// In a read: one row when the credential is current, none otherwise.
+    Read,
+}
 
-/// The read-side twin of [`ASSERT_CREDENTIAL_CURRENT`]: one row when the credential is current.
-pub(crate) const CREDENTIAL_CURRENT: &str = include_str!("queries/credential_current.sql");
-
-/// `check` ([`ASSERT_CREDENTIAL_CURRENT`] or [`CREDENTIAL_CURRENT`]) for runner `id` of `org`
-/// at credential generation `generation`, with the states that may authenticate bound.
+/// The `check` for runner `id` of `org` at credential generation `generation`, with the states
+/// that may authenticate bound.
 pub(crate) fn credential_check(
     db: &Db,
-    check: &str,
+    check: CredentialCheck,
     id: &str,
     org: &str,
     generation: i64,
 ) -> ApiResult<D1PreparedStatement> {
     let authenticating = authenticating_states();
+    let sql = match check {
+        CredentialCheck::Assert => include_str!("queries/assert_credential_current.sql"),
+        CredentialCheck::Read => include_str!("queries/credential_current.sql"),
+    };
     stmt(
         db,
-        check,
+        sql,
         &[
             id.into(),
             org.into(),
@@ -601,9 +593,13 @@ pub(crate) async fn files(
 ) -> ApiResult<Vec<FileMeta>> {
     all(
         db,
-        "SELECT name, length(CAST(content AS BLOB)) AS size, content_hash, uploaded_at FROM runner_files \
-         WHERE runner_id = ?2 AND organization_id = ?1 AND name > ?3 ORDER BY name LIMIT ?4",
-        &[org.into(), runner.into(), after.unwrap_or("").into(), limit.into()],
+        include_str!("queries/runners/files.sql"),
+        &[
+            org.into(),
+            runner.into(),
+            after.unwrap_or("").into(),
+            limit.into(),
+        ],
     )
     .await
 }
@@ -626,7 +622,7 @@ pub(crate) async fn file(
 ) -> ApiResult<Option<FileContent>> {
     first(
         db,
-        "SELECT content FROM runner_files WHERE runner_id = ?2 AND organization_id = ?1 AND name = ?3",
+        include_str!("queries/runners/file.sql"),
         &[org.into(), runner.into(), name.into()],
     )
     .await
@@ -646,13 +642,7 @@ pub(crate) fn put_file(
     // room for this one in count and bytes, else nothing is written (0 rows changed).
     stmt(
         db,
-        "INSERT INTO runner_files (runner_id, organization_id, name, content, content_hash, uploaded_at) \
-         SELECT ?2, ?1, ?3, ?4, ?5, ?6 \
-         WHERE (SELECT count(*) FROM runner_files WHERE runner_id = ?2 AND name <> ?3) < ?7 \
-           AND (SELECT coalesce(sum(length(CAST(content AS BLOB))), 0) FROM runner_files \
-                WHERE runner_id = ?2 AND name <> ?3) + length(CAST(?4 AS BLOB)) <= ?8 \
-         ON CONFLICT (runner_id, name) DO UPDATE SET content = excluded.content, \
-           content_hash = excluded.content_hash, uploaded_at = excluded.uploaded_at",
+        include_str!("queries/runners/put_file.sql"),
         &[
             org.into(),
             runner.into(),
@@ -692,10 +682,7 @@ pub(crate) const MAX_LIVE_CHALLENGES: i64 = 5;
 pub(crate) async fn issue_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult<usize> {
     let trim = stmt(
         db,
-        "DELETE FROM runner_challenges WHERE runner_id = ?1 AND consumed_at IS NULL \
-         AND id NOT IN (SELECT id FROM runner_challenges \
-           WHERE runner_id = ?1 AND consumed_at IS NULL AND expires_at > ?2 \
-           ORDER BY issued_at DESC, id DESC LIMIT ?3)",
+        include_str!("queries/runners/issue_challenge.sql"),
         &[
             c.runner_id.into(),
             c.issued_at.into(),
@@ -704,8 +691,7 @@ pub(crate) async fn issue_challenge(db: &Db, c: &NewChallenge<'_>) -> ApiResult<
     )?;
     let insert = stmt(
         db,
-        "INSERT INTO runner_challenges (id, runner_id, organization_id, fingerprint, challenge_hash, issued_at, expires_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        include_str!("queries/runners/issue_challenge_2.sql"),
         &[
             c.id.into(),
             c.runner_id.into(),
@@ -730,8 +716,7 @@ pub(crate) async fn consume_challenge(
 ) -> ApiResult<usize> {
     run(
         db,
-        "UPDATE runner_challenges SET consumed_at = ?3 \
-         WHERE challenge_hash = ?2 AND fingerprint = ?1 AND consumed_at IS NULL AND expires_at > ?3",
+        include_str!("queries/runners/consume_challenge.sql"),
         &[fingerprint.into(), challenge_hash.into(), now.into()],
     )
     .await

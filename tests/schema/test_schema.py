@@ -2662,6 +2662,27 @@ class ProductionStatementTests(SchemaTest):
             with self.subTest(query=path.name):
                 self.assertTrue(f'query("{path.stem}")' in text or f'"{path.name}"' in text, path.name)
 
+    def test_every_statement_the_worker_compiles_in_prepares_against_the_migrated_schema(self):
+        # Every statement file, those of queries/*.sql (each tested for its behaviour in this
+        # suite) and those of queries/<table group>/*.sql (the reads and plain writes behind the
+        # store's typed functions, exercised end to end by the e2e suites on real D1): each
+        # prepares against the schema the migrations build, with exactly the parameters it
+        # numbers, so a column, table or placeholder that does not exist fails here.
+        # bench_floor is the benchmark build's own table, created by scripts/bench.
+        self.execute("CREATE TABLE bench_floor (id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL)")
+        files = sorted(QUERIES.rglob("*.sql"))
+        self.assertGreater(len(files), 100)
+        for path in files:
+            sql = path.read_text()
+            code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+            numbered = [int(n) for n in re.findall(r"\?(\d+)", code)]
+            with self.subTest(query=str(path.relative_to(QUERIES))):
+                self.assertEqual(sorted(set(numbered)), list(range(1, max(numbered, default=0) + 1)),
+                                 "placeholders are numbered from ?1 without a gap")
+                self.assertNotIn("?", re.sub(r"\?\d+", "", re.sub(r"'[^']*'", "", code)),
+                                 "every placeholder is numbered")
+                self.conn.execute("EXPLAIN " + sql, [None] * max(numbered, default=0))
+
 
 # =============================================================================================
 # The runner statements that apply the protocol's runner machine: for a runner in every state,

@@ -1,0 +1,2 @@
+-- store::api_keys::organization_name
+SELECT name FROM organizations WHERE id = ?1

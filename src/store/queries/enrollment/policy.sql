@@ -1,0 +1,3 @@
+-- store::enrollment::policy: The organization's policy as stored, `None` for an unknown
+-- organization.
+SELECT enrollment_policy FROM organizations WHERE id = ?1

@@ -1,0 +1,3 @@
+-- store::evidence::insert_trace: Rows inserted: 1, or 0 when the run is not the organization's.
+INSERT INTO traces (id, organization_id, evaluation_run_id, name, spans, created_at)
+    SELECT ?3, ?1, ?2, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM evaluation_runs WHERE id = ?2 AND organization_id = ?1)
