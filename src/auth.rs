@@ -211,7 +211,7 @@ pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> 
     let runner = runners::get(&ctx.db, &claims.organization_id, &claims.runner_id)
         .await?
         .ok_or_else(|| ApiError::unauthorized("the credential's runner no longer exists"))?;
-    if !runner.state()?.can_authenticate() {
+    if !runner.state.can_authenticate() {
         return Err(ApiError::unauthorized(format!(
             "runner is {}",
             runner.state

@@ -90,7 +90,7 @@ pub(crate) fn prepare(
     if job.organization_id != org {
         return Err(JobRefusal::NoSuchJob);
     }
-    if JobState::parse(&job.state)? != JobState::Queued {
+    if job.state != JobState::Queued {
         return Err(JobRefusal::NotQueued {
             why: format!("job is {}", job.state),
         });

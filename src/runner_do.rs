@@ -422,7 +422,7 @@ async fn claim(
         profile = read;
     };
     *remembered.borrow_mut() = Some(profile);
-    let state = runner.state()?;
+    let state = runner.state;
     if runner.credential_generation != generation || !state.can_authenticate() {
         return Err(RunnerRefusal::CredentialRevoked);
     }

@@ -4,8 +4,6 @@
 
 use std::cell::{Cell, RefCell};
 
-use edgerunner_protocol::state::JobState;
-
 use worker::{D1PreparedStatement, D1Result};
 
 use super::snapshot::Snapshot;
@@ -113,7 +111,7 @@ impl<'a> OpCtx<'a> {
         let job = &snap.job;
         let decided_from = AsKnown {
             job_id: &job.id,
-            state: JobState::parse(&job.state)?,
+            state: job.state,
             attempt: job.dispatch_attempt,
             active_claim: job.active_claim_id.as_deref(),
         };

@@ -64,7 +64,7 @@ pub(super) fn decide<'a>(
     let view = JobCompletionView {
         now: UnixMillis::new(now).map_err(ApiError::internal)?,
         organization_id: OrganizationId::parse(&job.organization_id).map_err(ApiError::internal)?,
-        state: snap.state()?,
+        state: snap.state(),
         dispatch_attempt: u32::try_from(job.dispatch_attempt).unwrap_or(0),
         input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
         active_claim: match snap.active_claim() {

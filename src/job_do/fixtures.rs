@@ -50,7 +50,7 @@ pub(super) fn queued() -> Snapshot {
             subject_environment: "prod".to_owned(),
             input_hash: input_hash(),
             requirements: "{}".to_owned(),
-            state: JobState::Queued.as_str().to_owned(),
+            state: JobState::Queued,
             dispatch_attempt: 0,
             released_attempts: 0,
             active_claim_id: None,
@@ -75,7 +75,7 @@ pub(super) fn queued() -> Snapshot {
 /// of lease left at [`NOW`], nothing streamed.
 pub(super) fn held(state: JobState) -> Snapshot {
     let mut snap = queued();
-    snap.job.state = state.as_str().to_owned();
+    snap.job.state = state;
     snap.job.dispatch_attempt = 1;
     snap.job.active_claim_id = Some("job_1-a1".to_owned());
     snap.job.lease_expires_at = Some(NOW + 30_000);

@@ -36,7 +36,7 @@ pub(super) fn decide<'a>(
     if lease_expired(job.lease_expires_at.unwrap_or(0), now) {
         return Err(JobRefusal::LeaseExpired(LeaseUse::HandBack));
     }
-    let from = snap.state()?;
+    let from = snap.state();
     let Some(decision) = decide_release(&snap.lease()?) else {
         return Err(JobRefusal::internal(format!(
             "job {} is {from} yet holds active claim {claim_id}",

@@ -38,7 +38,7 @@ pub(super) fn decide<'a>(
     if lease_expired(job.lease_expires_at.unwrap_or(0), now) {
         return Err(JobRefusal::LeaseExpired(LeaseUse::Heartbeat));
     }
-    let state = snap.state()?;
+    let state = snap.state();
     let to = match state {
         JobState::Claimed => state.transition(JobInput::Heartbeat)?,
         _ => state,
@@ -79,7 +79,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, extend:
 /// The job as a committed heartbeat `beat` left it.
 fn learned(snap: &Snapshot, beat: &Beat<'_>, now: i64) -> Snapshot {
     let mut known = snap.clone();
-    known.job.state = beat.to.as_str().to_owned();
+    known.job.state = beat.to;
     known.job.lease_expires_at = Some(beat.lease);
     known.job.updated_at = now;
     if let Some(held) = known.claims.iter_mut().find(|c| c.id == beat.claim_id) {

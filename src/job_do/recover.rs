@@ -36,7 +36,7 @@ pub(super) enum Recovery<'a> {
 }
 
 pub(super) fn decide(snap: &Snapshot, now: i64) -> OpResult<Recovery<'_>> {
-    let state = snap.state()?;
+    let state = snap.state();
     let lease = snap.lease()?;
     let decision = decide_recovery(&lease, now);
     let Some(claim) = snap.active_claim() else {

@@ -90,8 +90,8 @@ impl Snapshot {
         })
     }
 
-    pub(super) fn state(&self) -> OpResult<JobState> {
-        Ok(JobState::parse(&self.job.state)?)
+    pub(super) fn state(&self) -> JobState {
+        self.job.state
     }
 
     /// What recovery and hand-back decide from.
@@ -101,7 +101,7 @@ impl Snapshot {
                 .map_err(|_| ApiError::internal(format!("job {} has {what} {n}", self.job.id)))
         };
         Ok(JobLease {
-            state: self.state()?,
+            state: self.state(),
             dispatch_attempt: count(self.job.dispatch_attempt, "dispatch attempt")?,
             released_attempts: count(self.job.released_attempts, "released attempts")?,
             lease_expires_at_ms: self.job.lease_expires_at,
@@ -141,7 +141,7 @@ impl Snapshot {
             return Err(JobRefusal::ClaimNotActive {
                 claim_id: claim_id.to_owned(),
                 claim_state: claim.state.clone(),
-                job_state: self.job.state.clone(),
+                job_state: self.job.state,
                 attempt: self.job.dispatch_attempt,
             });
         }

@@ -264,7 +264,7 @@ pub(crate) enum JobRefusal {
     ClaimNotActive {
         claim_id: String,
         claim_state: String,
-        job_state: String,
+        job_state: JobState,
         attempt: i64,
     },
     /// A heartbeat's `extendSeconds` is out of bounds.
@@ -574,7 +574,7 @@ mod tests {
                 JobRefusal::ClaimNotActive {
                     claim_id: "job_1-a1".into(),
                     claim_state: "lost".into(),
-                    job_state: "queued".into(),
+                    job_state: JobState::Queued,
                     attempt: 1,
                 },
                 409,

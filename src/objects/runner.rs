@@ -2,6 +2,7 @@
 //! asked ([`RunnerOp`]: a claim), what it answers ([`RunnerReply`] or [`RunnerRefusal`], with
 //! the refusal's one mapping to HTTP), and the stub the edge calls it through ([`call`]).
 
+use edgerunner_protocol::state::RunnerState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use worker::{Env, Response};
@@ -148,7 +149,7 @@ impl RunnerReply {
 #[serde(rename_all = "camelCase")]
 pub(crate) enum RunnerRefusal {
     /// The runner is `pending_approval`, `draining` or `lost` (the state named).
-    NotActive(String),
+    NotActive(RunnerState),
     /// The runner holds as many claims as it may.
     AtCapacity,
     /// The credential's generation moved on, or the runner may no longer call.
@@ -231,7 +232,7 @@ mod tests {
             (err.status(), err.body())
         };
         assert_eq!(
-            answered(RunnerRefusal::NotActive("draining".into())),
+            answered(RunnerRefusal::NotActive(RunnerState::Draining)),
             (503, error("RUNNER_NOT_ACTIVE", "the runner is draining"))
         );
         assert_eq!(

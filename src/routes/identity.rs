@@ -294,7 +294,7 @@ pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response
     let challenge = Challenge::from_random(random_bytes::<32>()?);
     let expires_at = ctx.now + CHALLENGE_TTL_MILLIS;
     let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str()).await?;
-    if let Some(runner) = runner.filter(|r| r.state().is_ok_and(RunnerState::can_authenticate)) {
+    if let Some(runner) = runner.filter(|r| r.state.can_authenticate()) {
         let id = random_id("chl")?;
         let hash = secret_hash(challenge.as_str());
         let issued = runners::issue_challenge(
@@ -410,7 +410,7 @@ async fn bootstrap_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<run
     {
         return Err(refused());
     }
-    if !runner.state()?.can_authenticate() {
+    if !runner.state.can_authenticate() {
         return Err(refused());
     }
     Ok(runner)
@@ -431,7 +431,7 @@ async fn keypair_runner(body: &Map<String, Value>, ctx: &Ctx) -> ApiResult<runne
     let runner = runners::by_fingerprint(&ctx.db, fingerprint.as_str())
         .await?
         .ok_or_else(denied)?;
-    if !runner.state()?.can_authenticate() {
+    if !runner.state.can_authenticate() {
         return Err(denied());
     }
     let public_key = PublicKey::from_base64(runner.public_key.as_deref().unwrap_or_default())

@@ -336,7 +336,7 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         counts.insert(state.as_str().into(), 0.into());
     }
     for row in store::rows_of::<jobs::StateCount>(&results, 1)? {
-        counts.insert(row.state, row.count.into());
+        counts.insert(row.state.as_str().to_owned(), row.count.into());
     }
     json_response(
         200,

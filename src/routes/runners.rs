@@ -178,11 +178,11 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // Capacity of the runners that can still take work (revoked ones never will).
     let (mut in_use, mut maximum) = (0, 0);
     for row in store::rows_of::<runners::StateCount>(&results, 1)? {
-        if row.state != RunnerState::Revoked.as_str() {
+        if row.state != RunnerState::Revoked {
             in_use += row.in_use;
             maximum += row.maximum;
         }
-        counts.insert(row.state, row.count.into());
+        counts.insert(row.state.as_str().to_owned(), row.count.into());
     }
     json_response(
         200,
@@ -273,12 +273,12 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         &ctx.db,
         &caller.organization_id,
         id,
-        &runner.state,
+        runner.state,
     )?];
 
     let mut state_statement = None;
     if let Some(status) = status {
-        let current = RunnerState::parse(&runner.state)?;
+        let current = runner.state;
         let mut input = RunnerInput::from_admin_status(status)?;
         // "active" on a pending runner is how an admin approves it.
         if current == RunnerState::PendingApproval && input == RunnerInput::Activate {
@@ -398,7 +398,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
             "key-pair runners have no bootstrap token; revoke and enroll a new identity",
         ));
     }
-    if runner.state()? == RunnerState::Revoked {
+    if runner.state == RunnerState::Revoked {
         return Err(ApiError::conflict(
             "RUNNER_REVOKED",
             "a revoked runner cannot be rotated; register a new one",

@@ -4,6 +4,7 @@
 //! runner's object); reads serve inspection and job-bound runner reads.
 
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
+use edgerunner_protocol::state::JobState;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
@@ -25,7 +26,7 @@ pub(crate) struct JobRow {
     pub(crate) subject_environment: String,
     pub(crate) input_hash: String,
     pub(crate) requirements: String,
-    pub(crate) state: String,
+    pub(crate) state: JobState,
     pub(crate) dispatch_attempt: i64,
     /// Free hand-backs among the dispatched attempts (migration 0006).
     pub(crate) released_attempts: i64,
@@ -156,7 +157,7 @@ pub(crate) fn select_page(
 
 #[derive(Deserialize)]
 pub(crate) struct StateCount {
-    pub(crate) state: String,
+    pub(crate) state: JobState,
     pub(crate) count: i64,
 }
 
@@ -226,7 +227,7 @@ pub(crate) fn select_found(db: &Db, org: &str, id: &str) -> ApiResult<D1Prepared
 
 #[derive(Deserialize)]
 pub(crate) struct Found {
-    pub(crate) state: String,
+    pub(crate) state: JobState,
     pub(crate) dispatch_attempt: i64,
 }
 

@@ -8,7 +8,7 @@ use worker::D1PreparedStatement;
 use super::{all, batch, first, run, stmt, Arg, Db};
 use edgerunner_protocol::state::{RunnerInput, RunnerState};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::platform::rfc3339;
 
 #[derive(Deserialize)]
@@ -26,7 +26,7 @@ pub(crate) struct RunnerRow {
     pub(crate) version: Option<String>,
     pub(crate) machine: Option<String>,
     pub(crate) address: Option<String>,
-    pub(crate) state: String,
+    pub(crate) state: RunnerState,
     pub(crate) state_reason: Option<String>,
     pub(crate) capabilities: String,
     pub(crate) capabilities_hash: String,
@@ -52,12 +52,6 @@ fn parse_json(text: &str) -> Value {
 }
 
 impl RunnerRow {
-    /// The runner's state, as the protocol crate's machine knows it (the schema's CHECK allows
-    /// no other value; one would be an internal error, never a guess).
-    pub(crate) fn state(&self) -> ApiResult<RunnerState> {
-        RunnerState::parse(&self.state).map_err(ApiError::internal)
-    }
-
     /// The record as admins and the runner itself see it. Never a secret or a secret's hash.
     pub(crate) fn to_json(&self, files: &[FileMeta]) -> Value {
         json!({
@@ -149,7 +143,7 @@ pub(crate) fn select_page(
 
 #[derive(Deserialize)]
 pub(crate) struct StateCount {
-    pub(crate) state: String,
+    pub(crate) state: RunnerState,
     pub(crate) count: i64,
     pub(crate) in_use: i64,
     pub(crate) maximum: i64,
@@ -374,12 +368,12 @@ pub(crate) fn assert_state(
     db: &Db,
     org: &str,
     id: &str,
-    state: &str,
+    state: RunnerState,
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/assert_runner_as_known.sql"),
-        &[id.into(), org.into(), state.into()],
+        &[id.into(), org.into(), state.as_str().into()],
     )
 }
 
