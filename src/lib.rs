@@ -16,7 +16,9 @@
 //!   [`dispatch_do`] (`Dispatcher`, one per organization: the queue stamp and the long poll),
 //!   [`gate_do`] (`AddressGate`, one per client network: rate limits for callers without a
 //!   credential).
-//! - [`store`]: named SQL, one module per table group; guarded writes with checked row counts.
+//! - [`store`]: every statement a named `.sql` file behind one typed function, one module per
+//!   table group (and `lifecycle`: a job's writes from its grant on); rows decoded once, into
+//!   the protocol's types; guarded writes with checked row counts.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per

@@ -1,4 +1,6 @@
-//! D1 access. SQL is named, one module per table group, never inline in handlers.
+//! D1 access. Every statement is a named `.sql` file (`queries/`) behind one typed function of
+//! the module of its table group; nothing outside this module sees SQL or binds a parameter by
+//! position, and rows are decoded into typed rows here, once.
 //!
 //! Every state-changing statement carries its guard (`… AND state = ?`) and its caller checks
 //! the row count: a guarded UPDATE that matches nothing succeeds silently in SQLite, so
