@@ -30,7 +30,9 @@ use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use edgerunner_protocol::state::CompletionStatus;
 use serde_json::{json, Map, Value};
 
-type Res<T> = Result<T, String>;
+use crate::error::{BenchError, Res};
+
+mod error;
 
 #[derive(Parser, Debug)]
 #[command(about = "edgerunner benchmark harness (run it through scripts/bench)")]
@@ -117,11 +119,41 @@ const MAX_LIFECYCLE_ROUNDS: usize = 50;
 /// 100,000, seeded in about 2 s).
 const MAX_LIFECYCLE_DEPTH: u64 = 1_000_000;
 
+/// A `--lifecycle-only` value that is not three counts within their bounds.
+#[derive(Debug, PartialEq)]
+enum LifecyclePlanError {
+    /// One of its parts is not a count.
+    NotACount { part: String, detail: String },
+    /// Three counts, or some other number of them, not within the bounds.
+    OutOfBounds { text: String },
+}
+
+impl std::fmt::Display for LifecyclePlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotACount { part, detail } => write!(f, "{part:?}: {detail}"),
+            Self::OutOfBounds { text } => write!(
+                f,
+                "{text:?} is not RUNNERSxPER_RUNNERxROUNDS with runners 1–{MAX_LIFECYCLE_RUNNERS}, \
+                 lifecycles per runner 1–{MAX_LIFECYCLES_PER_RUNNER}, rounds 1–{MAX_LIFECYCLE_ROUNDS}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LifecyclePlanError {}
+
 /// `RUNNERSxPER_RUNNERxROUNDS`, each at least 1 and within its bound.
-fn parse_lifecycle_plan(text: &str) -> Result<(usize, usize, usize), String> {
+fn parse_lifecycle_plan(text: &str) -> Result<(usize, usize, usize), LifecyclePlanError> {
     let parts: Vec<usize> = text
         .splitn(4, 'x')
-        .map(|p| p.parse::<usize>().map_err(|e| format!("{p:?}: {e}")))
+        .map(|part| {
+            part.parse::<usize>()
+                .map_err(|e| LifecyclePlanError::NotACount {
+                    part: part.to_owned(),
+                    detail: e.to_string(),
+                })
+        })
         .collect::<Result<_, _>>()?;
     match parts[..] {
         [runners, per_runner, rounds]
@@ -131,10 +163,9 @@ fn parse_lifecycle_plan(text: &str) -> Result<(usize, usize, usize), String> {
         {
             Ok((runners, per_runner, rounds))
         }
-        _ => Err(format!(
-            "{text:?} is not RUNNERSxPER_RUNNERxROUNDS with runners 1–{MAX_LIFECYCLE_RUNNERS}, \
-             lifecycles per runner 1–{MAX_LIFECYCLES_PER_RUNNER}, rounds 1–{MAX_LIFECYCLE_ROUNDS}"
-        )),
+        _ => Err(LifecyclePlanError::OutOfBounds {
+            text: text.to_owned(),
+        }),
     }
 }
 
@@ -301,11 +332,7 @@ fn local_http() -> Res<reqwest::Client> {
     reqwest::Client::builder()
         .pool_idle_timeout(edgerunner::http::LOCAL_IDLE_CONNECTION)
         .build()
-        .map_err(err("http client"))
-}
-
-fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
-    move |e| format!("{what}: {e}")
+        .map_err(BenchError::http("http client"))
 }
 
 impl Bench {
@@ -317,13 +344,17 @@ impl Bench {
             .json(body)
             .send()
             .await
-            .map_err(err(path))?;
+            .map_err(BenchError::http(path))?;
         let status = answer.status();
-        let text = answer.text().await.map_err(err(path))?;
+        let text = answer.text().await.map_err(BenchError::http(path))?;
         if !status.is_success() {
-            return Err(format!("POST {path}: {status}: {text}"));
+            return Err(BenchError::Status {
+                what: format!("POST {path}"),
+                status,
+                body: text,
+            });
         }
-        serde_json::from_str(&text).map_err(err(path))
+        serde_json::from_str(&text).map_err(BenchError::json(path))
     }
 
     /// The bench build's running total of D1 round trips made for the requests it served
@@ -335,12 +366,14 @@ impl Bench {
             .get(format!("{}{path}", self.server))
             .send()
             .await
-            .map_err(err(path))?;
-        let text = answer.text().await.map_err(err(path))?;
-        let body: Value = serde_json::from_str(&text).map_err(err(path))?;
-        body["d1RoundTrips"]
-            .as_u64()
-            .ok_or_else(|| format!("GET {path}: {text} (is the build without bench-floor?)"))
+            .map_err(BenchError::http(path))?;
+        let text = answer.text().await.map_err(BenchError::http(path))?;
+        let body: Value = serde_json::from_str(&text).map_err(BenchError::json(path))?;
+        body["d1RoundTrips"].as_u64().ok_or_else(|| {
+            BenchError::unexpected(format!(
+                "GET {path}: {text} (is the build without bench-floor?)"
+            ))
+        })
     }
 
     /// One floor request (`POST /__bench/floor`), its latency. The floor goes through wrangler's
@@ -358,18 +391,18 @@ impl Bench {
                 .body("{}")
                 .send()
                 .await
-                .map_err(err("floor"))?;
+                .map_err(BenchError::http("floor"))?;
             let status = answer.status();
-            let body = answer.bytes().await.map_err(err("floor"))?;
+            let body = answer.bytes().await.map_err(BenchError::http("floor"))?;
             if status.is_success() {
                 return Ok(start.elapsed());
             }
             let proxy_restart = status == reqwest::StatusCode::SERVICE_UNAVAILABLE
                 && body.starts_with(b"Your worker restarted mid-request");
             if !proxy_restart || tries >= FLOOR_TRIES {
-                return Err(format!(
+                return Err(BenchError::unexpected(format!(
                     "POST /__bench/floor: {status} after {tries} tries (is the build without bench-floor?)"
-                ));
+                )));
             }
         }
     }
@@ -392,15 +425,19 @@ impl Bench {
             .args([how, what])
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(err("cannot run wrangler"))?;
+            .map_err(BenchError::io("cannot run wrangler"))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {
-            return Err(format!(
-                "wrangler d1 execute failed: {stdout}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            ));
+            return Err(BenchError::Wrangler {
+                stdout: stdout.into_owned(),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
         }
-        serde_json::from_str(&stdout).map_err(|e| format!("wrangler d1 answer: {e}: {stdout}"))
+        serde_json::from_str(&stdout).map_err(|source| BenchError::Json {
+            what: "wrangler d1 answer".to_owned(),
+            source,
+            text: Some(stdout.into_owned()),
+        })
     }
 
     fn d1_rows(&self, sql: &str) -> Res<Vec<Value>> {
@@ -426,21 +463,23 @@ impl Bench {
                     "maxConcurrentJobs": max_jobs,
                 }))
                 .await
-                .map_err(err("register runner"))?;
-            let id = answer["runner"]["id"].as_str().ok_or("runner without id")?;
+                .map_err(BenchError::client("register runner"))?;
+            let id = answer["runner"]["id"]
+                .as_str()
+                .ok_or_else(|| BenchError::unexpected("runner without id"))?;
             let token = answer["bootstrapToken"]
                 .as_str()
-                .ok_or("no bootstrap token")?;
+                .ok_or_else(|| BenchError::unexpected("no bootstrap token"))?;
             out.push(Credentials::Bootstrap {
-                runner_id: RunnerId::parse(id).map_err(err("runner id"))?,
-                token: BootstrapToken::new(token).map_err(err("token"))?,
+                runner_id: RunnerId::parse(id).map_err(BenchError::invalid("runner id"))?,
+                token: BootstrapToken::new(token).map_err(BenchError::client("token"))?,
             });
         }
         Ok(out)
     }
 
     fn client(&self, credentials: &Credentials) -> Res<Arc<RunnerClient>> {
-        let http = Http::new(&self.server).map_err(err("http"))?;
+        let http = Http::new(&self.server).map_err(BenchError::client("http"))?;
         Ok(Arc::new(RunnerClient::new(http, credentials.clone())))
     }
 
@@ -464,21 +503,32 @@ impl Bench {
                         .json(&body)
                         .send()
                         .await
-                        .map_err(err("evaluation run"))?;
+                        .map_err(BenchError::http("evaluation run"))?;
                     let status = answer.status();
-                    let text = answer.text().await.map_err(err("evaluation run"))?;
+                    let text = answer
+                        .text()
+                        .await
+                        .map_err(BenchError::http("evaluation run"))?;
                     if !status.is_success() {
-                        return Err(format!("POST /api/evidence/runs: {status}: {text}"));
+                        return Err(BenchError::Status {
+                            what: "POST /api/evidence/runs".to_owned(),
+                            status,
+                            body: text,
+                        });
                     }
-                    serde_json::from_str::<Value>(&text).map_err(err("evaluation run"))
+                    serde_json::from_str::<Value>(&text).map_err(BenchError::json("evaluation run"))
                 }));
             }
             for task in tasks {
-                let run = task.await.map_err(err("task"))??;
+                let run = task.await.map_err(BenchError::task("task"))??;
                 out.push(match &run["id"] {
-                    Value::Number(n) => EvidenceId::Integer(n.as_u64().ok_or("run id")?),
+                    Value::Number(n) => EvidenceId::Integer(
+                        n.as_u64().ok_or_else(|| BenchError::unexpected("run id"))?,
+                    ),
                     Value::String(s) => EvidenceId::Text(s.clone()),
-                    other => return Err(format!("evaluation run id {other}")),
+                    other => {
+                        return Err(BenchError::unexpected(format!("evaluation run id {other}")))
+                    }
                 });
             }
         }
@@ -507,7 +557,7 @@ SELECT printf('job_bench%02d_%07d', {batch}, i), t.organization_id, printf('benc
             template = self.template_job
         );
         let file = self.state.join(format!("seed-{batch}.sql"));
-        std::fs::write(&file, sql).map_err(err("write seed file"))?;
+        std::fs::write(&file, sql).map_err(BenchError::io("write seed file"))?;
         let start = Instant::now();
         self.d1("--file", &file.to_string_lossy())?;
         Ok(start.elapsed())
@@ -520,7 +570,7 @@ SELECT printf('job_bench%02d_%07d', {batch}, i), t.organization_id, printf('benc
         ))?;
         rows.first()
             .and_then(|r| r["n"].as_u64())
-            .ok_or_else(|| "count of queued jobs".to_owned())
+            .ok_or_else(|| BenchError::unexpected("count of queued jobs"))
     }
 }
 
@@ -553,7 +603,10 @@ async fn claim_latency(bench: &mut Bench, sizes: &Sizes) -> Res<Value> {
         );
         let runner = bench.register_runners(1, 1).await?;
         let client = bench.client(&runner[0])?;
-        client.session().await.map_err(err("session"))?;
+        client
+            .session()
+            .await
+            .map_err(BenchError::client("session"))?;
         let runs = bench.evaluation_runs(sizes.claim_reps).await?;
         let floor_http = local_http()?;
         Bench::floor(&floor_http, &bench.server).await?;
@@ -565,8 +618,8 @@ async fn claim_latency(bench: &mut Bench, sizes: &Sizes) -> Res<Value> {
             let assignment = client
                 .claim()
                 .await
-                .map_err(err("claim"))?
-                .ok_or("no job to claim")?;
+                .map_err(BenchError::client("claim"))?
+                .ok_or_else(|| BenchError::unexpected("no job to claim"))?;
             claims.push(ms(start.elapsed()));
             succeed(&client, &assignment, None, run, "complete").await?;
         }
@@ -618,11 +671,11 @@ async fn lifecycle(bench: &Bench, plan: &[(usize, usize)], rounds_each: usize) -
                         one_lifecycle(&server, &credentials, run).await?;
                         latencies.push(ms(start.elapsed()));
                     }
-                    Ok::<_, String>(latencies)
+                    Ok::<_, BenchError>(latencies)
                 }));
             }
             for task in tasks {
-                latencies.extend(task.await.map_err(err("task"))??);
+                latencies.extend(task.await.map_err(BenchError::task("task"))??);
             }
             let (round_wall, round_cpu) = phase.end();
             let trips = bench.round_trips().await?.saturating_sub(trips_before);
@@ -673,19 +726,22 @@ async fn lifecycle(bench: &Bench, plan: &[(usize, usize)], rounds_each: usize) -
 /// client (so the session exchange is part of it).
 async fn one_lifecycle(server: &str, credentials: &Credentials, run: EvidenceId) -> Res<()> {
     let client = Arc::new(RunnerClient::new(
-        Http::new(server).map_err(err("http"))?,
+        Http::new(server).map_err(BenchError::client("http"))?,
         credentials.clone(),
     ));
-    client.session().await.map_err(err("session"))?;
+    client
+        .session()
+        .await
+        .map_err(BenchError::client("session"))?;
     let assignment = client
         .claim()
         .await
-        .map_err(err("claim"))?
-        .ok_or("no job to claim")?;
+        .map_err(BenchError::client("claim"))?
+        .ok_or_else(|| BenchError::unexpected("no job to claim"))?;
     client
         .heartbeat(assignment.claim_id(), 60)
         .await
-        .map_err(err("heartbeat"))?;
+        .map_err(BenchError::client("heartbeat"))?;
     let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
     for i in 0..10 {
         stream
@@ -694,7 +750,7 @@ async fn one_lifecycle(server: &str, credentials: &Credentials, run: EvidenceId)
                 json!({ "lines": [{ "stream": "stdout", "line": format!("line {i}") }] }),
             )
             .await
-            .map_err(err("stream"))?;
+            .map_err(BenchError::client("stream"))?;
     }
     let answer = succeed(
         &client,
@@ -705,7 +761,10 @@ async fn one_lifecycle(server: &str, credentials: &Credentials, run: EvidenceId)
     )
     .await?;
     if !answer.is_settled() {
-        return Err(format!("completion not accepted: {}", answer.rationale));
+        return Err(BenchError::unexpected(format!(
+            "completion not accepted: {}",
+            answer.rationale
+        )));
     }
     Ok(())
 }
@@ -721,11 +780,11 @@ async fn floor_throughput(bench: &Bench, concurrency: usize, each: usize) -> Res
             for _ in 0..each {
                 Bench::floor(&http, &server).await?;
             }
-            Ok::<_, String>(())
+            Ok::<_, BenchError>(())
         }));
     }
     for task in tasks {
-        task.await.map_err(err("task"))??;
+        task.await.map_err(BenchError::task("task"))??;
     }
     Ok((concurrency * each) as f64 / start.elapsed().as_secs_f64())
 }
@@ -739,15 +798,15 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
     let assignment = client
         .claim()
         .await
-        .map_err(err("claim"))?
-        .ok_or("no job to claim")?;
+        .map_err(BenchError::client("claim"))?
+        .ok_or_else(|| BenchError::unexpected("no job to claim"))?;
     let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
     let floor_http = local_http()?;
     // The first heartbeat moves the job to running and warms its object; the rest are timed.
     client
         .heartbeat(assignment.claim_id(), 120)
         .await
-        .map_err(err("heartbeat"))?;
+        .map_err(BenchError::client("heartbeat"))?;
     let (mut beats, mut beat_floors) = (Vec::new(), Vec::new());
     for _ in 0..sizes.claim_reps {
         beat_floors.push(ms(Bench::floor(&floor_http, &bench.server).await?));
@@ -755,7 +814,7 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
         client
             .heartbeat(assignment.claim_id(), 120)
             .await
-            .map_err(err("heartbeat"))?;
+            .map_err(BenchError::client("heartbeat"))?;
         beats.push(ms(start.elapsed()));
     }
     let heartbeats = json!({
@@ -769,13 +828,15 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
         client
             .heartbeat(assignment.claim_id(), 120)
             .await
-            .map_err(err("heartbeat"))?;
+            .map_err(BenchError::client("heartbeat"))?;
         let payload = if size == 0 {
             json!({ "lines": [{ "stream": "stdout", "line": "ok" }] })
         } else {
             json!({ "data": "x".repeat(size) })
         };
-        let payload_bytes = serde_json::to_string(&payload).map_err(err("json"))?.len();
+        let payload_bytes = serde_json::to_string(&payload)
+            .map_err(BenchError::json("json"))?
+            .len();
         // Each append after one floor request (interleaved, as the claims and heartbeats are),
         // so that both see the same background load.
         let (mut latencies, mut floors) = (Vec::new(), Vec::new());
@@ -786,7 +847,7 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
             stream
                 .send(ChunkKind::Log, payload.clone())
                 .await
-                .map_err(err("stream"))?;
+                .map_err(BenchError::client("stream"))?;
             latencies.push(ms(start.elapsed()));
         }
         let (_, cpu) = phase.end();
@@ -811,7 +872,9 @@ async fn stream_rate(bench: &Bench, sizes: &Sizes) -> Res<(Value, Value)> {
         &client,
         &assignment,
         stream.final_checksum(),
-        runs.into_iter().next().ok_or("no run")?,
+        runs.into_iter()
+            .next()
+            .ok_or_else(|| BenchError::unexpected("no run"))?,
         "complete",
     )
     .await?;
@@ -840,24 +903,33 @@ async fn chatty(
             "maxConcurrentJobs": 1,
         }))
         .await
-        .map_err(err("register the chatty runner"))?;
+        .map_err(BenchError::client("register the chatty runner"))?;
     let credentials = Credentials::Bootstrap {
-        runner_id: RunnerId::parse(answer["runner"]["id"].as_str().ok_or("runner id")?)
-            .map_err(err("runner id"))?,
-        token: BootstrapToken::new(answer["bootstrapToken"].as_str().ok_or("token")?)
-            .map_err(err("token"))?,
+        runner_id: RunnerId::parse(
+            answer["runner"]["id"]
+                .as_str()
+                .ok_or_else(|| BenchError::unexpected("runner id"))?,
+        )
+        .map_err(BenchError::invalid("runner id"))?,
+        token: BootstrapToken::new(
+            answer["bootstrapToken"]
+                .as_str()
+                .ok_or_else(|| BenchError::unexpected("token"))?,
+        )
+        .map_err(BenchError::client("token"))?,
     };
     let via = if server.trim_end_matches('/') == bench.server {
         "wrangler's dev proxy"
     } else {
         "workerd's own socket"
     };
-    let http = Http::new(server).map_err(err("http"))?;
+    let http = Http::new(server).map_err(BenchError::client("http"))?;
     let client = Arc::new(RunnerClient::new(http, credentials.clone()));
-    let work_dir = RunnerWorkDir::create_in(&std::env::temp_dir()).map_err(err("work dir"))?;
+    let work_dir =
+        RunnerWorkDir::create_in(&std::env::temp_dir()).map_err(BenchError::invalid("work dir"))?;
     // What `runner start` gives a job without --pass-env (the commands need only PATH).
     let job_env = JobEnvironment::new(std::env::vars_os(), &PassEnv::default(), &[])
-        .map_err(err("job environment"))?;
+        .map_err(BenchError::invalid("job environment"))?;
     let runs = bench.evaluation_runs(sizes.chatty.len()).await?;
     let mut out = Vec::new();
     for ((what, command), run) in sizes.chatty.iter().zip(runs) {
@@ -868,7 +940,11 @@ async fn chatty(
         };
         job["requirements"]["runtime"] = json!(CHATTY_RUNTIME);
         job["requirements"]["limits"]["outputBytes"] = json!(64 * 1024 * 1024);
-        let job = bench.admin.enqueue(&job).await.map_err(err("enqueue"))?;
+        let job = bench
+            .admin
+            .enqueue(&job)
+            .await
+            .map_err(BenchError::client("enqueue"))?;
         let worker = Worker::new(
             Arc::clone(&client),
             WorkerConfig {
@@ -902,18 +978,25 @@ async fn chatty(
         let report = summary
             .jobs
             .first()
-            .ok_or("the chatty job was not claimed")?;
+            .ok_or_else(|| BenchError::unexpected("the chatty job was not claimed"))?;
         if report.job_id != job["id"].as_str().unwrap_or_default() {
-            return Err(format!(
+            return Err(BenchError::unexpected(format!(
                 "claimed {} instead of the chatty job",
                 report.job_id
-            ));
+            )));
         }
         match &report.outcome {
             JobOutcome::Completed { status, .. } if status.as_str() == "succeeded" => {}
-            other => return Err(format!("the chatty job {what}: {other:?}")),
+            other => {
+                return Err(BenchError::unexpected(format!(
+                    "the chatty job {what}: {other:?}"
+                )))
+            }
         }
-        let output = report.output.as_ref().ok_or("no output figures")?;
+        let output = report
+            .output
+            .as_ref()
+            .ok_or_else(|| BenchError::unexpected("no output figures"))?;
         let upload = output.upload.as_secs_f64();
         eprintln!(
             "chatty {what}: {} lines, {} bytes in {} chunks, stored after {upload:.2} s",
@@ -1019,33 +1102,45 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
     let client = bench.client(&runner)?;
     let run = bench.evaluation_runs(1).await?.remove(0);
     let mut tally = Tally::start(bench).await?;
-    client.session().await.map_err(err("session"))?;
+    client
+        .session()
+        .await
+        .map_err(BenchError::client("session"))?;
     tally.mark(bench, Some("session")).await?;
-    let none = client.claim().await.map_err(err("claim"))?;
+    let none = client.claim().await.map_err(BenchError::client("claim"))?;
     tally.mark(bench, Some("claimNothingQueued")).await?;
-    let again = client.claim().await.map_err(err("claim"))?;
+    let again = client.claim().await.map_err(BenchError::client("claim"))?;
     tally.mark(bench, Some("claimNothingQueuedAgain")).await?;
-    let idle = client.claim().await.map_err(err("claim"))?;
+    let idle = client.claim().await.map_err(BenchError::client("claim"))?;
     tally.mark(bench, Some("claimIdle")).await?;
-    let waited = client.claim_waiting(1).await.map_err(err("claim"))?;
+    let waited = client
+        .claim_waiting(1)
+        .await
+        .map_err(BenchError::client("claim"))?;
     tally.mark(bench, Some("claimLongPoll")).await?;
     if none.is_some() || again.is_some() || idle.is_some() || waited.is_some() {
-        return Err("round trips: the queue was not empty".to_owned());
+        return Err(BenchError::unexpected(
+            "round trips: the queue was not empty",
+        ));
     }
     let job = bench_job("bench-trips", artifact_id, version_id, "round trips");
-    bench.admin.enqueue(&job).await.map_err(err("enqueue"))?;
+    bench
+        .admin
+        .enqueue(&job)
+        .await
+        .map_err(BenchError::client("enqueue"))?;
     tally.mark(bench, Some("enqueue")).await?;
     let assignment = client
         .claim()
         .await
-        .map_err(err("claim"))?
-        .ok_or("round trips: the enqueued job was not claimed")?;
+        .map_err(BenchError::client("claim"))?
+        .ok_or_else(|| BenchError::unexpected("round trips: the enqueued job was not claimed"))?;
     tally.mark(bench, Some("claimFound")).await?;
     for name in ["heartbeatFirst", "heartbeatWarm"] {
         client
             .heartbeat(assignment.claim_id(), 60)
             .await
-            .map_err(err("heartbeat"))?;
+            .map_err(BenchError::client("heartbeat"))?;
         tally.mark(bench, Some(name)).await?;
     }
     let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
@@ -1054,7 +1149,7 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
         stream
             .send(ChunkKind::Log, line)
             .await
-            .map_err(err("stream"))?;
+            .map_err(BenchError::client("stream"))?;
         tally.mark(bench, Some(name)).await?;
     }
     let answer = succeed(
@@ -1067,10 +1162,10 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
     .await?;
     tally.mark(bench, Some("completion")).await?;
     if !answer.is_settled() {
-        return Err(format!(
+        return Err(BenchError::unexpected(format!(
             "round trips: completion not accepted: {}",
             answer.rationale
-        ));
+        )));
     }
     let queued = bench
         .admin
@@ -1081,14 +1176,16 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
             "cancelled",
         ))
         .await
-        .map_err(err("enqueue"))?;
+        .map_err(BenchError::client("enqueue"))?;
     tally.mark(bench, None).await?;
-    let queued_id = queued["id"].as_str().ok_or("job id")?;
+    let queued_id = queued["id"]
+        .as_str()
+        .ok_or_else(|| BenchError::unexpected("job id"))?;
     bench
         .admin
         .cancel_job(queued_id, "round trips: cancel")
         .await
-        .map_err(err("cancel"))?;
+        .map_err(BenchError::client("cancel"))?;
     tally.mark(bench, Some("cancelQueued")).await?;
     Ok(Value::Object(tally.counts))
 }
@@ -1108,7 +1205,10 @@ async fn succeed(
         final_checksum,
         evidence(run),
     );
-    client.complete(&done).await.map_err(err(what))
+    client
+        .complete(&done)
+        .await
+        .map_err(BenchError::client(what))
 }
 
 /// Runners that long-poll in scenario 9, and the CLI's default wait they use.
@@ -1143,15 +1243,17 @@ async fn pickup(bench: &Bench, artifact_id: &str, version_id: u64, jobs: usize) 
                         eprintln!("pickup: claim failed: {error}");
                         continue;
                     }
-                    Err(error) => return Err(format!("pickup claim: {error}")),
+                    Err(source) => return Err(BenchError::client("pickup claim")(source)),
                 };
                 let (at, wall) = (Instant::now(), now_ms());
                 let _ = picked.send((assignment.job_id().as_str().to_owned(), at, wall));
                 let run = runs
                     .lock()
-                    .map_err(|_| "runs lock".to_owned())?
+                    .map_err(|_| BenchError::unexpected("runs lock"))?
                     .pop()
-                    .ok_or("pickup: more jobs picked up than enqueued")?;
+                    .ok_or_else(|| {
+                        BenchError::unexpected("pickup: more jobs picked up than enqueued")
+                    })?;
                 let stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
                 succeed(
                     &client,
@@ -1162,7 +1264,7 @@ async fn pickup(bench: &Bench, artifact_id: &str, version_id: u64, jobs: usize) 
                 )
                 .await?;
             }
-            Ok::<_, String>(())
+            Ok::<_, BenchError>(())
         }));
     }
     let mut latencies = Vec::new();
@@ -1176,20 +1278,31 @@ async fn pickup(bench: &Bench, artifact_id: &str, version_id: u64, jobs: usize) 
             &format!("pickup {i}"),
         );
         let start = Instant::now();
-        let enqueued = bench.admin.enqueue(&job).await.map_err(err("enqueue"))?;
+        let enqueued = bench
+            .admin
+            .enqueue(&job)
+            .await
+            .map_err(BenchError::client("enqueue"))?;
         enqueue_ms.push(ms(start.elapsed()));
-        let id = enqueued["id"].as_str().ok_or("job id")?.to_owned();
+        let id = enqueued["id"]
+            .as_str()
+            .ok_or_else(|| BenchError::unexpected("job id"))?
+            .to_owned();
         let created = enqueued["createdAt"]
             .as_str()
             .and_then(|t| edgerunner_protocol::time::UnixMillis::parse_rfc3339(t).ok())
-            .ok_or("pickup: the job has no createdAt")?
+            .ok_or_else(|| BenchError::unexpected("pickup: the job has no createdAt"))?
             .get();
         let (got, at, wall) = tokio::time::timeout(Duration::from_secs(30), pickups.recv())
             .await
-            .map_err(|_| format!("pickup: job {i} was not picked up within 30 s"))?
-            .ok_or("pickup: every runner stopped")?;
+            .map_err(|_| {
+                BenchError::unexpected(format!("pickup: job {i} was not picked up within 30 s"))
+            })?
+            .ok_or_else(|| BenchError::unexpected("pickup: every runner stopped"))?;
         if got != id {
-            return Err(format!("pickup: {got} was picked up, not {id}"));
+            return Err(BenchError::unexpected(format!(
+                "pickup: {got} was picked up, not {id}"
+            )));
         }
         if i >= WARM_UP {
             latencies.push(ms(at.duration_since(start)));
@@ -1205,8 +1318,8 @@ async fn pickup(bench: &Bench, artifact_id: &str, version_id: u64, jobs: usize) 
             task,
         )
         .await
-        .map_err(|_| "pickup: a runner did not stop".to_owned())?
-        .map_err(err("pickup task"))??;
+        .map_err(|_| BenchError::unexpected("pickup: a runner did not stop"))?
+        .map_err(BenchError::task("pickup task"))??;
     }
     Ok(json!({
         "runners": PICKUP_RUNNERS,
@@ -1359,11 +1472,13 @@ async fn oversized_session_body(bench: &Bench) -> Res<Value> {
         .body(vec![b' '; BYTES])
         .send()
         .await
-        .map_err(err("90 MB to /session"))?;
+        .map_err(BenchError::http("90 MB to /session"))?;
     let status = res.status().as_u16();
     let text = res.text().await.unwrap_or_default();
     if status != 413 || !text.contains("BODY_TOO_LARGE") {
-        return Err(format!("90 MB to /session answered {status}: {text}"));
+        return Err(BenchError::unexpected(format!(
+            "90 MB to /session answered {status}: {text}"
+        )));
     }
     Ok(json!({ "bytes": BYTES, "status": status, "ms": started.elapsed().as_millis() as u64 }))
 }
@@ -1376,15 +1491,15 @@ fn memory_reading(probe: Option<&str>, label: &str) -> Res<Value> {
     let out = std::process::Command::new("sh")
         .args(["-c", probe])
         .output()
-        .map_err(err("memory probe"))?;
+        .map_err(BenchError::io("memory probe"))?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(BenchError::unexpected(format!(
             "memory probe failed: {}",
             String::from_utf8_lossy(&out.stderr)
-        ));
+        )));
     }
     let mut reading: Value =
-        serde_json::from_slice(&out.stdout).map_err(err("memory probe output"))?;
+        serde_json::from_slice(&out.stdout).map_err(BenchError::json("memory probe output"))?;
     reading["at"] = label.into();
     eprintln!("memory {label}: {reading}");
     Ok(reading)
@@ -1399,8 +1514,8 @@ async fn big_bundle(bench: &Bench, chunks: usize) -> Res<Value> {
     let assignment = client
         .claim()
         .await
-        .map_err(err("claim"))?
-        .ok_or("no job to claim")?;
+        .map_err(BenchError::client("claim"))?
+        .ok_or_else(|| BenchError::unexpected("no job to claim"))?;
     let mut stream = ChunkStream::new(Arc::clone(&client), assignment.identity());
     let phase = Phase::start();
     for n in 0..chunks {
@@ -1408,14 +1523,14 @@ async fn big_bundle(bench: &Bench, chunks: usize) -> Res<Value> {
             client
                 .heartbeat(assignment.claim_id(), 120)
                 .await
-                .map_err(err("heartbeat"))?;
+                .map_err(BenchError::client("heartbeat"))?;
         }
         // A JSON string of exactly 256 KiB as stable JSON.
         let payload = Value::String(format!("{n:08}{}", "m".repeat(256 * 1024 - 10)));
         stream
             .send(ChunkKind::Log, payload)
             .await
-            .map_err(err("stream"))?;
+            .map_err(BenchError::client("stream"))?;
     }
     let (stream_wall, _) = phase.end();
     let runs = bench.evaluation_runs(1).await?;
@@ -1423,7 +1538,9 @@ async fn big_bundle(bench: &Bench, chunks: usize) -> Res<Value> {
         &client,
         &assignment,
         stream.final_checksum(),
-        runs.into_iter().next().ok_or("no run")?,
+        runs.into_iter()
+            .next()
+            .ok_or_else(|| BenchError::unexpected("no run"))?,
         "complete",
     )
     .await?;
@@ -1436,13 +1553,16 @@ async fn big_bundle(bench: &Bench, chunks: usize) -> Res<Value> {
         .bearer_auth(&bench.api_key)
         .send()
         .await
-        .map_err(err(&path))?;
+        .map_err(BenchError::http(&path))?;
     if !answer.status().is_success() {
-        return Err(format!("{path}: {}", answer.status()));
+        return Err(BenchError::unexpected(format!(
+            "{path}: {}",
+            answer.status()
+        )));
     }
     let streamed = answer.content_length().is_none();
     let mut bytes = 0usize;
-    while let Some(piece) = answer.chunk().await.map_err(err(&path))? {
+    while let Some(piece) = answer.chunk().await.map_err(BenchError::http(&path))? {
         bytes += piece.len();
     }
     let bundle_wall = start.elapsed().as_secs_f64();
@@ -1478,15 +1598,15 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
             while got < mine {
                 match client.claim().await {
                     Ok(Some(_)) => got += 1,
-                    Ok(None) => return Err("no job to claim".to_owned()),
+                    Ok(None) => return Err(BenchError::unexpected("no job to claim")),
                     Err(error) if errors < 20 => {
                         errors += 1;
                         eprintln!("recovery: claim failed, retrying: {error}");
                     }
-                    Err(error) => return Err(format!("claim: {error}")),
+                    Err(source) => return Err(BenchError::client("claim")(source)),
                 }
             }
-            Ok::<_, String>(errors)
+            Ok::<_, BenchError>(errors)
         });
     }
     // Claiming thousands of jobs here takes longer than a first lease (60 s): every 15 s the
@@ -1504,7 +1624,7 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
         loop {
             match bench.d1_rows(&sql) {
                 Ok(_) => return Ok(()),
-                Err(error) if tries < 20 && error.contains("SQLITE_BUSY") => {
+                Err(error) if tries < 20 && error.is_database_busy() => {
                     tries += 1;
                     std::thread::sleep(Duration::from_millis(250));
                 }
@@ -1519,7 +1639,7 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
         tokio::select! {
             done = tasks.join_next() => match done {
                 None => break,
-                Some(done) => claim_errors += done.map_err(err("task"))??,
+                Some(done) => claim_errors += done.map_err(BenchError::task("task"))??,
             },
             _ = tick.tick() => keep_alive(bench)?,
         }
@@ -1533,7 +1653,7 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
             ))?
             .first()
             .and_then(|r| r["n"].as_u64())
-            .ok_or_else(|| "count of leased jobs".to_owned())
+            .ok_or_else(|| BenchError::unexpected("count of leased jobs"))
     };
     let leases = leased(bench)?;
     let past = now_ms().saturating_sub(120_000);
@@ -1563,7 +1683,7 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
                 limit = (limit / 2).max(50);
                 continue;
             }
-            Err(error) => return Err(format!("reap: {error}")),
+            Err(error) => return Err(error),
         };
         requeued += answer["requeued"].as_u64().unwrap_or(0);
         ended += answer["ended"].as_u64().unwrap_or(0);
@@ -1609,7 +1729,7 @@ async fn reap_pass(bench: &Bench, limit: u32) -> Res<Value> {
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(60))
         .build()
-        .map_err(err("reap client"))?;
+        .map_err(BenchError::http("reap client"))?;
     let path = "/api/remote-runners/jobs/reap";
     let answer = client
         .post(format!("{}{path}", bench.direct))
@@ -1617,20 +1737,26 @@ async fn reap_pass(bench: &Bench, limit: u32) -> Res<Value> {
         .json(&json!({ "limit": limit }))
         .send()
         .await
-        .map_err(|e| format!("{path}: no answer: {e:?}"))?;
+        .map_err(|source| BenchError::NoAnswer {
+            what: path.to_owned(),
+            source,
+        })?;
     let status = answer.status();
-    let text = answer.text().await.map_err(err(path))?;
+    let text = answer.text().await.map_err(BenchError::http(path))?;
     if !status.is_success() {
-        let text: String = text.chars().take(200).collect();
-        return Err(format!("{path}: {status}: {text}"));
+        return Err(BenchError::Status {
+            what: path.to_owned(),
+            status,
+            body: text.chars().take(200).collect(),
+        });
     }
-    serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))
+    serde_json::from_str(&text).map_err(BenchError::json(&format!("{path}: not JSON")))
 }
 
 /// The claim's matching query planned by local D1 itself: it must search jobs_queue and never
 /// scan the jobs table.
 fn explain_claim(bench: &Bench, query: &PathBuf) -> Res<Value> {
-    let text = std::fs::read_to_string(query).map_err(err("read the claim query"))?;
+    let text = std::fs::read_to_string(query).map_err(BenchError::io("read the claim query"))?;
     let mut sql: String = text
         .lines()
         .filter(|l| !l.trim_start().starts_with("--"))
@@ -1655,9 +1781,9 @@ fn explain_claim(bench: &Bench, query: &PathBuf) -> Res<Value> {
     let uses_index = details.iter().any(|d| d.contains("USING INDEX jobs_queue"));
     let scans = details.iter().any(|d| d.contains("SCAN jobs"));
     if !uses_index || scans {
-        return Err(format!(
+        return Err(BenchError::unexpected(format!(
             "the claim query's plan on local D1 is not an index search: {details:?}"
-        ));
+        )));
     }
     Ok(json!({ "plan": details, "usesJobsQueue": uses_index, "scansJobs": scans }))
 }
@@ -2054,10 +2180,10 @@ async fn run(args: Args) -> Res<()> {
     // bare `503` (cloudflare/workers-sdk#14641; see `reap_pass`). The runners' requests and
     // the floor they are compared with go through the proxy, as they always have.
     let admin = AdminClient::new(
-        Http::new(chatty_server).map_err(err("http"))?,
+        Http::new(chatty_server).map_err(BenchError::client("http"))?,
         &args.api_key,
     )
-    .map_err(err("admin"))?;
+    .map_err(BenchError::client("admin"))?;
     let mut bench = Bench {
         server: args.server.trim_end_matches('/').to_owned(),
         direct: chatty_server.trim_end_matches('/').to_owned(),
@@ -2077,14 +2203,19 @@ async fn run(args: Args) -> Res<()> {
             &json!({ "kind": "prompt", "name": format!("bench-{}", now_ms()) }),
         )
         .await?;
-    let artifact_id = artifact["id"].as_str().ok_or("artifact id")?.to_owned();
+    let artifact_id = artifact["id"]
+        .as_str()
+        .ok_or_else(|| BenchError::unexpected("artifact id"))?
+        .to_owned();
     let version = bench
         .post(
             &format!("/api/releases/artifacts/{artifact_id}/versions"),
             &json!({ "content": { "template": "{{question}}", "model": "bench" } }),
         )
         .await?;
-    let version_id = version["id"].as_u64().ok_or("version id")?;
+    let version_id = version["id"]
+        .as_u64()
+        .ok_or_else(|| BenchError::unexpected("version id"))?;
     bench
         .post(
             &format!("/api/releases/versions/{version_id}/promote"),
@@ -2100,11 +2231,14 @@ async fn run(args: Args) -> Res<()> {
             "bench",
         ))
         .await
-        .map_err(err("enqueue"))?;
-    bench.template_job = job["id"].as_str().ok_or("job id")?.to_owned();
+        .map_err(BenchError::client("enqueue"))?;
+    bench.template_job = job["id"]
+        .as_str()
+        .ok_or_else(|| BenchError::unexpected("job id"))?
+        .to_owned();
     bench.org = job["organizationId"]
         .as_str()
-        .ok_or("organization")?
+        .ok_or_else(|| BenchError::unexpected("organization"))?
         .to_owned();
     bench
         .admin
@@ -2113,14 +2247,14 @@ async fn run(args: Args) -> Res<()> {
             "bench template: its copies are the queue",
         )
         .await
-        .map_err(err("cancel template"))?;
+        .map_err(BenchError::client("cancel template"))?;
 
     if let Some(leases) = args.recovery_only {
         bench.seed(leases as u64)?;
         let recovery = recovery(&bench, leases).await?;
         let report = json!({ "command": args.command, "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]), "loadAverage": { "start": load_start, "end": loadavg() }, "recovery": recovery });
-        let text = serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n";
-        std::fs::write(&args.json, &text).map_err(err("write json"))?;
+        let text = serde_json::to_string_pretty(&report).map_err(BenchError::json("json"))? + "\n";
+        std::fs::write(&args.json, &text).map_err(BenchError::io("write json"))?;
         print!("{text}");
         return Ok(());
     }
@@ -2137,9 +2271,9 @@ async fn run(args: Args) -> Res<()> {
         let report = json!({ "command": args.command, "date": shell("date", &["-u", "+%Y-%m-%d %H:%M"]), "loadAverage": { "start": load_start, "end": loadavg() }, "chatty": chatty });
         std::fs::write(
             &args.json,
-            serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n",
+            serde_json::to_string_pretty(&report).map_err(BenchError::json("json"))? + "\n",
         )
-        .map_err(err("write json"))?;
+        .map_err(BenchError::io("write json"))?;
         print!("{}", chatty_markdown(&report));
         return Ok(());
     }
@@ -2150,7 +2284,7 @@ async fn run(args: Args) -> Res<()> {
         let figures = lifecycle(&bench, &[(runners, per_runner)], rounds).await?;
         println!(
             "{}",
-            serde_json::to_string_pretty(&figures).map_err(err("json"))?
+            serde_json::to_string_pretty(&figures).map_err(BenchError::json("json"))?
         );
         return Ok(());
     }
@@ -2184,7 +2318,7 @@ async fn run(args: Args) -> Res<()> {
             "a stream at its limit",
         ))
         .await
-        .map_err(err("enqueue the big job"))?;
+        .map_err(BenchError::client("enqueue the big job"))?;
     let big = big_bundle(&bench, args.bundle_chunks.unwrap_or(sizes.bundle_chunks)).await?;
     memory.push(memory_reading(
         probe,
@@ -2246,11 +2380,12 @@ async fn run(args: Args) -> Res<()> {
     });
     std::fs::write(
         &args.json,
-        serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n",
+        serde_json::to_string_pretty(&report).map_err(BenchError::json("json"))? + "\n",
     )
-    .map_err(err("write json"))?;
+    .map_err(BenchError::io("write json"))?;
     let analysis = kept_analysis(&args.markdown);
-    std::fs::write(&args.markdown, markdown(&report, &analysis)).map_err(err("write markdown"))?;
+    std::fs::write(&args.markdown, markdown(&report, &analysis))
+        .map_err(BenchError::io("write markdown"))?;
     eprintln!(
         "bench done in {wall:.0} s; load generator CPU {:.0}% of one core",
         cpu * 100.0
@@ -2294,8 +2429,8 @@ async fn hot_only(
         "stream": stream,
         "heartbeats": heartbeats,
     });
-    let text = serde_json::to_string_pretty(&report).map_err(err("json"))? + "\n";
-    std::fs::write(&args.json, &text).map_err(err("write json"))?;
+    let text = serde_json::to_string_pretty(&report).map_err(BenchError::json("json"))? + "\n";
+    std::fs::write(&args.json, &text).map_err(BenchError::io("write json"))?;
     let line = |v: &Value| format!("{v}");
     let claims: Vec<String> = claim
         .as_array()
