@@ -28,6 +28,8 @@ use edgerunner_protocol::completion::{Evidence, EvidenceId};
 use edgerunner_protocol::envelope::RunnerId;
 use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use edgerunner_protocol::state::CompletionStatus;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::{BenchError, Res};
@@ -313,6 +315,94 @@ fn now_ms() -> u64 {
 // The server: admin API, floor, runners, D1
 // ---------------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------------
+// Answers the harness reads (the fields it uses)
+// ---------------------------------------------------------------------------------------------
+
+/// `POST /api/remote-runners`: the new runner and its one-time bootstrap token.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RegisteredRunner {
+    runner: RunnerView,
+    bootstrap_token: String,
+}
+
+#[derive(Deserialize)]
+struct RunnerView {
+    id: String,
+}
+
+/// An enqueued job (`POST /api/remote-runners/jobs`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EnqueuedJob {
+    id: String,
+    organization_id: String,
+    /// RFC 3339; the server writes `null` for a time it cannot print.
+    created_at: Option<String>,
+}
+
+impl EnqueuedJob {
+    fn read(answer: Value) -> Res<Self> {
+        serde_json::from_value(answer).map_err(BenchError::json("enqueue"))
+    }
+}
+
+/// `POST /api/evidence/runs`. Its id is an integer or a string (EvalGate has both), read as
+/// JSON and matched: serde's untagged enums cannot read numbers under serde_json's
+/// `arbitrary_precision`, which the workspace enables.
+#[derive(Deserialize)]
+struct EvaluationRun {
+    id: Value,
+}
+
+/// `POST /api/releases/artifacts`.
+#[derive(Deserialize)]
+struct Artifact {
+    id: String,
+}
+
+/// `POST /api/releases/artifacts/{id}/versions`.
+#[derive(Deserialize)]
+struct Version {
+    id: u64,
+}
+
+/// `GET /__bench/round-trips` (the bench build only).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RoundTripTotal {
+    d1_round_trips: u64,
+}
+
+/// `POST /api/remote-runners/jobs/reap`: one pass's counts, and whether leases remain.
+#[derive(Deserialize)]
+struct ReapPass {
+    examined: u64,
+    requeued: u64,
+    ended: u64,
+    more: bool,
+}
+
+/// One statement's answer in `wrangler d1 execute --json`.
+#[derive(Deserialize)]
+struct D1Statement<T> {
+    #[serde(default = "Vec::new")]
+    results: Vec<T>,
+}
+
+/// A `SELECT count(*) AS n` row.
+#[derive(Deserialize)]
+struct CountRow {
+    n: u64,
+}
+
+/// A row of `EXPLAIN QUERY PLAN`.
+#[derive(Deserialize)]
+struct PlanRow {
+    detail: String,
+}
+
 struct Bench {
     server: String,
     /// Workerd's own socket (`--direct-server`).
@@ -336,7 +426,7 @@ fn local_http() -> Res<reqwest::Client> {
 }
 
 impl Bench {
-    async fn post(&self, path: &str, body: &Value) -> Res<Value> {
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Res<T> {
         let answer = self
             .http
             .post(format!("{}{path}", self.direct))
@@ -368,12 +458,13 @@ impl Bench {
             .await
             .map_err(BenchError::http(path))?;
         let text = answer.text().await.map_err(BenchError::http(path))?;
-        let body: Value = serde_json::from_str(&text).map_err(BenchError::json(path))?;
-        body["d1RoundTrips"].as_u64().ok_or_else(|| {
-            BenchError::unexpected(format!(
-                "GET {path}: {text} (is the build without bench-floor?)"
-            ))
-        })
+        serde_json::from_str::<RoundTripTotal>(&text)
+            .map(|total| total.d1_round_trips)
+            .map_err(|_| {
+                BenchError::unexpected(format!(
+                    "GET {path}: {text} (is the build without bench-floor?)"
+                ))
+            })
     }
 
     /// One floor request (`POST /__bench/floor`), its latency. The floor goes through wrangler's
@@ -408,7 +499,7 @@ impl Bench {
     }
 
     /// `wrangler d1 execute DB --local` with `--command` or `--file`, answered as JSON.
-    fn d1(&self, how: &str, what: &str) -> Res<Value> {
+    fn d1<T: DeserializeOwned>(&self, how: &str, what: &str) -> Res<T> {
         let output = Command::new("wrangler")
             // Its answer is read from stdout, which a debug log level would interleave.
             .env_remove("WRANGLER_LOG")
@@ -440,42 +531,56 @@ impl Bench {
         })
     }
 
-    fn d1_rows(&self, sql: &str) -> Res<Vec<Value>> {
-        let answer = self.d1("--command", sql)?;
+    /// The rows of the last statement of `sql`.
+    fn d1_rows<T: DeserializeOwned>(&self, sql: &str) -> Res<Vec<T>> {
+        let answer: Vec<D1Statement<T>> = self.d1("--command", sql)?;
         Ok(answer
-            .as_array()
-            .and_then(|a| a.last())
-            .and_then(|r| r["results"].as_array())
-            .cloned()
+            .into_iter()
+            .last()
+            .map(|statement| statement.results)
             .unwrap_or_default())
     }
 
+    /// `n` runners of the bench's runtime, each taking `max_jobs` jobs at a time.
     async fn register_runners(&self, n: usize, max_jobs: u32) -> Res<Vec<Credentials>> {
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
             let key = format!("bench-{}-{}", now_ms(), out.len());
-            let answer = self
-                .admin
-                .register_runner(&json!({
-                    "name": key,
-                    "runnerKey": key,
-                    "capabilities": { "executionKinds": ["prompt"], "runtimes": [RUNTIME] },
-                    "maxConcurrentJobs": max_jobs,
-                }))
-                .await
-                .map_err(BenchError::client("register runner"))?;
-            let id = answer["runner"]["id"]
-                .as_str()
-                .ok_or_else(|| BenchError::unexpected("runner without id"))?;
-            let token = answer["bootstrapToken"]
-                .as_str()
-                .ok_or_else(|| BenchError::unexpected("no bootstrap token"))?;
-            out.push(Credentials::Bootstrap {
-                runner_id: RunnerId::parse(id).map_err(BenchError::invalid("runner id"))?,
-                token: BootstrapToken::new(token).map_err(BenchError::client("token"))?,
-            });
+            out.push(self.register_runner(&key, RUNTIME, max_jobs).await?);
         }
         Ok(out)
+    }
+
+    /// One runner named `key` for prompt jobs of `runtime`: its bootstrap credentials.
+    async fn register_runner(&self, key: &str, runtime: &str, max_jobs: u32) -> Res<Credentials> {
+        let answer = self
+            .admin
+            .register_runner(&json!({
+                "name": key,
+                "runnerKey": key,
+                "capabilities": { "executionKinds": ["prompt"], "runtimes": [runtime] },
+                "maxConcurrentJobs": max_jobs,
+            }))
+            .await
+            .map_err(BenchError::client("register runner"))?;
+        let answer: RegisteredRunner =
+            serde_json::from_value(answer).map_err(BenchError::json("register runner"))?;
+        Ok(Credentials::Bootstrap {
+            runner_id: RunnerId::parse(&answer.runner.id)
+                .map_err(BenchError::invalid("runner id"))?,
+            token: BootstrapToken::new(&answer.bootstrap_token)
+                .map_err(BenchError::client("token"))?,
+        })
+    }
+
+    /// Enqueues `job` through the admin API: the job as the server answered it.
+    async fn enqueue(&self, job: &Value) -> Res<EnqueuedJob> {
+        let answer = self
+            .admin
+            .enqueue(job)
+            .await
+            .map_err(BenchError::client("enqueue"))?;
+        EnqueuedJob::read(answer)
     }
 
     fn client(&self, credentials: &Credentials) -> Res<Arc<RunnerClient>> {
@@ -516,12 +621,13 @@ impl Bench {
                             body: text,
                         });
                     }
-                    serde_json::from_str::<Value>(&text).map_err(BenchError::json("evaluation run"))
+                    serde_json::from_str::<EvaluationRun>(&text)
+                        .map_err(BenchError::json("evaluation run"))
                 }));
             }
             for task in tasks {
                 let run = task.await.map_err(BenchError::task("task"))??;
-                out.push(match &run["id"] {
+                out.push(match &run.id {
                     Value::Number(n) => EvidenceId::Integer(
                         n.as_u64().ok_or_else(|| BenchError::unexpected("run id"))?,
                     ),
@@ -559,17 +665,17 @@ SELECT printf('job_bench%02d_%07d', {batch}, i), t.organization_id, printf('benc
         let file = self.state.join(format!("seed-{batch}.sql"));
         std::fs::write(&file, sql).map_err(BenchError::io("write seed file"))?;
         let start = Instant::now();
-        self.d1("--file", &file.to_string_lossy())?;
+        self.d1::<IgnoredAny>("--file", &file.to_string_lossy())?;
         Ok(start.elapsed())
     }
 
     fn queued(&self) -> Res<u64> {
-        let rows = self.d1_rows(&format!(
+        let rows: Vec<CountRow> = self.d1_rows(&format!(
             "SELECT count(*) AS n FROM jobs WHERE organization_id = '{}' AND state = 'queued'",
             self.org
         ))?;
         rows.first()
-            .and_then(|r| r["n"].as_u64())
+            .map(|row| row.n)
             .ok_or_else(|| BenchError::unexpected("count of queued jobs"))
     }
 }
@@ -894,30 +1000,7 @@ async fn chatty(
 ) -> Res<Value> {
     const CHATTY_RUNTIME: &str = "bench-chatty";
     let key = format!("bench-chatty-{}", now_ms());
-    let answer = bench
-        .admin
-        .register_runner(&json!({
-            "name": key,
-            "runnerKey": key,
-            "capabilities": { "executionKinds": ["prompt"], "runtimes": [CHATTY_RUNTIME] },
-            "maxConcurrentJobs": 1,
-        }))
-        .await
-        .map_err(BenchError::client("register the chatty runner"))?;
-    let credentials = Credentials::Bootstrap {
-        runner_id: RunnerId::parse(
-            answer["runner"]["id"]
-                .as_str()
-                .ok_or_else(|| BenchError::unexpected("runner id"))?,
-        )
-        .map_err(BenchError::invalid("runner id"))?,
-        token: BootstrapToken::new(
-            answer["bootstrapToken"]
-                .as_str()
-                .ok_or_else(|| BenchError::unexpected("token"))?,
-        )
-        .map_err(BenchError::client("token"))?,
-    };
+    let credentials = bench.register_runner(&key, CHATTY_RUNTIME, 1).await?;
     let via = if server.trim_end_matches('/') == bench.server {
         "wrangler's dev proxy"
     } else {
@@ -940,11 +1023,7 @@ async fn chatty(
         };
         job["requirements"]["runtime"] = json!(CHATTY_RUNTIME);
         job["requirements"]["limits"]["outputBytes"] = json!(64 * 1024 * 1024);
-        let job = bench
-            .admin
-            .enqueue(&job)
-            .await
-            .map_err(BenchError::client("enqueue"))?;
+        let job = bench.enqueue(&job).await?;
         let worker = Worker::new(
             Arc::clone(&client),
             WorkerConfig {
@@ -979,7 +1058,7 @@ async fn chatty(
             .jobs
             .first()
             .ok_or_else(|| BenchError::unexpected("the chatty job was not claimed"))?;
-        if report.job_id != job["id"].as_str().unwrap_or_default() {
+        if report.job_id != job.id {
             return Err(BenchError::unexpected(format!(
                 "claimed {} instead of the chatty job",
                 report.job_id
@@ -1124,11 +1203,7 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
         ));
     }
     let job = bench_job("bench-trips", artifact_id, version_id, "round trips");
-    bench
-        .admin
-        .enqueue(&job)
-        .await
-        .map_err(BenchError::client("enqueue"))?;
+    bench.enqueue(&job).await?;
     tally.mark(bench, Some("enqueue")).await?;
     let assignment = client
         .claim()
@@ -1168,22 +1243,17 @@ async fn round_trips(bench: &Bench, artifact_id: &str, version_id: u64) -> Res<V
         )));
     }
     let queued = bench
-        .admin
         .enqueue(&bench_job(
             "bench-trips-cancel",
             artifact_id,
             version_id,
             "cancelled",
         ))
-        .await
-        .map_err(BenchError::client("enqueue"))?;
+        .await?;
     tally.mark(bench, None).await?;
-    let queued_id = queued["id"]
-        .as_str()
-        .ok_or_else(|| BenchError::unexpected("job id"))?;
     bench
         .admin
-        .cancel_job(queued_id, "round trips: cancel")
+        .cancel_job(&queued.id, "round trips: cancel")
         .await
         .map_err(BenchError::client("cancel"))?;
     tally.mark(bench, Some("cancelQueued")).await?;
@@ -1284,12 +1354,11 @@ async fn pickup(bench: &Bench, artifact_id: &str, version_id: u64, jobs: usize) 
             .await
             .map_err(BenchError::client("enqueue"))?;
         enqueue_ms.push(ms(start.elapsed()));
-        let id = enqueued["id"]
-            .as_str()
-            .ok_or_else(|| BenchError::unexpected("job id"))?
-            .to_owned();
-        let created = enqueued["createdAt"]
-            .as_str()
+        let enqueued = EnqueuedJob::read(enqueued)?;
+        let id = enqueued.id;
+        let created = enqueued
+            .created_at
+            .as_deref()
             .and_then(|t| edgerunner_protocol::time::UnixMillis::parse_rfc3339(t).ok())
             .ok_or_else(|| BenchError::unexpected("pickup: the job has no createdAt"))?
             .get();
@@ -1622,7 +1691,7 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
         );
         let mut tries = 0;
         loop {
-            match bench.d1_rows(&sql) {
+            match bench.d1_rows::<IgnoredAny>(&sql) {
                 Ok(_) => return Ok(()),
                 Err(error) if tries < 20 && error.is_database_busy() => {
                     tries += 1;
@@ -1647,17 +1716,17 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
     let claim_seconds = claim_phase.elapsed().as_secs_f64();
     let leased = |bench: &Bench| -> Res<u64> {
         bench
-            .d1_rows(&format!(
+            .d1_rows::<CountRow>(&format!(
                 "SELECT count(*) AS n FROM jobs WHERE organization_id = '{}' AND state IN ('claimed', 'running', 'cancel_requested')",
                 bench.org
             ))?
             .first()
-            .and_then(|r| r["n"].as_u64())
+            .map(|row| row.n)
             .ok_or_else(|| BenchError::unexpected("count of leased jobs"))
     };
     let leases = leased(bench)?;
     let past = now_ms().saturating_sub(120_000);
-    bench.d1_rows(&format!(
+    bench.d1_rows::<IgnoredAny>(&format!(
         "UPDATE jobs SET lease_expires_at = {past} WHERE organization_id = '{}' AND state IN ('claimed', 'running', 'cancel_requested')",
         bench.org
     ))?;
@@ -1685,10 +1754,10 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
             }
             Err(error) => return Err(error),
         };
-        requeued += answer["requeued"].as_u64().unwrap_or(0);
-        ended += answer["ended"].as_u64().unwrap_or(0);
-        examined += answer["examined"].as_u64().unwrap_or(0);
-        if answer["more"].as_bool() != Some(true) || passes > 200 {
+        requeued += answer.requeued;
+        ended += answer.ended;
+        examined += answer.examined;
+        if !answer.more || passes > 200 {
             break;
         }
     }
@@ -1724,7 +1793,7 @@ async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
 /// `503` "Your worker restarted mid-request", sent straight to workerd on a pooled connection
 /// as a reset, in both cases with the pass's work committed and nothing logged by the Worker.
 /// Sent straight to workerd on a fresh connection, no pass failed.
-async fn reap_pass(bench: &Bench, limit: u32) -> Res<Value> {
+async fn reap_pass(bench: &Bench, limit: u32) -> Res<ReapPass> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(60))
@@ -1773,11 +1842,8 @@ fn explain_claim(bench: &Bench, query: &PathBuf) -> Res<Value> {
     ] {
         sql = sql.replace(param, &literal);
     }
-    let rows = bench.d1_rows(&format!("EXPLAIN QUERY PLAN {sql}"))?;
-    let details: Vec<String> = rows
-        .iter()
-        .filter_map(|r| r["detail"].as_str().map(str::to_owned))
-        .collect();
+    let rows: Vec<PlanRow> = bench.d1_rows(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+    let details: Vec<String> = rows.into_iter().map(|row| row.detail).collect();
     let uses_index = details.iter().any(|d| d.contains("USING INDEX jobs_queue"));
     let scans = details.iter().any(|d| d.contains("SCAN jobs"));
     if !uses_index || scans {
@@ -1828,10 +1894,15 @@ fn machine() -> Value {
 }
 
 fn versions() -> Value {
+    /// The one field read of workerd's package.json.
+    #[derive(Deserialize)]
+    struct Package {
+        version: String,
+    }
     let workerd = std::fs::read_to_string("node_modules/workerd/package.json")
         .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|v| v["version"].as_str().map(str::to_owned))
+        .and_then(|t| serde_json::from_str::<Package>(&t).ok())
+        .map(|package| package.version)
         .unwrap_or_default();
     json!({
         "rustc": shell("rustc", &["--version"]),
@@ -2197,49 +2268,36 @@ async fn run(args: Args) -> Res<()> {
     };
 
     // A promoted release and one real job, whose intent the seeded jobs copy.
-    let artifact = bench
+    let artifact: Artifact = bench
         .post(
             "/api/releases/artifacts",
             &json!({ "kind": "prompt", "name": format!("bench-{}", now_ms()) }),
         )
         .await?;
-    let artifact_id = artifact["id"]
-        .as_str()
-        .ok_or_else(|| BenchError::unexpected("artifact id"))?
-        .to_owned();
-    let version = bench
+    let artifact_id = artifact.id;
+    let version: Version = bench
         .post(
             &format!("/api/releases/artifacts/{artifact_id}/versions"),
             &json!({ "content": { "template": "{{question}}", "model": "bench" } }),
         )
         .await?;
-    let version_id = version["id"]
-        .as_u64()
-        .ok_or_else(|| BenchError::unexpected("version id"))?;
+    let version_id = version.id;
     bench
-        .post(
+        .post::<IgnoredAny>(
             &format!("/api/releases/versions/{version_id}/promote"),
             &json!({ "environment": "staging" }),
         )
         .await?;
     let job = bench
-        .admin
         .enqueue(&bench_job(
             "bench-template",
             &artifact_id,
             version_id,
             "bench",
         ))
-        .await
-        .map_err(BenchError::client("enqueue"))?;
-    bench.template_job = job["id"]
-        .as_str()
-        .ok_or_else(|| BenchError::unexpected("job id"))?
-        .to_owned();
-    bench.org = job["organizationId"]
-        .as_str()
-        .ok_or_else(|| BenchError::unexpected("organization"))?
-        .to_owned();
+        .await?;
+    bench.template_job = job.id;
+    bench.org = job.organization_id;
     bench
         .admin
         .cancel_job(
@@ -2310,15 +2368,13 @@ async fn run(args: Args) -> Res<()> {
     memory.push(memory_reading(probe, "after a 90 MB body to /session")?);
     // The big job: enqueued alone (the template is cancelled), so its runner claims it.
     bench
-        .admin
         .enqueue(&bench_job(
             "bench-bundle",
             &artifact_id,
             version_id,
             "a stream at its limit",
         ))
-        .await
-        .map_err(BenchError::client("enqueue the big job"))?;
+        .await?;
     let big = big_bundle(&bench, args.bundle_chunks.unwrap_or(sizes.bundle_chunks)).await?;
     memory.push(memory_reading(
         probe,
