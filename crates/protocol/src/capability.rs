@@ -45,6 +45,7 @@ use std::fmt;
 
 use serde_json::{json, Map, Value};
 
+use crate::error_code::ErrorCode;
 use crate::stable_json::{self, Sha256Hex};
 
 /// The only capability protocol version there is.
@@ -1174,13 +1175,19 @@ pub enum Problem {
 }
 
 impl CapabilityError {
-    pub fn code(&self) -> &'static str {
+    /// The machine code of `{"error": {"code", …}}` when the edge answers this error.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            CapabilityError::InvalidCapabilities(_) => "INVALID_CAPABILITIES",
-            CapabilityError::InvalidRequirements(_) => "INVALID_REQUIREMENTS",
-            CapabilityError::InvalidTags(_) => "INVALID_TAGS",
-            CapabilityError::InvalidServedTargets(_) => "INVALID_SERVED_TARGETS",
+            CapabilityError::InvalidCapabilities(_) => ErrorCode::InvalidCapabilities,
+            CapabilityError::InvalidRequirements(_) => ErrorCode::InvalidRequirements,
+            CapabilityError::InvalidTags(_) => ErrorCode::InvalidTags,
+            CapabilityError::InvalidServedTargets(_) => ErrorCode::InvalidServedTargets,
         }
+    }
+
+    /// The wire name of [`Self::error_code`].
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     /// The JSON was well formed; its content is not acceptable.

@@ -35,6 +35,7 @@ use serde_json::{Map, Value};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
+use crate::error_code::ErrorCode;
 use crate::stable_json::{
     self, first_non_portable_number, sha256_hex, FieldError, Fields, Sha256Hex,
     MAX_PORTABLE_INTEGER,
@@ -857,17 +858,23 @@ pub enum EnvelopeError {
 }
 
 impl EnvelopeError {
-    pub fn code(&self) -> &'static str {
+    /// The machine code of `{"error": {"code", …}}` when the edge answers this error.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Self::MasterSecretTooShort { .. } => "SIGNING_SECRET_TOO_SHORT",
-            Self::EmptySigningSecret => "SIGNING_SECRET_EMPTY",
-            Self::MalformedJobSigning { .. } => "JOB_SIGNING_MALFORMED",
-            Self::UnknownEnvironment { .. } => "UNKNOWN_ENVIRONMENT",
-            Self::RequirementsNotObject => "REQUIREMENTS_NOT_OBJECT",
-            Self::NonPortableNumber { .. } => "REQUIREMENTS_NON_INTEGER_NUMBER",
-            Self::MalformedEnvelope { .. } => "ENVELOPE_MALFORMED",
-            Self::MalformedServedTarget { .. } => "SERVED_TARGET_MALFORMED",
+            Self::MasterSecretTooShort { .. } => ErrorCode::SigningSecretTooShort,
+            Self::EmptySigningSecret => ErrorCode::SigningSecretEmpty,
+            Self::MalformedJobSigning { .. } => ErrorCode::JobSigningMalformed,
+            Self::UnknownEnvironment { .. } => ErrorCode::UnknownEnvironment,
+            Self::RequirementsNotObject => ErrorCode::RequirementsNotObject,
+            Self::NonPortableNumber { .. } => ErrorCode::RequirementsNonIntegerNumber,
+            Self::MalformedEnvelope { .. } => ErrorCode::EnvelopeMalformed,
+            Self::MalformedServedTarget { .. } => ErrorCode::ServedTargetMalformed,
         }
+    }
+
+    /// The wire name of [`Self::error_code`].
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     /// 503 for a misconfigured server (the seed's answer to a short master secret); 422 for

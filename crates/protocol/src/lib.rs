@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`stable_json`]: the canonical JSON rendering and `H`, byte-identical to the EvalGate SDK.
 //! - [`envelope`]: the signed job envelope, per-runner signing keys and key ids.
+//! - [`error_code`]: the machine codes of the edge's error answers, as a type.
 //! - [`chunk`]: stream chunk hashes and hash-chain validation.
 //! - [`completion`]: completion checksums and the reconciliation decision.
 //! - [`credential`]: short-lived runner credentials (issue and verify).
@@ -19,6 +20,7 @@ pub mod chunk;
 pub mod completion;
 pub mod credential;
 pub mod envelope;
+pub mod error_code;
 pub mod keypair;
 pub mod recovery;
 pub mod stable_json;

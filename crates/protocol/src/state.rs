@@ -40,6 +40,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::error_code::ErrorCode;
+
 /// Where a job is. Stored as [`JobState::as_str`]; the schema's CHECK constraint lists the same
 /// names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -429,14 +431,19 @@ impl fmt::Display for RunnerInput {
 
 impl StateError {
     /// The stable machine code of `{"error": {"code", …}}`.
-    pub fn code(&self) -> &'static str {
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            StateError::UnknownJobState(_) => "UNKNOWN_JOB_STATE",
-            StateError::UnknownRunnerState(_) => "UNKNOWN_RUNNER_STATE",
-            StateError::UnknownRunnerCommand(_) => "INVALID_RUNNER_STATUS",
-            StateError::IllegalJobTransition { .. } => "ILLEGAL_JOB_TRANSITION",
-            StateError::IllegalRunnerTransition { .. } => "ILLEGAL_RUNNER_TRANSITION",
+            StateError::UnknownJobState(_) => ErrorCode::UnknownJobState,
+            StateError::UnknownRunnerState(_) => ErrorCode::UnknownRunnerState,
+            StateError::UnknownRunnerCommand(_) => ErrorCode::InvalidRunnerStatus,
+            StateError::IllegalJobTransition { .. } => ErrorCode::IllegalJobTransition,
+            StateError::IllegalRunnerTransition { .. } => ErrorCode::IllegalRunnerTransition,
         }
+    }
+
+    /// The wire name of [`Self::error_code`].
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     /// State names reach this crate from requests (stored ones are pinned by CHECK
