@@ -55,6 +55,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use edgerunner_protocol::chunk::ChunkKind;
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use edgerunner_protocol::state::CompletionStatus;
 use serde_json::{json, Value};
@@ -378,7 +379,7 @@ impl Worker {
                     drop(permit);
                     error!(
                         event = "runner.fatal",
-                        code = error.code(),
+                        code = error.code_text(),
                         reason = %error,
                         "cannot go on: {error}"
                     );
@@ -391,13 +392,13 @@ impl Worker {
                     if last_problem.as_deref() != Some(message.as_str()) {
                         warn!(
                             event,
-                            code = error.code(),
+                            code = error.code_text(),
                             reason = %error,
                             "{message}"
                         );
                         last_problem = Some(message);
                     }
-                    let own_capacity = error.code() == Some("RUNNER_AT_CAPACITY")
+                    let own_capacity = error.code() == Some(ErrorCode::RunnerAtCapacity)
                         && self.handed_back.swap(false, Ordering::SeqCst);
                     if own_capacity {
                         // Our own hand-back freed it: look again after one poll interval.
@@ -445,7 +446,7 @@ impl Worker {
             // Not approved yet: it has never held a claim. (A refused credential is the claim
             // loop's to report.)
             Err(error)
-                if error.code() == Some("RUNNER_PENDING_APPROVAL")
+                if error.code() == Some(ErrorCode::RunnerPendingApproval)
                     || error.status() == Some(401) =>
             {
                 return true
@@ -453,7 +454,7 @@ impl Worker {
             Err(error) => {
                 warn!(
                     event = "runner.held_claims_unknown",
-                    code = error.code(),
+                    code = error.code_text(),
                     "could not list the claims a previous process left ({error}); their leases will lapse"
                 );
                 return true;
@@ -473,7 +474,7 @@ impl Worker {
                 Err(error) => warn!(
                     event = "claim.hand_back_failed",
                     claim_id = claim_id.as_str(),
-                    code = error.code(),
+                    code = error.code_text(),
                     "could not hand back claim {claim_id} ({error}); its lease will lapse"
                 ),
             }
@@ -510,20 +511,20 @@ fn is_fatal(error: &ClientError) -> bool {
         error,
         ClientError::Config(_) | ClientError::IdentityMismatch(_)
     ) || error.status() == Some(401)
-        || error.code() == Some("RUNNER_REVOKED")
+        || error.code() == Some(ErrorCode::RunnerRevoked)
 }
 
 fn describe_claim_problem(error: &ClientError) -> (&'static str, String) {
     match error.code() {
-        Some("RUNNER_PENDING_APPROVAL") => (
+        Some(ErrorCode::RunnerPendingApproval) => (
             "runner.pending_approval",
             "waiting for an admin to approve this runner's fingerprint".into(),
         ),
-        Some("RUNNER_NOT_ACTIVE") => (
+        Some(ErrorCode::RunnerNotActive) => (
             "runner.not_active",
             format!("the server gives this runner no work now: {error}"),
         ),
-        Some("RUNNER_AT_CAPACITY") => (
+        Some(ErrorCode::RunnerAtCapacity) => (
             "runner.at_capacity",
             "the server counts this runner at capacity; waiting".into(),
         ),
@@ -614,7 +615,7 @@ impl JobRun {
                 self.handed_back.store(true, Ordering::SeqCst);
                 format!("handed back (the job is {state} now)")
             }
-            Err(error) if error.code() == Some("CLAIM_NOT_ACTIVE") => {
+            Err(error) if error.code() == Some(ErrorCode::ClaimNotActive) => {
                 "the claim was already over".to_owned()
             }
             Err(error) => format!("could not hand it back ({error}); its lease will lapse"),
@@ -806,7 +807,7 @@ impl JobRun {
                         assignment,
                         &format!(
                             "the completion was refused: {}",
-                            error.code().unwrap_or("error")
+                            error.code_text().unwrap_or("error")
                         ),
                     )
                     .await
