@@ -29,7 +29,8 @@
 //! - [`report`]: the CLI's `tracing` output: human lines and a status line on a terminal, JSON
 //!   lines otherwise. The library itself only emits `tracing` events and spans.
 //! - [`retry`], [`clock`]: retry policies (on `backon`), and the injectable clock.
-//! - [`cli`]: argument parsing and the subcommands; `main.rs` only calls it.
+//! - [`cli`]: argument parsing and the subcommands; `main.rs` only calls it (`cli/admin_cmd/`:
+//!   `edgerunner admin …`, its arguments, request bodies and rendering apart).
 //!
 //! The protocol itself (hashing, envelopes, chunks, completions) lives in
 //! `edgerunner-protocol`; this crate wires it to the outside world.
