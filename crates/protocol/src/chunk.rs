@@ -53,6 +53,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::envelope::{ClaimId, DispatchAttempt, JobId};
+use crate::error_code::ErrorCode;
 use crate::recovery::lease_expired;
 use crate::stable_json::{self, FieldError, Fields, Sha256Hex};
 use crate::time::{Timestamp, UnixMillis};
@@ -545,23 +546,29 @@ pub enum ChunkError {
 }
 
 impl ChunkError {
-    pub fn code(&self) -> &'static str {
+    /// The machine code of `{"error": {"code", …}}` when the edge answers this error.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Self::Malformed { .. } => "STREAM_CHUNK_MALFORMED",
-            Self::BadKind { .. } => "STREAM_KIND_INVALID",
-            Self::IdentityChanged { .. } => "STREAM_IDENTITY_CHANGED",
-            Self::LeaseExpired => "STREAM_LEASE_EXPIRED",
-            Self::PayloadTooLarge { .. } => "STREAM_PAYLOAD_TOO_LARGE",
-            Self::PayloadHashMismatch { .. } => "STREAM_PAYLOAD_HASH_MISMATCH",
-            Self::ChecksumMismatch { .. } => "STREAM_CHECKSUM_MISMATCH",
-            Self::DuplicateChecksum => "STREAM_DUPLICATE_CHECKSUM",
-            Self::DuplicateSequence { .. } => "STREAM_DUPLICATE_SEQUENCE",
-            Self::Gap { .. } => "STREAM_SEQUENCE_GAP",
-            Self::PreviousAtZero => "STREAM_PREVIOUS_AT_ZERO",
-            Self::PreviousMismatch { .. } => "STREAM_PREVIOUS_MISMATCH",
-            Self::ChunkLimit { .. } => "STREAM_CHUNK_LIMIT",
-            Self::BytesLimit { .. } => "STREAM_BYTES_LIMIT",
+            Self::Malformed { .. } => ErrorCode::StreamChunkMalformed,
+            Self::BadKind { .. } => ErrorCode::StreamKindInvalid,
+            Self::IdentityChanged { .. } => ErrorCode::StreamIdentityChanged,
+            Self::LeaseExpired => ErrorCode::StreamLeaseExpired,
+            Self::PayloadTooLarge { .. } => ErrorCode::StreamPayloadTooLarge,
+            Self::PayloadHashMismatch { .. } => ErrorCode::StreamPayloadHashMismatch,
+            Self::ChecksumMismatch { .. } => ErrorCode::StreamChecksumMismatch,
+            Self::DuplicateChecksum => ErrorCode::StreamDuplicateChecksum,
+            Self::DuplicateSequence { .. } => ErrorCode::StreamDuplicateSequence,
+            Self::Gap { .. } => ErrorCode::StreamSequenceGap,
+            Self::PreviousAtZero => ErrorCode::StreamPreviousAtZero,
+            Self::PreviousMismatch { .. } => ErrorCode::StreamPreviousMismatch,
+            Self::ChunkLimit { .. } => ErrorCode::StreamChunkLimit,
+            Self::BytesLimit { .. } => ErrorCode::StreamBytesLimit,
         }
+    }
+
+    /// The wire name of [`Self::error_code`].
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     pub fn http_status(&self) -> u16 {

@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::envelope::{ClaimId, DispatchAttempt, JobId, OrganizationId, RunnerId};
+use crate::error_code::ErrorCode;
 use crate::recovery::lease_expired;
 use crate::stable_json::{self, canonical_u64, FieldError, Fields, Sha256Hex};
 use crate::state::{CompletionStatus, JobInput, JobState};
@@ -609,22 +610,28 @@ pub enum CompletionError {
 }
 
 impl CompletionError {
-    pub fn code(&self) -> &'static str {
+    /// The machine code of `{"error": {"code", …}}` when the edge answers this error.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Self::Malformed { .. } => "COMPLETION_MALFORMED",
-            Self::UnknownStatus { .. } => "COMPLETION_STATUS_INVALID",
-            Self::ChecksumMismatch { .. } => "COMPLETION_CHECKSUM_MISMATCH",
-            Self::UnknownAttempt { .. } => "COMPLETION_ATTEMPT_UNKNOWN",
-            Self::ClaimMismatch => "COMPLETION_CLAIM_MISMATCH",
-            Self::OrganizationMismatch => "COMPLETION_ORGANIZATION_MISMATCH",
-            Self::RunnerMismatch => "COMPLETION_RUNNER_MISMATCH",
-            Self::InputHashMismatch => "COMPLETION_INPUT_HASH_MISMATCH",
-            Self::FinalStreamChecksumMismatch { .. } => "COMPLETION_STREAM_CHECKSUM_MISMATCH",
-            Self::StatusNotAllowed { .. } => "COMPLETION_STATUS_NOT_ALLOWED",
+            Self::Malformed { .. } => ErrorCode::CompletionMalformed,
+            Self::UnknownStatus { .. } => ErrorCode::CompletionStatusInvalid,
+            Self::ChecksumMismatch { .. } => ErrorCode::CompletionChecksumMismatch,
+            Self::UnknownAttempt { .. } => ErrorCode::CompletionAttemptUnknown,
+            Self::ClaimMismatch => ErrorCode::CompletionClaimMismatch,
+            Self::OrganizationMismatch => ErrorCode::CompletionOrganizationMismatch,
+            Self::RunnerMismatch => ErrorCode::CompletionRunnerMismatch,
+            Self::InputHashMismatch => ErrorCode::CompletionInputHashMismatch,
+            Self::FinalStreamChecksumMismatch { .. } => ErrorCode::CompletionStreamChecksumMismatch,
+            Self::StatusNotAllowed { .. } => ErrorCode::CompletionStatusNotAllowed,
             // The heartbeat's code for the same instant: one lease, one answer.
-            Self::LeaseExpired => "LEASE_EXPIRED",
-            Self::EvidenceLimit { .. } => "EVIDENCE_LIMIT",
+            Self::LeaseExpired => ErrorCode::LeaseExpired,
+            Self::EvidenceLimit { .. } => ErrorCode::EvidenceLimit,
         }
+    }
+
+    /// The wire name of [`Self::error_code`].
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     /// 422 for a completion wrong in itself; 403 when it names an organization or runner that

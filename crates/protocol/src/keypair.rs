@@ -23,6 +23,8 @@ use base64::Engine;
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
+use crate::error_code::ErrorCode;
+
 /// The domain-separation label that starts every challenge message.
 pub const CHALLENGE_LABEL: &str = "edgerunner-challenge-v1";
 
@@ -292,16 +294,22 @@ pub enum KeyError {
 }
 
 impl KeyError {
-    pub fn code(&self) -> &'static str {
+    /// The machine code of `{"error": {"code", …}}` when the edge answers this error.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Self::MalformedPublicKey { .. } => "PUBLIC_KEY_MALFORMED",
-            Self::WeakPublicKey => "PUBLIC_KEY_WEAK",
-            Self::MalformedFingerprint => "FINGERPRINT_MALFORMED",
-            Self::FingerprintMismatch => "FINGERPRINT_MISMATCH",
-            Self::MalformedChallenge => "CHALLENGE_MALFORMED",
-            Self::MalformedSignature => "CHALLENGE_SIGNATURE_MALFORMED",
-            Self::BadSignature => "CHALLENGE_SIGNATURE_INVALID",
+            Self::MalformedPublicKey { .. } => ErrorCode::PublicKeyMalformed,
+            Self::WeakPublicKey => ErrorCode::PublicKeyWeak,
+            Self::MalformedFingerprint => ErrorCode::FingerprintMalformed,
+            Self::FingerprintMismatch => ErrorCode::FingerprintMismatch,
+            Self::MalformedChallenge => ErrorCode::ChallengeMalformed,
+            Self::MalformedSignature => ErrorCode::ChallengeSignatureMalformed,
+            Self::BadSignature => ErrorCode::ChallengeSignatureInvalid,
         }
+    }
+
+    /// The wire name of [`Self::error_code`].
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     /// 401 when the runner failed to prove its key (the session endpoint's answer to a wrong

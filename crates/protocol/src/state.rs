@@ -35,10 +35,16 @@
 //!
 //! Runner lifecycle: `pending_approval → active ⇄ draining`, `active → lost → active`, and
 //! `revoked` from anywhere, permanently. See [`RunnerState::transition`].
+//!
+//! A claim has no machine of its own: [`ClaimState`] names where it is, and it leaves `active`
+//! when its job does (completed, handed back, or its lease lost).
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error_code::ErrorCode;
+use crate::wire_name::wire_names;
 
 /// Where a job is. Stored as [`JobState::as_str`]; the schema's CHECK constraint lists the same
 /// names.
@@ -112,6 +118,22 @@ pub enum RunnerInput {
     LeaseLost,
     /// The runner completed a fresh session exchange (bootstrap token or key-pair challenge).
     SessionProven,
+}
+
+wire_names! {
+    /// Where a claim is (`job_claims.state`): holding its job, or over and how. Stored as
+    /// [`ClaimState::as_str`]; the schema's CHECK constraint lists the same names. A claim
+    /// leaves `active` once and never comes back: a job that is dispatched again gets a new
+    /// claim.
+    pub enum ClaimState: "a claim state" {
+        /// The claim holds its job: only its runner may heartbeat, stream and complete it.
+        Active = "active",
+        /// Ended by its runner's word: an accepted completion, or a hand-back (the claim's
+        /// `end_reason` says which).
+        Released = "released",
+        /// Its lease lapsed without a heartbeat; recovery decided what became of the job.
+        Lost = "lost",
+    }
 }
 
 /// Why a state name or a transition was refused.
@@ -429,14 +451,19 @@ impl fmt::Display for RunnerInput {
 
 impl StateError {
     /// The stable machine code of `{"error": {"code", …}}`.
-    pub fn code(&self) -> &'static str {
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            StateError::UnknownJobState(_) => "UNKNOWN_JOB_STATE",
-            StateError::UnknownRunnerState(_) => "UNKNOWN_RUNNER_STATE",
-            StateError::UnknownRunnerCommand(_) => "INVALID_RUNNER_STATUS",
-            StateError::IllegalJobTransition { .. } => "ILLEGAL_JOB_TRANSITION",
-            StateError::IllegalRunnerTransition { .. } => "ILLEGAL_RUNNER_TRANSITION",
+            StateError::UnknownJobState(_) => ErrorCode::UnknownJobState,
+            StateError::UnknownRunnerState(_) => ErrorCode::UnknownRunnerState,
+            StateError::UnknownRunnerCommand(_) => ErrorCode::InvalidRunnerStatus,
+            StateError::IllegalJobTransition { .. } => ErrorCode::IllegalJobTransition,
+            StateError::IllegalRunnerTransition { .. } => ErrorCode::IllegalRunnerTransition,
         }
+    }
+
+    /// The wire name of [`Self::error_code`].
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     /// State names reach this crate from requests (stored ones are pinned by CHECK
@@ -1124,5 +1151,29 @@ mod tests {
                 assert_eq!(status.as_str(), text);
             }
         });
+    }
+
+    #[test]
+    fn claim_states_round_trip_by_name() {
+        crate::wire_name::assert_round_trips(
+            ClaimState::ALL,
+            ClaimState::as_str,
+            ClaimState::parse,
+        );
+        assert_eq!(ClaimState::parse("completed"), None);
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn claim_states_are_the_schemas_and_the_documents() {
+        let names: Vec<&str> = ClaimState::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(crate::documents::check_list("job_claims", "state"), names);
+        for schema in ["JobClaim", "RunnerClaim", "JobBundleClaim"] {
+            assert_eq!(
+                crate::documents::schema_enum(schema, "state"),
+                names,
+                "{schema}"
+            );
+        }
     }
 }

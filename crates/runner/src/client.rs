@@ -22,6 +22,7 @@ use edgerunner_protocol::envelope::{
     verify_assignment, ClaimId, DispatchAttempt, JobEnvelope, JobId, Nonce, NonceStore, RunnerId,
     ServedTarget, VerifiedAssignment,
 };
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::keypair::{sign_challenge, Challenge};
 use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use edgerunner_protocol::state::CompletionStatus;
@@ -319,7 +320,7 @@ impl RunnerClient {
         match sent {
             Ok(_) => Ok(StreamAck::Stored),
             // Our own earlier try landed and only its answer was lost.
-            Err(error) if error.code() == Some("STREAM_DUPLICATE_CHECKSUM") => {
+            Err(error) if error.code() == Some(ErrorCode::StreamDuplicateChecksum) => {
                 Ok(StreamAck::AlreadyStored)
             }
             Err(error) => Err(error),
@@ -344,7 +345,11 @@ impl RunnerClient {
                 code: Some(code),
                 body,
                 ..
-            }) if code == "COMPLETION_CONFLICT" || code == "COMPLETION_STALE" => {
+            }) if matches!(
+                ErrorCode::parse(&code),
+                Some(ErrorCode::CompletionConflict | ErrorCode::CompletionStale)
+            ) =>
+            {
                 CompletionAnswer::from_json(&body["decision"])
             }
             Err(error) => Err(error),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use edgerunner_protocol::envelope::ClaimId;
+use edgerunner_protocol::error_code::ErrorCode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
@@ -87,10 +88,10 @@ pub fn is_claim_lost(error: &ClientError) -> bool {
     matches!(
         error.code(),
         Some(
-            "CLAIM_NOT_ACTIVE"
-                | "LEASE_EXPIRED"
-                | "STREAM_LEASE_EXPIRED"
-                | "STREAM_IDENTITY_CHANGED"
+            ErrorCode::ClaimNotActive
+                | ErrorCode::LeaseExpired
+                | ErrorCode::StreamLeaseExpired
+                | ErrorCode::StreamIdentityChanged
         )
     ) || error.status() == Some(404)
 }
@@ -201,5 +202,7 @@ mod tests {
         assert!(is_claim_lost(&api(409, "LEASE_EXPIRED")));
         assert!(is_claim_lost(&api(404, "NOT_FOUND")));
         assert!(!is_claim_lost(&api(422, "INVALID_LEASE")));
+        // A code this version does not know (a newer server's) is not taken for a lost claim.
+        assert!(!is_claim_lost(&api(409, "CLAIM_NOT_ACTIVE_ANY_MORE")));
     }
 }

@@ -16,6 +16,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use edgerunner_protocol::envelope::AssignmentError;
+use edgerunner_protocol::error_code::ErrorCode;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -275,8 +276,19 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// The server's error code, when it gave one.
-    pub fn code(&self) -> Option<&str> {
+    /// The server's error code, when it gave one this version knows. A code from a newer
+    /// server is `None` here, as is a local refusal's: the callers that decide on a code
+    /// treat both as a code they do not act on ([`Self::code_text`] still shows it).
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Api { code, .. } => code.as_deref().and_then(ErrorCode::parse),
+            _ => None,
+        }
+    }
+
+    /// The code as text, for messages and logs: the server's (known to this version or not),
+    /// or the local verification's for a refused assignment.
+    pub fn code_text(&self) -> Option<&str> {
         match self {
             Self::Api { code, .. } => code.as_deref(),
             Self::Refused(error) => Some(error.code()),
@@ -448,7 +460,9 @@ mod tests {
             text: r#"{"error":{"code":"STREAM_GAP","message":"sequence 3 leaves a gap"}}"#.into(),
         };
         let error = check("POST /api/remote-runners/stream", answer).expect_err("an error");
-        assert_eq!(error.code(), Some("STREAM_GAP"));
+        // A code this version does not know (a newer server's) is shown, never acted on.
+        assert_eq!(error.code_text(), Some("STREAM_GAP"));
+        assert_eq!(error.code(), None);
         assert_eq!(
             error.to_string(),
             "POST /api/remote-runners/stream: 422 STREAM_GAP: sequence 3 leaves a gap"

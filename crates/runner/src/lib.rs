@@ -18,7 +18,8 @@
 //!   `TMPDIR`, the variables the operator names; never a credential), decided at start.
 //! - [`evidence`]: where a completion's evaluation run comes from.
 //! - [`worker`]: `edgerunner runner start`: claim up to capacity, run, stream, complete, and
-//!   drain or give back work on shutdown.
+//!   drain or give back work on shutdown (`worker/claim_loop.rs` the loop, `worker/job.rs` one
+//!   job's task, `worker/command.rs` its command and output).
 //! - [`workdir`]: the runner's private work directory and each job's (fresh names from
 //!   `tempfile`, `0700`), and owner-only job files that are never written through a planted
 //!   link.
@@ -28,7 +29,8 @@
 //! - [`report`]: the CLI's `tracing` output: human lines and a status line on a terminal, JSON
 //!   lines otherwise. The library itself only emits `tracing` events and spans.
 //! - [`retry`], [`clock`]: retry policies (on `backon`), and the injectable clock.
-//! - [`cli`]: argument parsing and the subcommands; `main.rs` only calls it.
+//! - [`cli`]: argument parsing and the subcommands; `main.rs` only calls it (`cli/admin_cmd/`:
+//!   `edgerunner admin …`, its arguments, request bodies and rendering apart).
 //!
 //! The protocol itself (hashing, envelopes, chunks, completions) lives in
 //! `edgerunner-protocol`; this crate wires it to the outside world.

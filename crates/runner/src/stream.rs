@@ -38,6 +38,7 @@ use edgerunner_protocol::chunk::{
     ChunkIdentity, ChunkKind, ChunkWriter, StreamChunk, MAX_CHUNKS_PER_ATTEMPT,
     MAX_STREAM_BYTES_PER_ATTEMPT,
 };
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::stable_json::{self, Sha256Hex};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -607,7 +608,7 @@ async fn send_batches(
 fn is_stream_full(error: &ClientError) -> bool {
     matches!(
         error.code(),
-        Some("STREAM_CHUNK_LIMIT" | "STREAM_BYTES_LIMIT")
+        Some(ErrorCode::StreamChunkLimit | ErrorCode::StreamBytesLimit)
     )
 }
 

@@ -40,6 +40,7 @@ use edgerunner_protocol::envelope::{
     Environment, IdempotencyKey, JobEnvelope, JobId, JobSigning, MasterSigningSecret, Nonce,
     OrganizationId, RunnerId, Subject, SubjectKind,
 };
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::keypair::{verify_enrollment_signature, PublicKey};
 use edgerunner_protocol::stable_json;
 use edgerunner_protocol::state::CompletionStatus;
@@ -1560,7 +1561,7 @@ async fn once_the_server_says_the_stream_is_full_no_more_log_chunks_are_sent() {
     assert_eq!(report.lines_lost, 0);
     assert_eq!(
         report.error.as_ref().and_then(|e| e.code()),
-        Some("STREAM_BYTES_LIMIT")
+        Some(ErrorCode::StreamBytesLimit)
     );
     assert_eq!(stream.len(), 2, "the refused chunk left the chain");
 }

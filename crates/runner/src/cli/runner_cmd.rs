@@ -10,6 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use clap::{Args, Subcommand, ValueEnum};
 use edgerunner_protocol::envelope::ServedTarget;
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::keypair::sign_enrollment;
 use edgerunner_protocol::stable_json::Sha256Hex;
 use serde_json::{json, Value};
@@ -423,7 +424,7 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
     let http = Http::new(&args.server)?;
     let answer = match enroll(&http, &body).await {
         Ok(answer) => answer,
-        Err(error) if error.code() == Some("FINGERPRINT_TAKEN") => {
+        Err(error) if error.code() == Some(ErrorCode::FingerprintTaken) => {
             return Err(CliError::Failed(format!(
                 "the key in {} (fingerprint {fingerprint}) is already enrolled; an admin finds \
                  it with `edgerunner admin runners list`",
@@ -432,16 +433,16 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
         }
         Err(error) => {
             let hint = match error.code() {
-                Some("ENROLLMENT_TOKEN_REQUIRED") => Some(
+                Some(ErrorCode::EnrollmentTokenRequired) => Some(
                     "this organization enrolls runners only with an enrollment token: ask an \
                      admin for one (edgerunner admin enrollment tokens create) and pass \
                      --enrollment-token or set EDGERUNNER_ENROLLMENT_TOKEN",
                 ),
-                Some("ENROLLMENT_TOKEN_INVALID") => Some(
+                Some(ErrorCode::EnrollmentTokenInvalid) => Some(
                     "the enrollment token is unknown, expired, revoked or used up: ask an admin \
                      for a new one",
                 ),
-                Some("ENROLLMENT_CLOSED") => Some(
+                Some(ErrorCode::EnrollmentClosed) => Some(
                     "this organization does not accept enrollments now: ask an admin \
                      (edgerunner admin enrollment policy)",
                 ),
@@ -795,7 +796,7 @@ async fn connect(
             Err(error)
                 if fingerprint.is_some()
                     && (error.status() == Some(401)
-                        || error.code() == Some("RUNNER_PENDING_APPROVAL")) =>
+                        || error.code() == Some(ErrorCode::RunnerPendingApproval)) =>
             {
                 wait = poll.max(PENDING_POLL);
                 if !waiting_reported {
@@ -835,7 +836,7 @@ fn explain(error: &ClientError) -> String {
             "{error} (check EVALGATE_RUNNER_ID and EVALGATE_RUNNER_BOOTSTRAP_TOKEN: the token may \
              have been rotated, or the runner revoked)"
         ),
-        (_, Some("RUNNER_REVOKED")) => {
+        (_, Some(ErrorCode::RunnerRevoked)) => {
             format!("{error} (revocation is permanent: enroll a new identity)")
         }
         _ => error.to_string(),

@@ -1,0 +1,310 @@
+//! `edgerunner admin …`: the REST operations an admin uses daily. `--json` prints the server's
+//! answer as is, for scripts; otherwise a short rendering for a person.
+//!
+//! Here the dispatch, one REST call per subcommand; `args` the subcommands' arguments, `body`
+//! the request bodies flags make, `render` what a person reads.
+
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+
+use super::{admin_logs, json_argument, print_json, CliError};
+use crate::admin::AdminClient;
+use crate::clock::{Clock, SystemClock};
+use crate::http::Http;
+
+mod args;
+mod body;
+mod render;
+
+use body::{registration, requirements_from_flags};
+use render::{
+    render_artifacts, render_enrollment_token, render_enrollment_tokens, render_events, render_job,
+    render_jobs, render_release, render_runner, render_runners, render_token, text,
+};
+
+pub use args::{
+    AdminArgs, AdminCommand, ApproveArgs, EnqueueArgs, EnrollmentCommand, EvidenceCommand,
+    JobsCommand, RegisterArgs, ReleasesCommand, RequirementFlags, RunnersCommand, StatusArgs,
+    TokensCommand,
+};
+pub use render::age;
+
+pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
+    let server = args.server.clone().ok_or_else(|| {
+        CliError::Input("no server: pass --server URL or set EVALGATE_BASE_URL".into())
+    })?;
+    let admin = AdminClient::new(Http::new(&server)?, args.api_key.as_deref().unwrap_or(""))?;
+    let json = args.json;
+    let show = |value: &Value, render: &dyn Fn(&Value) -> String| -> Result<ExitCode, CliError> {
+        if json {
+            print_json(value)?;
+        } else {
+            println!("{}", render(value));
+        }
+        Ok(ExitCode::SUCCESS)
+    };
+    match args.command {
+        AdminCommand::Runners(command) => match command {
+            RunnersCommand::List => {
+                let now = SystemClock.now().get();
+                show(&admin.list_runners().await?, &|answer| {
+                    render_runners(answer, now)
+                })
+            }
+            RunnersCommand::Show { id } => show(&admin.runner(&id).await?, &render_runner),
+            RunnersCommand::Register(register) => {
+                let body = registration(&register)?;
+                let answer = admin.register_runner(&body).await?;
+                show(&answer, &|answer| render_token(answer, &server))
+            }
+            RunnersCommand::Approve(approve) => {
+                let answer = admin
+                    .approve_runner(&approve.id, &approve.fingerprint, &approve.reason)
+                    .await?;
+                show(&answer, &render_runner)
+            }
+            RunnersCommand::Activate(status) => {
+                let answer = admin
+                    .set_runner_status(&status.id, "active", &status.reason)
+                    .await?;
+                show(&answer, &render_runner)
+            }
+            RunnersCommand::Drain(status) => {
+                let answer = admin
+                    .set_runner_status(&status.id, "draining", &status.reason)
+                    .await?;
+                show(&answer, &render_runner)
+            }
+            RunnersCommand::Revoke(status) => {
+                let answer = admin
+                    .set_runner_status(&status.id, "revoked", &status.reason)
+                    .await?;
+                show(&answer, &render_runner)
+            }
+            RunnersCommand::Rotate { id } => {
+                let answer = admin.rotate(&id).await?;
+                show(&answer, &|answer| render_token(answer, &server))
+            }
+            RunnersCommand::Events { id } => show(&admin.runner_events(&id).await?, &render_events),
+        },
+        AdminCommand::Jobs(command) => match command {
+            JobsCommand::Enqueue(enqueue) => {
+                let requirements = match &enqueue.requirements {
+                    Some(text) => json_argument(text, "--requirements")?,
+                    None => requirements_from_flags(&enqueue.kind, &enqueue.flags)?,
+                };
+                let body = json!({
+                    "idempotencyKey": enqueue.idempotency_key,
+                    "subject": {
+                        "kind": enqueue.kind,
+                        "artifactId": enqueue.artifact,
+                        "versionId": enqueue.version,
+                        "environment": enqueue.environment,
+                    },
+                    "input": json_argument(&enqueue.input, "--input")?,
+                    "requirements": requirements,
+                });
+                show(&admin.enqueue(&body).await?, &render_job)
+            }
+            JobsCommand::List { limit, state } => show(
+                &admin.list_jobs(limit, state.as_deref()).await?,
+                &render_jobs,
+            ),
+            JobsCommand::Show { id } => show(&admin.job(&id).await?, &render_job),
+            JobsCommand::Logs(logs) => admin_logs::run(&admin, &logs, json).await,
+            JobsCommand::Cancel { id, reason } => {
+                show(&admin.cancel_job(&id, &reason).await?, &render_job)
+            }
+            JobsCommand::Bundle { id, output } => {
+                let bundle = admin.bundle(&id).await?;
+                match output {
+                    Some(path) => {
+                        let text = serde_json::to_string_pretty(&bundle)
+                            .map_err(|error| CliError::Output(error.to_string()))?;
+                        std::fs::write(&path, format!("{text}\n")).map_err(|error| {
+                            CliError::Output(format!("{}: {error}", path.display()))
+                        })?;
+                        if !json {
+                            println!("bundle of job {id} written to {}", path.display());
+                        }
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    None => {
+                        print_json(&bundle)?;
+                        Ok(ExitCode::SUCCESS)
+                    }
+                }
+            }
+        },
+        AdminCommand::Releases(command) => releases(&admin, command, json).await,
+        AdminCommand::Reap { limit } => show(&admin.reap(limit).await?, &|report| {
+            format!(
+                "examined {}, requeued {}, ended {}, unchanged {}, failed {}{}",
+                report["examined"],
+                report["requeued"],
+                report["ended"],
+                report["unchanged"],
+                report["failed"],
+                if report["more"].as_bool() == Some(true) {
+                    "; more to do"
+                } else {
+                    ""
+                }
+            )
+        }),
+        AdminCommand::Enrollment(command) => enrollment(&admin, command, &server, json).await,
+        AdminCommand::Evidence(EvidenceCommand::CreateRun {
+            name,
+            evaluation_id,
+        }) => {
+            let mut body = json!({});
+            if let Some(name) = name {
+                body["name"] = name.into();
+            }
+            if let Some(evaluation_id) = evaluation_id {
+                body["evaluationId"] = evaluation_id.into();
+            }
+            show(&admin.create_evaluation_run(&body).await?, &|run| {
+                text(run, "id")
+            })
+        }
+    }
+}
+
+async fn enrollment(
+    admin: &AdminClient,
+    command: EnrollmentCommand,
+    server: &str,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let (answer, rendered) = match command {
+        EnrollmentCommand::Policy { policy } => {
+            let answer = match policy {
+                Some(policy) => admin.set_enrollment_policy(&policy).await?,
+                None => admin.enrollment_policy().await?,
+            };
+            let rendered = format!(
+                "enrollment policy of {}: {}",
+                text(&answer, "organizationId"),
+                text(&answer, "policy")
+            );
+            (answer, rendered)
+        }
+        EnrollmentCommand::Tokens(TokensCommand::Create {
+            name,
+            uses,
+            expires_in,
+        }) => {
+            let mut body = json!({});
+            if let Some(name) = name {
+                body["name"] = name.into();
+            }
+            if let Some(uses) = uses {
+                body["maxUses"] = uses.into();
+            }
+            if let Some(seconds) = expires_in {
+                body["expiresInSeconds"] = seconds.into();
+            }
+            let answer = admin.create_enrollment_token(&body).await?;
+            let rendered = render_enrollment_token(&answer, server);
+            (answer, rendered)
+        }
+        EnrollmentCommand::Tokens(TokensCommand::List) => {
+            let answer = admin.list_enrollment_tokens().await?;
+            let rendered = render_enrollment_tokens(&answer);
+            (answer, rendered)
+        }
+        EnrollmentCommand::Tokens(TokensCommand::Revoke { id }) => {
+            let answer = admin.revoke_enrollment_token(&id).await?;
+            let rendered = format!(
+                "enrollment token {} revoked at {}",
+                text(&answer, "id"),
+                text(&answer, "revokedAt")
+            );
+            (answer, rendered)
+        }
+    };
+    if json {
+        print_json(&answer)?;
+    } else {
+        println!("{rendered}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn releases(
+    admin: &AdminClient,
+    command: ReleasesCommand,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let answer = match command {
+        ReleasesCommand::CreateArtifact { kind, name } => {
+            let artifact = admin.create_artifact(&kind, &name).await?;
+            if !json {
+                // The id alone on stdout, for `ART=$(edgerunner admin releases create-artifact …)`.
+                println!("{}", text(&artifact, "id"));
+                return Ok(ExitCode::SUCCESS);
+            }
+            artifact
+        }
+        ReleasesCommand::AddVersion { artifact, content } => {
+            let content = json_argument(&content, "--content")?;
+            let version = admin.add_version(&artifact, &content).await?;
+            if !json {
+                println!("{}", text(&version, "id"));
+                eprintln!(
+                    "version {} of {}, contentHash {}",
+                    text(&version, "id"),
+                    text(&version, "artifactId"),
+                    text(&version, "contentHash")
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            version
+        }
+        ReleasesCommand::Promote {
+            version,
+            environment,
+        } => {
+            let promotion = admin.promote(version, &environment).await?;
+            if !json {
+                println!(
+                    "version {} is promoted to {} (since {})",
+                    text(&promotion, "versionId"),
+                    text(&promotion, "environment"),
+                    text(&promotion, "promotedAt")
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            promotion
+        }
+        ReleasesCommand::Show { id } => {
+            let answer = if id.starts_with("art_") {
+                admin.artifact(&id).await?
+            } else {
+                let version = id.parse::<u64>().map_err(|_| {
+                    CliError::Input(format!(
+                        "{id:?} is neither an artifact id (art_…) nor a version id (a number)"
+                    ))
+                })?;
+                admin.version(version).await?
+            };
+            if !json {
+                println!("{}", render_release(&answer));
+                return Ok(ExitCode::SUCCESS);
+            }
+            answer
+        }
+        ReleasesCommand::List { kind, limit } => {
+            let answer = admin.list_artifacts(kind.as_deref(), limit).await?;
+            if !json {
+                println!("{}", render_artifacts(&answer));
+                return Ok(ExitCode::SUCCESS);
+            }
+            answer
+        }
+    };
+    print_json(&answer)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,470 @@
+//! What a person reads instead of the server's JSON (without `--json`): tables, ages, and one
+//! record at a time.
+
+use edgerunner_protocol::time::UnixMillis;
+use serde_json::Value;
+
+pub(super) fn render_enrollment_token(answer: &Value, server: &str) -> String {
+    format!(
+        "enrollment token {} ({}) — {} use(s), expires {}\n\
+         the token (shown once; give it to the runner's operator):\n  {}\n\n\
+         Enroll a runner with:\n  \
+         EDGERUNNER_ENROLLMENT_TOKEN={} edgerunner runner enroll --server {server} \\\n      \
+         --organization <organization id> --execution-kind <kind> --runtime <runtime>",
+        text(answer, "id"),
+        text(answer, "name"),
+        text(answer, "maxUses"),
+        text(answer, "expiresAt"),
+        text(answer, "enrollmentToken"),
+        text(answer, "enrollmentToken"),
+    )
+}
+
+pub(super) fn render_enrollment_tokens(answer: &Value) -> String {
+    let tokens = answer["enrollmentTokens"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if tokens.is_empty() {
+        return "no enrollment tokens".to_owned();
+    }
+    table(
+        &[
+            "ID",
+            "NAME",
+            "PREFIX",
+            "STATE",
+            "USES",
+            "EXPIRES",
+            "LAST USED",
+        ],
+        tokens
+            .iter()
+            .map(|t| {
+                vec![
+                    text(t, "id"),
+                    text(t, "name"),
+                    text(t, "prefix"),
+                    text(t, "state"),
+                    format!("{}/{}", text(t, "uses"), text(t, "maxUses")),
+                    text(t, "expiresAt"),
+                    text(t, "lastUsedAt"),
+                ]
+            })
+            .collect(),
+    )
+}
+
+/// How long ago `at` (RFC 3339) was: `12 s ago`, `3 min ago`, `5 h ago`, `2 d ago`; `never`
+/// when absent. A time ahead of `now` (clocks disagree) reads as `just now`.
+pub fn age(now_ms: i64, at: Option<&str>) -> String {
+    let Some(at) = at else {
+        return "never".to_owned();
+    };
+    let Ok(then) = UnixMillis::parse_rfc3339(at) else {
+        return at.to_owned();
+    };
+    let seconds = now_ms.saturating_sub(then.get()) / 1000;
+    match seconds {
+        s if s <= 0 => "just now".to_owned(),
+        s if s < 60 => format!("{s} s ago"),
+        s if s < 3_600 => format!("{} min ago", s / 60),
+        s if s < 48 * 3_600 => format!("{} h ago", s / 3_600),
+        s => format!("{} d ago", s / 86_400),
+    }
+}
+
+pub(super) fn text(value: &Value, key: &str) -> String {
+    match &value[key] {
+        Value::Null => "-".to_owned(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let mut out = vec![line(header.iter().map(|h| (*h).to_owned()).collect())];
+    out.extend(rows.into_iter().map(line));
+    out.join("\n")
+}
+
+pub(super) fn render_runners(answer: &Value, now_ms: i64) -> String {
+    let runners = answer["runners"].as_array().cloned().unwrap_or_default();
+    if runners.is_empty() {
+        return "no runners".to_owned();
+    }
+    table(
+        &[
+            "ID",
+            "NAME",
+            "STATE",
+            "MODEL",
+            "ACTIVE",
+            "LAST HEARTBEAT",
+            "LAST SEEN",
+            "FINGERPRINT",
+        ],
+        runners
+            .iter()
+            .map(|r| {
+                vec![
+                    text(r, "id"),
+                    text(r, "name"),
+                    text(r, "state"),
+                    text(r, "identityModel"),
+                    format!(
+                        "{}/{}",
+                        text(r, "activeClaims"),
+                        text(r, "maxConcurrentJobs")
+                    ),
+                    age(now_ms, r["lastHeartbeatAt"].as_str()),
+                    age(now_ms, r["lastSeenAt"].as_str()),
+                    text(r, "fingerprint"),
+                ]
+            })
+            .collect(),
+    )
+}
+
+pub(super) fn render_runner(answer: &Value) -> String {
+    let runner = if answer["runner"].is_object() {
+        &answer["runner"]
+    } else {
+        answer
+    };
+    let mut lines = vec![format!(
+        "runner {} ({}) — {}",
+        text(runner, "id"),
+        text(runner, "name"),
+        text(runner, "state")
+    )];
+    for (label, key) in [
+        ("identity", "identityModel"),
+        ("runner key", "runnerKey"),
+        ("fingerprint", "fingerprint"),
+        ("key id", "keyId"),
+        ("state reason", "stateReason"),
+        ("capacity", "maxConcurrentJobs"),
+        ("active claims", "activeClaims"),
+        ("completed jobs", "completedJobs"),
+        ("last seen", "lastSeenAt"),
+        ("address", "address"),
+    ] {
+        if !runner[key].is_null() {
+            lines.push(format!("{label:<15} {}", text(runner, key)));
+        }
+    }
+    lines.join("\n")
+}
+
+pub(super) fn render_token(answer: &Value, server: &str) -> String {
+    let runner = &answer["runner"];
+    format!(
+        "runner {} ({}) — {}\nbootstrap token (shown once; store it in your secret manager):\n  {}\n\n\
+         Configure the runner with:\n  EVALGATE_BASE_URL={server}\n  EVALGATE_RUNNER_ID={}\n  \
+         EVALGATE_RUNNER_BOOTSTRAP_TOKEN={}\n  edgerunner runner start --exec '<command>'",
+        text(runner, "id"),
+        text(runner, "name"),
+        text(runner, "state"),
+        text(answer, "bootstrapToken"),
+        text(runner, "id"),
+        text(answer, "bootstrapToken"),
+    )
+}
+
+pub(super) fn render_events(answer: &Value) -> String {
+    let events = answer["events"].as_array().cloned().unwrap_or_default();
+    if events.is_empty() {
+        return "no events".to_owned();
+    }
+    table(
+        &["AT", "TYPE", "ACTOR", "REASON"],
+        events
+            .iter()
+            .map(|e| {
+                vec![
+                    text(e, "at"),
+                    text(e, "type"),
+                    text(e, "actor"),
+                    text(e, "reason"),
+                ]
+            })
+            .collect(),
+    )
+}
+
+pub(super) fn render_jobs(answer: &Value) -> String {
+    let jobs = answer["jobs"].as_array().cloned().unwrap_or_default();
+    if jobs.is_empty() {
+        return "no jobs".to_owned();
+    }
+    table(
+        &["ID", "STATE", "ATTEMPT", "KIND", "VERSION", "CREATED"],
+        jobs.iter()
+            .map(|j| {
+                vec![
+                    text(j, "id"),
+                    text(j, "state"),
+                    text(j, "dispatchAttempt"),
+                    text(&j["subject"], "kind"),
+                    text(&j["subject"], "versionId"),
+                    text(j, "createdAt"),
+                ]
+            })
+            .collect(),
+    )
+}
+
+pub(super) fn render_artifacts(answer: &Value) -> String {
+    let artifacts = answer["artifacts"].as_array().cloned().unwrap_or_default();
+    if artifacts.is_empty() {
+        return "no artifacts".to_owned();
+    }
+    table(
+        &["ID", "KIND", "NAME", "LATEST VERSION", "CREATED"],
+        artifacts
+            .iter()
+            .map(|a| {
+                vec![
+                    text(a, "id"),
+                    text(a, "kind"),
+                    text(a, "name"),
+                    text(a, "latestVersionId"),
+                    text(a, "createdAt"),
+                ]
+            })
+            .collect(),
+    )
+}
+
+/// An artifact with its versions, or a version with its content.
+pub(super) fn render_release(answer: &Value) -> String {
+    let promotions = |version: &Value| match version["promotions"].as_array() {
+        Some(list) if !list.is_empty() => list
+            .iter()
+            .map(|p| p.as_str().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "-".to_owned(),
+    };
+    if let Some(versions) = answer["versions"].as_array() {
+        let mut lines = vec![format!(
+            "artifact {} ({}) {:?} — created {}",
+            text(answer, "id"),
+            text(answer, "kind"),
+            text(answer, "name"),
+            text(answer, "createdAt")
+        )];
+        if versions.is_empty() {
+            lines.push("no versions".to_owned());
+        } else {
+            lines.push(table(
+                &["VERSION", "CONTENT HASH", "PROMOTED TO", "CREATED"],
+                versions
+                    .iter()
+                    .map(|v| {
+                        vec![
+                            text(v, "id"),
+                            text(v, "contentHash"),
+                            promotions(v),
+                            text(v, "createdAt"),
+                        ]
+                    })
+                    .collect(),
+            ));
+        }
+        return lines.join("\n");
+    }
+    let content = serde_json::to_string_pretty(&answer["content"])
+        .unwrap_or_else(|_| answer["content"].to_string());
+    format!(
+        "version {} of {} ({}) — created {}\ncontent hash    {}\npromoted to     {}\n{content}",
+        text(answer, "id"),
+        text(answer, "artifactId"),
+        text(answer, "kind"),
+        text(answer, "createdAt"),
+        text(answer, "contentHash"),
+        promotions(answer),
+    )
+}
+
+pub(super) fn render_job(job: &Value) -> String {
+    let handed_back = match job["releasedAttempts"].as_u64() {
+        Some(n) if n > 0 => format!("; {n} hand-back(s) not counted"),
+        _ => String::new(),
+    };
+    let mut lines = vec![format!(
+        "job {} — {} (attempt {}{handed_back})",
+        text(job, "id"),
+        text(job, "state"),
+        text(job, "dispatchAttempt")
+    )];
+    let subject = &job["subject"];
+    lines.push(format!(
+        "subject         {} {} version {} ({}) {}",
+        text(subject, "kind"),
+        text(subject, "artifactId"),
+        text(subject, "versionId"),
+        text(subject, "environment"),
+        text(subject, "contentHash"),
+    ));
+    for (label, key) in [
+        ("idempotency key", "idempotencyKey"),
+        ("input hash", "inputHash"),
+        ("active claim", "activeClaimId"),
+        ("lease expires", "leaseExpiresAt"),
+        ("cancel reason", "cancelReason"),
+        ("created", "createdAt"),
+        ("finished", "finishedAt"),
+    ] {
+        if !job[key].is_null() {
+            lines.push(format!("{label:<15} {}", text(job, key)));
+        }
+    }
+    if let Some(events) = job["events"].as_array() {
+        lines.push(String::new());
+        lines.push(table(
+            &["AT", "EVENT", "ATTEMPT", "ACTOR", "REASON"],
+            events
+                .iter()
+                .map(|e| {
+                    vec![
+                        text(e, "at"),
+                        text(e, "type"),
+                        text(e, "attempt"),
+                        text(e, "actor"),
+                        text(e, "reason"),
+                    ]
+                })
+                .collect(),
+        ));
+    }
+    if let Some(stream) = job["stream"].as_array() {
+        lines.push(format!("\nstream: {} chunk(s)", stream.len()));
+    }
+    if let Some(completions) = job["completions"].as_array() {
+        for completion in completions {
+            lines.push(format!(
+                "completion {} ({}): {} — {}",
+                text(completion, "id"),
+                text(completion, "status"),
+                text(completion, "decision"),
+                text(completion, "rationale"),
+            ));
+        }
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_new_enrollment_token_prints_once_with_a_line_to_copy() {
+        let answer = serde_json::json!({
+            "id": "ent_1", "name": "rack 4", "maxUses": 2, "expiresAt": "2026-12-05T00:00:00Z",
+            "enrollmentToken": "ere_abc",
+        });
+        let rendered = render_enrollment_token(&answer, "https://runners.example");
+        let lines: Vec<&str> = rendered.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "enrollment token ent_1 (rack 4) — 2 use(s), expires 2026-12-05T00:00:00Z",
+                "the token (shown once; give it to the runner's operator):",
+                "  ere_abc",
+                "",
+                "Enroll a runner with:",
+                "  EDGERUNNER_ENROLLMENT_TOKEN=ere_abc edgerunner runner enroll --server https://runners.example \\",
+                "      --organization <organization id> --execution-kind <kind> --runtime <runtime>",
+            ]
+        );
+    }
+
+    #[test]
+    fn tables_align_columns() {
+        let rendered = table(
+            &["ID", "STATE"],
+            vec![
+                vec!["run_1".into(), "active".into()],
+                vec!["r".into(), "lost".into()],
+            ],
+        );
+        assert_eq!(rendered, "ID     STATE\nrun_1  active\nr      lost");
+    }
+
+    #[test]
+    fn a_job_says_how_many_hand_backs_did_not_count() {
+        let job = |released: u64| json!({"id": "job_1", "state": "queued", "dispatchAttempt": 4, "releasedAttempts": released, "subject": {}});
+        let first = |job: &Value| render_job(job).lines().next().map(str::to_owned);
+        assert_eq!(
+            first(&job(1)).as_deref(),
+            Some("job job_1 — queued (attempt 4; 1 hand-back(s) not counted)")
+        );
+        assert_eq!(
+            first(&job(0)).as_deref(),
+            Some("job job_1 — queued (attempt 4)")
+        );
+    }
+
+    #[test]
+    fn ages_read_in_the_largest_whole_unit() {
+        let at = "2026-01-01T00:00:00Z";
+        let then = UnixMillis::parse_rfc3339(at).expect("a time").get();
+        assert_eq!(age(then, None), "never");
+        assert_eq!(age(then + 12_400, Some(at)), "12 s ago");
+        assert_eq!(age(then + 59_999, Some(at)), "59 s ago");
+        assert_eq!(age(then + 60_000, Some(at)), "1 min ago");
+        assert_eq!(age(then + 3 * 60_000 + 59_000, Some(at)), "3 min ago");
+        assert_eq!(age(then + 5 * 3_600_000, Some(at)), "5 h ago");
+        assert_eq!(age(then + 47 * 3_600_000, Some(at)), "47 h ago");
+        assert_eq!(age(then + 3 * 86_400_000, Some(at)), "3 d ago");
+        assert_eq!(age(then + 400, Some(at)), "just now");
+        assert_eq!(age(then - 5_000, Some(at)), "just now", "a clock behind");
+        assert_eq!(age(then, Some("yesterday")), "yesterday", "shown as sent");
+    }
+
+    #[test]
+    fn runner_lists_show_heartbeat_and_contact_as_ages() {
+        let now = UnixMillis::parse_rfc3339("2026-01-01T00:10:00Z")
+            .expect("a time")
+            .get();
+        let answer = json!({"runners": [{
+            "id": "run_1", "name": "gpu-1", "state": "active", "identityModel": "bootstrap",
+            "activeClaims": 0, "maxConcurrentJobs": 2, "fingerprint": null,
+            "lastHeartbeatAt": "2026-01-01T00:09:48Z", "lastSeenAt": "2026-01-01T00:07:00Z",
+        }, {
+            "id": "run_2", "name": "idle", "state": "pending_approval", "identityModel": "keypair",
+            "activeClaims": 0, "maxConcurrentJobs": 1, "fingerprint": "SHA256:x",
+            "lastHeartbeatAt": null, "lastSeenAt": null,
+        }]});
+        let rendered = render_runners(&answer, now);
+        let lines: Vec<&str> = rendered.lines().collect();
+        assert!(lines[0].contains("LAST HEARTBEAT  LAST SEEN"), "{rendered}");
+        assert!(
+            lines[1].contains("12 s ago") && lines[1].contains("3 min ago"),
+            "{rendered}"
+        );
+        assert_eq!(lines[2].matches("never").count(), 2, "{rendered}");
+    }
+}
