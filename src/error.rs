@@ -4,12 +4,13 @@
 //! `{"error": {"code", "message"}}` (the shape the EvalGate SDK reads). Internal failures are
 //! logged with their detail and answered with a generic 500, so storage errors never leak.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use worker::{console_error, console_log, Response};
 
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: u16,
-    code: &'static str,
+    code: ErrorCode,
     message: String,
     /// For a schema guard that fired: its name in [`crate::store::guards::GUARDS`].
     guard: Option<&'static str>,
@@ -23,7 +24,7 @@ pub(crate) struct ApiError {
 pub(crate) type ApiResult<T> = std::result::Result<T, ApiError>;
 
 impl ApiError {
-    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: u16, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -67,31 +68,31 @@ impl ApiError {
         self.guard
     }
 
-    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(400, code, message)
     }
 
     pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(401, "AUTHENTICATION_FAILED", message)
+        Self::new(401, ErrorCode::AuthenticationFailed, message)
     }
 
     pub(crate) fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(403, "FORBIDDEN", message)
+        Self::new(403, ErrorCode::Forbidden, message)
     }
 
     pub(crate) fn not_found(message: impl Into<String>) -> Self {
-        Self::new(404, "NOT_FOUND", message)
+        Self::new(404, ErrorCode::NotFound, message)
     }
 
-    pub(crate) fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(409, code, message)
     }
 
-    pub(crate) fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn unprocessable(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(422, code, message)
     }
 
-    pub(crate) fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(503, code, message)
     }
 
@@ -103,7 +104,7 @@ impl ApiError {
 
     /// The answer to a failure already logged where it happened (in a Durable Object).
     pub(crate) fn failed_elsewhere() -> Self {
-        Self::new(500, "INTERNAL", "internal error")
+        Self::new(500, ErrorCode::Internal, "internal error")
     }
 
     pub(crate) fn with_retry_after(mut self, seconds: u64) -> Self {
@@ -127,7 +128,7 @@ impl ApiError {
         self.status
     }
 
-    pub(crate) fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> ErrorCode {
         self.code
     }
 
@@ -136,7 +137,7 @@ impl ApiError {
         let mut body = serde_json::Map::new();
         body.insert(
             "error".to_owned(),
-            serde_json::json!({ "code": self.code, "message": self.message }),
+            serde_json::json!({ "code": self.code.as_str(), "message": self.message }),
         );
         for (name, value) in &self.beside {
             body.insert((*name).to_owned(), value.clone());
@@ -171,7 +172,7 @@ macro_rules! from_protocol_error {
     ($($ty:ty),* $(,)?) => {$(
         impl From<$ty> for ApiError {
             fn from(err: $ty) -> Self {
-                ApiError::new(err.http_status(), err.code(), err.to_string())
+                ApiError::new(err.http_status(), err.error_code(), err.to_string())
             }
         }
     )*};

@@ -22,6 +22,7 @@ use edgerunner_protocol::envelope::{
     IdempotencyKey, JobEnvelope, JobId, JobSigning, Nonce, OrganizationId, RunnerId, Subject,
     SubjectKind,
 };
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::JobState;
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
@@ -143,7 +144,7 @@ pub(crate) fn prepare(
         runner_id: Some(runner),
         claim_id: Some(&claim_id),
         actor: &actor,
-        kind: "job.claimed",
+        kind: EventKind::JobClaimed,
         attempt: Some(attempt),
         reason: None,
         detail_json: Some(&detail),

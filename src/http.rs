@@ -1,6 +1,7 @@
 //! Request parsing at the boundary: size-capped JSON bodies, bearer tokens, query strings,
 //! the client address. Nothing here knows about jobs or runners.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use futures_util::StreamExt;
 use serde_json::Value;
 use worker::Request;
@@ -25,7 +26,7 @@ pub(crate) const MAX_JSON_DEPTH: usize = 64;
 fn too_large(cap: usize) -> ApiError {
     ApiError::new(
         413,
-        "BODY_TOO_LARGE",
+        ErrorCode::BodyTooLarge,
         format!("request body exceeds this route's {cap} bytes"),
     )
 }
@@ -40,14 +41,14 @@ pub(crate) async fn body_bytes(req: &mut Request, cap: usize) -> ApiResult<Vec<u
             Ok(n) if n > cap as u64 => {
                 return Err(ApiError::new(
                     413,
-                    "BODY_TOO_LARGE",
+                    ErrorCode::BodyTooLarge,
                     format!("request body declares {n} bytes; this route takes at most {cap}"),
                 ))
             }
             Ok(_) => {}
             Err(_) => {
                 return Err(ApiError::bad_request(
-                    "INVALID_BODY",
+                    ErrorCode::InvalidBody,
                     "Content-Length is not a number",
                 ))
             }
@@ -60,7 +61,7 @@ pub(crate) async fn body_bytes(req: &mut Request, cap: usize) -> ApiResult<Vec<u
     let mut bytes = Vec::new();
     while let Some(piece) = stream.next().await {
         let piece = piece.map_err(|_| {
-            ApiError::bad_request("INVALID_BODY", "could not read the request body")
+            ApiError::bad_request(ErrorCode::InvalidBody, "could not read the request body")
         })?;
         if bytes.len() + piece.len() > cap {
             return Err(too_large(cap));
@@ -108,12 +109,15 @@ pub(crate) async fn json_body_capped(req: &mut Request, cap: usize) -> ApiResult
     }
     if !depth_within(&bytes, MAX_JSON_DEPTH) {
         return Err(ApiError::bad_request(
-            "JSON_TOO_DEEP",
+            ErrorCode::JsonTooDeep,
             format!("request body nests deeper than {MAX_JSON_DEPTH} levels"),
         ));
     }
     serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::bad_request("INVALID_JSON", format!("request body is not JSON: {e}"))
+        ApiError::bad_request(
+            ErrorCode::InvalidJson,
+            format!("request body is not JSON: {e}"),
+        )
     })
 }
 
@@ -135,7 +139,7 @@ pub(crate) async fn json_object_capped(
     match json_body_capped(req, cap).await? {
         Value::Object(map) => Ok(map),
         _ => Err(ApiError::bad_request(
-            "INVALID_BODY",
+            ErrorCode::InvalidBody,
             "request body must be a JSON object",
         )),
     }

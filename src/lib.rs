@@ -31,6 +31,7 @@
 //! Protocol rules (hashing, envelopes, chains, matching, state machines) live in the
 //! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects and D1.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use worker::{
     event, Context, Env, Method, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
@@ -135,7 +136,7 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
     if !METHODS.contains(&raw_method.as_str()) {
         let mut res = ApiError::new(
             405,
-            "METHOD_NOT_ALLOWED",
+            ErrorCode::MethodNotAllowed,
             format!("{raw_method} is not a method this service answers"),
         )
         .into_response()?;

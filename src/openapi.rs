@@ -6,6 +6,7 @@
 //! disagree with it. The e2e suites check every answer against the same document, and a test
 //! checks the route table in `lib.rs` against its paths (`tests/contract`).
 
+use edgerunner_protocol::error_code::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -113,7 +114,7 @@ pub(crate) fn refuse_undocumented_method(
     let allow = allow_header(allowed);
     let refusal = ApiError::new(
         405,
-        "METHOD_NOT_ALLOWED",
+        ErrorCode::MethodNotAllowed,
         format!("{method} is not a method this path answers (it answers {allow})"),
     );
     Some((|| {

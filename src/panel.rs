@@ -8,6 +8,7 @@
 //! is `panel/static/x`. The page talks to `/api/*` with the admin's API key; nothing here
 //! authenticates, because nothing here is secret.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use worker::{Env, Method, Request, Response};
 
 use crate::error::{ApiError, ApiResult};
@@ -45,7 +46,7 @@ pub(crate) async fn serve(req: &Request, env: &Env, rest: &[&str]) -> ApiResult<
     if !matches!(method, Method::Get | Method::Head) {
         return Err(ApiError::new(
             405,
-            "METHOD_NOT_ALLOWED",
+            ErrorCode::MethodNotAllowed,
             "the panel answers GET and HEAD only",
         ));
     }

@@ -10,6 +10,7 @@
 //! A pass is bounded: it examines at most `limit` expired leases (a batch that fits the Workers
 //! CPU limit) and says whether more remain, so a caller can run another pass.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::state::JobState;
 use futures_util::future::join_all;
 use serde_json::{json, Value};
@@ -95,7 +96,7 @@ pub(crate) fn limit_from(body: &Value) -> ApiResult<i64> {
             .filter(|n| (1..=MAX_PASS_LIMIT).contains(n))
             .ok_or_else(|| {
                 ApiError::unprocessable(
-                    "INVALID_LIMIT",
+                    ErrorCode::InvalidLimit,
                     format!("limit must be an integer from 1 to {MAX_PASS_LIMIT}"),
                 )
             }),

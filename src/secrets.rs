@@ -3,6 +3,7 @@
 //! shipped placeholder, or too short to be trusted, is refused with a `503` naming it.
 
 use edgerunner_protocol::envelope::MasterSigningSecret;
+use edgerunner_protocol::error_code::ErrorCode;
 use serde::{Deserialize, Serialize};
 use worker::Env;
 
@@ -29,11 +30,11 @@ impl From<SecretRefusal> for ApiError {
     fn from(refusal: SecretRefusal) -> Self {
         match refusal {
             SecretRefusal::Placeholder(name) => ApiError::unavailable(
-                "SECRET_IS_PLACEHOLDER",
+                ErrorCode::SecretIsPlaceholder,
                 format!("{name} is the placeholder from .dev.vars.example; set a random value of at least {MIN_SECRET_CHARS} characters"),
             ),
             SecretRefusal::SigningSecretTooShort => ApiError::unavailable(
-                "SIGNING_SECRET_TOO_SHORT",
+                ErrorCode::SigningSecretTooShort,
                 format!("REMOTE_RUNNER_SIGNING_SECRET must be configured with at least {MIN_SECRET_CHARS} characters"),
             ),
         }
@@ -71,7 +72,7 @@ pub(crate) fn is_cron_secret(env: &Env, token: &str) -> ApiResult<bool> {
     }
     if secret.chars().count() < MIN_SECRET_CHARS {
         return Err(ApiError::unavailable(
-            "CRON_SECRET_TOO_SHORT",
+            ErrorCode::CronSecretTooShort,
             format!("CRON_SECRET must be at least {MIN_SECRET_CHARS} characters"),
         ));
     }
@@ -85,6 +86,7 @@ pub(crate) fn is_cron_secret(env: &Env, token: &str) -> ApiResult<bool> {
 mod tests {
     use super::refuse_placeholder;
     use crate::error::ApiError;
+    use edgerunner_protocol::error_code::ErrorCode;
 
     #[test]
     fn the_shipped_placeholders_are_refused_by_name() {
@@ -96,7 +98,7 @@ mod tests {
         {
             let (name, value) = line.split_once('=').expect("KEY=VALUE");
             let err = refuse_placeholder(name, value).expect_err(line);
-            assert_eq!(ApiError::from(err).code(), "SECRET_IS_PLACEHOLDER");
+            assert_eq!(ApiError::from(err).code(), ErrorCode::SecretIsPlaceholder);
             seen += 1;
         }
         assert_eq!(seen, 2, "both secrets of .dev.vars.example are checked");

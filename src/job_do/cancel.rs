@@ -1,6 +1,7 @@
 //! A cancel from an operator: a queued job ends at once; a held one is asked to stop (its
 //! holder hears so on its next heartbeat and completes it as cancelled).
 
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::state::{JobInput, JobState};
 
 use super::commit::{event, Answer, OpCtx, OpResult};
@@ -51,8 +52,8 @@ pub(super) async fn run(
         return Ok(cancelled(from));
     }
     let kind = match to {
-        JobState::Cancelled => "job.cancelled",
-        _ => "job.cancel_requested",
+        JobState::Cancelled => EventKind::JobCancelled,
+        _ => EventKind::JobCancelRequested,
     };
     let mut recorded = event(job, actor, kind);
     recorded.reason = Some(reason);

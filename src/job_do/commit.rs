@@ -2,6 +2,7 @@
 //! that make what it decided from hold at the commit ([`OpCtx::commit`]), and what the object
 //! learns from it (the job as the write left it, where the alarm goes, whom to touch).
 
+use edgerunner_protocol::kind::EventKind;
 use std::cell::{Cell, RefCell};
 
 use worker::{D1PreparedStatement, D1Result};
@@ -161,7 +162,7 @@ impl<'a> OpCtx<'a> {
 pub(super) fn event<'a>(
     job: &'a jobs::JobRow,
     actor: &'a str,
-    kind: &'a str,
+    kind: EventKind,
 ) -> events::NewEvent<'a> {
     events::NewEvent {
         organization_id: &job.organization_id,

@@ -8,6 +8,7 @@ use edgerunner_protocol::completion::{
     reconcile, AcceptedCompletion, ActiveClaim, Completion, Evidence, JobCompletionView, Outcome,
 };
 use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, OrganizationId, RunnerId};
+use edgerunner_protocol::kind::{EventKind, EvidenceKind};
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::JobState;
 use edgerunner_protocol::time::UnixMillis;
@@ -105,26 +106,34 @@ pub(super) fn decide<'a>(
 }
 
 /// The evidence rows an accepted completion takes into custody, the evaluation run first.
-pub(super) fn attachments(evidence: &Evidence) -> Vec<(&'static str, String)> {
-    let mut all = vec![("evaluation_run", evidence.evaluation_run_id.key())];
+pub(super) fn attachments(evidence: &Evidence) -> Vec<(EvidenceKind, String)> {
+    let mut all = vec![(
+        EvidenceKind::EvaluationRun,
+        evidence.evaluation_run_id.key(),
+    )];
     let lists = [
-        ("test_result", &evidence.test_result_ids),
-        ("cost_record", &evidence.cost_record_ids),
-        ("model_call", &evidence.model_call_ids),
+        (EvidenceKind::TestResult, &evidence.test_result_ids),
+        (EvidenceKind::CostRecord, &evidence.cost_record_ids),
+        (EvidenceKind::ModelCall, &evidence.model_call_ids),
     ];
     for (kind, ids) in lists {
         all.extend(ids.iter().map(|id| (kind, id.key())));
     }
-    all.extend(evidence.trace_id.iter().map(|id| ("trace", id.key())));
+    all.extend(
+        evidence
+            .trace_id
+            .iter()
+            .map(|id| (EvidenceKind::Trace, id.key())),
+    );
     all
 }
 
 /// The event that records a refused decision stored in full.
-fn refused_event_kind(outcome: Outcome) -> &'static str {
+fn refused_event_kind(outcome: Outcome) -> EventKind {
     match outcome {
-        Outcome::Duplicate => "job.completion_duplicate",
-        Outcome::Conflict => "job.completion_conflict",
-        _ => "job.completion_stale",
+        Outcome::Duplicate => EventKind::JobCompletionDuplicate,
+        Outcome::Conflict => EventKind::JobCompletionConflict,
+        _ => EventKind::JobCompletionStale,
     }
 }
 
@@ -183,7 +192,11 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         "completionChecksum": completion.checksum().as_str(),
     })
     .to_string();
-    let mut recorded = event(job, &actor, "job.completion_recorded");
+    let kind = match outcome {
+        Outcome::Accepted { .. } => EventKind::JobCompleted,
+        refused => refused_event_kind(refused),
+    };
+    let mut recorded = event(job, &actor, kind);
     recorded.runner_id = Some(runner);
     recorded.claim_id = Some(&claim.id);
     recorded.attempt = Some(attempt);
@@ -197,7 +210,6 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         // runner's answer is the same either way, but names no stored completion.
         let stored = snap.stored_refusals < jobs::MAX_STORED_REFUSALS;
         let statements = if stored {
-            recorded.kind = refused_event_kind(outcome);
             vec![insert_completion, events::insert(ctx.db, &recorded)?]
         } else {
             let mut statements = vec![jobs::count_unstored_decision(
@@ -214,7 +226,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
                     "completionChecksum": completion.checksum().as_str(),
                 })
                 .to_string();
-                let mut capped = event(job, &actor, "job.completion_decisions_capped");
+                let mut capped = event(job, &actor, EventKind::JobCompletionDecisionsCapped);
                 capped.runner_id = Some(runner);
                 capped.claim_id = Some(&claim.id);
                 capped.attempt = Some(attempt);
@@ -246,7 +258,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
     // evidence custody in one transaction. The completion row goes first, while the job still
     // holds the claim (its triggers check exactly that); evidence goes last (its key makes a
     // second attachment anywhere abort everything).
-    recorded.kind = "job.completed";
+    recorded.kind = EventKind::JobCompleted;
     let mut statements = vec![insert_completion];
     statements.extend(lifecycle::finish(
         ctx.db, &job.id, &claim.id, runner, attempt, job_state, ctx.now,
@@ -255,7 +267,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
     let custody = attachments(&fields.evidence);
     let custody: Vec<Attachment<'_>> = custody
         .iter()
-        .map(|(kind, id)| Attachment { kind, id })
+        .map(|(kind, id)| Attachment { kind: *kind, id })
         .collect();
     for evidence in &custody {
         statements.push(lifecycle::attach_evidence(
@@ -298,7 +310,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
 #[cfg(test)]
 mod tests {
     use edgerunner_protocol::completion::CompletionError;
-    use edgerunner_protocol::state::CompletionStatus;
+    use edgerunner_protocol::state::{ClaimState, CompletionStatus};
 
     use super::*;
     use crate::job_do::fixtures::{completion, held, requeued_after_loss, NOW};
@@ -382,7 +394,7 @@ mod tests {
         let sent = completion(1, CompletionStatus::Succeeded);
         let mut done = held(JobState::Succeeded);
         done.job.active_claim_id = None;
-        done.claims[0].state = "completed".to_owned();
+        done.claims[0].state = ClaimState::Released;
         done.accepted = Some(jobs::AcceptedRow {
             dispatch_attempt: 1,
             completion_checksum: sent.checksum().as_str().to_owned(),
@@ -401,16 +413,26 @@ mod tests {
         let decided = decide(&snap, "run_1", &sent.to_json(), NOW).unwrap();
         assert_eq!(decided.outcome, Outcome::Stale);
         assert_eq!(decided.state, JobState::Queued);
-        assert_eq!(refused_event_kind(decided.outcome), "job.completion_stale");
+        assert_eq!(
+            refused_event_kind(decided.outcome),
+            EventKind::JobCompletionStale
+        );
     }
 
     #[test]
     fn custody_takes_the_run_first_then_every_evidence_row() {
         let sent = completion(1, CompletionStatus::Succeeded);
-        let kinds: Vec<&str> = attachments(&sent.fields().evidence)
+        let kinds: Vec<EvidenceKind> = attachments(&sent.fields().evidence)
             .iter()
             .map(|(kind, _)| *kind)
             .collect();
-        assert_eq!(kinds, ["evaluation_run", "test_result", "trace"]);
+        assert_eq!(
+            kinds,
+            [
+                EvidenceKind::EvaluationRun,
+                EvidenceKind::TestResult,
+                EvidenceKind::Trace
+            ]
+        );
     }
 }

@@ -4,7 +4,7 @@
 use edgerunner_protocol::completion::{Completion, CompletionFields, Evidence, EvidenceId};
 use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, JobId, OrganizationId, RunnerId};
 use edgerunner_protocol::stable_json::Sha256Hex;
-use edgerunner_protocol::state::{CompletionStatus, JobState};
+use edgerunner_protocol::state::{ClaimState, CompletionStatus, JobState};
 use edgerunner_protocol::time::Timestamp;
 use serde_json::Map;
 
@@ -18,12 +18,12 @@ fn input_hash() -> String {
     "ab".repeat(32)
 }
 
-pub(super) fn claim(id: &str, runner: &str, state: &str) -> ClaimRow {
+pub(super) fn claim(id: &str, runner: &str, state: ClaimState) -> ClaimRow {
     ClaimRow {
         id: id.to_owned(),
         runner_id: runner.to_owned(),
         dispatch_attempt: ClaimId::job_and_attempt(id).map_or(1, |(_, a)| i64::from(a.get())),
-        state: state.to_owned(),
+        state,
         key_id: "key_1".to_owned(),
         issued_at: NOW - 10_000,
         expires_at: NOW + 290_000,
@@ -79,7 +79,7 @@ pub(super) fn held(state: JobState) -> Snapshot {
     snap.job.dispatch_attempt = 1;
     snap.job.active_claim_id = Some("job_1-a1".to_owned());
     snap.job.lease_expires_at = Some(NOW + 30_000);
-    snap.claims = vec![claim("job_1-a1", "run_1", "active")];
+    snap.claims = vec![claim("job_1-a1", "run_1", ClaimState::Active)];
     snap
 }
 
@@ -87,7 +87,7 @@ pub(super) fn held(state: JobState) -> Snapshot {
 pub(super) fn requeued_after_loss() -> Snapshot {
     let mut snap = queued();
     snap.job.dispatch_attempt = 1;
-    snap.claims = vec![claim("job_1-a1", "run_1", "lost")];
+    snap.claims = vec![claim("job_1-a1", "run_1", ClaimState::Lost)];
     snap
 }
 

@@ -3,8 +3,9 @@
 //! queued again (its first five hand-backs free) or ends at the attempt limit; the runner keeps
 //! its state and credential (it spoke, so it is not presumed dead) and gets its capacity back.
 
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::recovery::{decide_release, lease_expired, ReleaseDecision};
-use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::state::{ClaimState, JobState};
 use serde_json::json;
 
 use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
@@ -87,7 +88,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &s
         "countedAttempts": answer.counted_attempts,
     })
     .to_string();
-    let mut handed_back = event(job, &actor, "job.released");
+    let mut handed_back = event(job, &actor, EventKind::JobReleased);
     handed_back.runner_id = Some(runner);
     handed_back.claim_id = Some(claim_id);
     handed_back.attempt = Some(claim.dispatch_attempt);
@@ -100,7 +101,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &s
         claim_id: &claim.id,
         attempt: claim.dispatch_attempt,
         end: ClaimEnd {
-            state: "released",
+            state: ClaimState::Released,
             reason: &end_reason,
         },
         from,
@@ -117,7 +118,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &s
     ]);
     let mut ended;
     if next == JobState::Cancelled {
-        ended = event(job, &actor, "job.cancelled");
+        ended = event(job, &actor, EventKind::JobCancelled);
         ended.attempt = Some(claim.dispatch_attempt);
         ended.reason = Some(&rationale);
         ended.at = ctx.now;

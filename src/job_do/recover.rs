@@ -3,10 +3,11 @@
 //! loses its claim and its runner, and the job is queued again for its next attempt (or ends
 //! at the attempt limit) in one guarded batch, so racing callers produce one loss.
 
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::recovery::{
     decide as decide_recovery, next_check_at_ms, RecoveryDecision,
 };
-use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::state::{ClaimState, JobState};
 use serde_json::json;
 
 use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
@@ -92,7 +93,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
         } => (claim, decision, from, next),
     };
     let reason = decision.reason();
-    let mut lost = event(job, actor, "job.lease_lost");
+    let mut lost = event(job, actor, EventKind::JobLeaseLost);
     lost.runner_id = Some(&claim.runner_id);
     lost.claim_id = Some(&claim.id);
     lost.attempt = Some(claim.dispatch_attempt);
@@ -114,8 +115,8 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
     })
     .to_string();
     let then_kind = match next {
-        JobState::Queued => "job.requeued",
-        _ => "job.cancelled",
+        JobState::Queued => EventKind::JobRequeued,
+        _ => EventKind::JobCancelled,
     };
     let mut then = event(job, actor, then_kind);
     then.attempt = Some(claim.dispatch_attempt);
@@ -127,7 +128,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
         claim_id: &claim.id,
         attempt: claim.dispatch_attempt,
         end: ClaimEnd {
-            state: "lost",
+            state: ClaimState::Lost,
             reason: "lease expired",
         },
         from,

@@ -5,7 +5,7 @@
 use edgerunner_protocol::chunk::{ChainHead, RECENT_CHECKSUMS};
 use edgerunner_protocol::recovery::JobLease;
 use edgerunner_protocol::stable_json::Sha256Hex;
-use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::state::{ClaimState, JobState};
 use serde_json::Value;
 use worker::{D1PreparedStatement, D1Result};
 
@@ -112,7 +112,7 @@ impl Snapshot {
         let id = self.job.active_claim_id.as_deref()?;
         self.claims
             .iter()
-            .find(|c| c.id == id && c.state == "active")
+            .find(|c| c.id == id && c.state == ClaimState::Active)
     }
 
     pub(super) fn chain_head(&self) -> ApiResult<ChainHead> {
@@ -140,7 +140,7 @@ impl Snapshot {
         if self.active_claim().map(|c| c.id.as_str()) != Some(claim_id) {
             return Err(JobRefusal::ClaimNotActive {
                 claim_id: claim_id.to_owned(),
-                claim_state: claim.state.clone(),
+                claim_state: claim.state,
                 job_state: self.job.state,
                 attempt: self.job.dispatch_attempt,
             });

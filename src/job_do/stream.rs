@@ -238,9 +238,11 @@ mod tests {
         // A runner whose claim another attempt took over hears so.
         let mut taken = held(JobState::Running);
         taken.claims[0].runner_id = "run_2".to_owned();
-        taken
-            .claims
-            .push(crate::job_do::fixtures::claim("job_1-a0", "run_1", "lost"));
+        taken.claims.push(crate::job_do::fixtures::claim(
+            "job_1-a0",
+            "run_1",
+            edgerunner_protocol::state::ClaimState::Lost,
+        ));
         assert!(matches!(
             decide(&taken, "run_1", &chunk, NOW),
             Err(JobRefusal::StreamTakenOver)

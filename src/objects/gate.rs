@@ -4,6 +4,7 @@
 //! mapping to a `429`), and the edge's side of it: [`take`], [`check`], and the isolate's
 //! memory of networks refused for failed keys ([`count_failed_key`], [`refused_network`]).
 
+use edgerunner_protocol::error_code::ErrorCode;
 use std::cell::RefCell;
 
 use serde::{Deserialize, Serialize};
@@ -109,7 +110,7 @@ impl From<GateRefusal> for ApiError {
                 retry_after,
             } => ApiError::new(
                 429,
-                "RATE_LIMITED",
+                ErrorCode::RateLimited,
                 format!(
                     "too many {} requests from this network; retry in {retry_after} s",
                     bucket.name()

@@ -11,8 +11,10 @@
 use edgerunner_protocol::chunk::ChunkError;
 use edgerunner_protocol::completion::CompletionError;
 use edgerunner_protocol::envelope::EnvelopeError;
+use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::EvidenceKind;
 use edgerunner_protocol::stable_json::Sha256Hex;
-use edgerunner_protocol::state::{JobState, StateError};
+use edgerunner_protocol::state::{ClaimState, JobState, StateError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use worker::{Env, Response};
@@ -263,7 +265,7 @@ pub(crate) enum JobRefusal {
     /// The runner's claim exists but is over: it lost the job.
     ClaimNotActive {
         claim_id: String,
-        claim_state: String,
+        claim_state: ClaimState,
         job_state: JobState,
         attempt: i64,
     },
@@ -344,14 +346,14 @@ impl From<JobRefusal> for ApiError {
                 job_state,
                 attempt,
             } => ApiError::conflict(
-                "CLAIM_NOT_ACTIVE",
+                ErrorCode::ClaimNotActive,
                 format!(
                     "claim {claim_id} is {claim_state}; the job is {job_state} at attempt {attempt}"
                 ),
             ),
             R::InvalidLease => invalid_lease(),
             R::LeaseExpired(during) => ApiError::conflict(
-                "LEASE_EXPIRED",
+                ErrorCode::LeaseExpired,
                 match during {
                     LeaseUse::Heartbeat => {
                         "the lease lapsed before this heartbeat; the job will be recovered"
@@ -362,36 +364,36 @@ impl From<JobRefusal> for ApiError {
                 },
             ),
             R::StreamClaimOver => ApiError::conflict(
-                "STREAM_IDENTITY_CHANGED",
+                ErrorCode::StreamIdentityChanged,
                 "the claim this chunk names is no longer active",
             ),
             R::StreamTakenOver => ApiError::conflict(
-                "STREAM_IDENTITY_CHANGED",
+                ErrorCode::StreamIdentityChanged,
                 "another attempt now holds this job",
             ),
             R::RunnerMismatch => ApiError::new(
                 403,
-                "RUNNER_MISMATCH",
+                ErrorCode::RunnerMismatch,
                 "a runner may complete only as itself",
             ),
             R::ClaimMismatch => ApiError::unprocessable(
-                "CLAIM_MISMATCH",
+                ErrorCode::ClaimMismatch,
                 "the completion names no claim of this runner for this job and attempt",
             ),
             R::CompletionConflict(decision) => {
-                refused_completion("COMPLETION_CONFLICT", decision)
+                refused_completion(ErrorCode::CompletionConflict, decision)
             }
-            R::CompletionStale(decision) => refused_completion("COMPLETION_STALE", decision),
+            R::CompletionStale(decision) => refused_completion(ErrorCode::CompletionStale, decision),
             R::EvidenceAttached(holder) => ApiError::conflict(
-                "EVIDENCE_ALREADY_ATTACHED",
+                ErrorCode::EvidenceAlreadyAttached,
                 match holder {
-                    Some(h) if h.evidence_kind == "evaluation_run" => format!(
+                    Some(h) if h.evidence_kind == EvidenceKind::EvaluationRun => format!(
                         "evaluation run {} is already in the custody of job {}'s accepted completion; a completion names a run of its own",
                         h.evidence_id, h.job_id
                     ),
                     Some(h) => format!(
                         "{} {} is already attached to job {}'s accepted completion; each evidence row belongs to one completion",
-                        h.evidence_kind.replace('_', " "),
+                        h.evidence_kind.as_str().replace('_', " "),
                         h.evidence_id,
                         h.job_id
                     ),
@@ -402,10 +404,10 @@ impl From<JobRefusal> for ApiError {
             R::EvidenceNotInRun => guard_answer(guards::EVIDENCE_NOT_IN_COMPLETION_RUN),
             R::StreamNotClosed => guard_answer(guards::COMPLETION_DOES_NOT_CLOSE_STREAM),
             R::JobFinished(state) => ApiError::conflict(
-                "JOB_FINISHED",
+                ErrorCode::JobFinished,
                 format!("the job already finished as {state}"),
             ),
-            R::NotQueued { why } => ApiError::conflict("JOB_NOT_QUEUED", why),
+            R::NotQueued { why } => ApiError::conflict(ErrorCode::JobNotQueued, why),
             R::CredentialRevoked => {
                 ApiError::unauthorized("credential was revoked; exchange a new one")
             }
@@ -421,7 +423,7 @@ impl From<JobRefusal> for ApiError {
 }
 
 /// A refused completion: its rationale as the message, its decision beside the error.
-fn refused_completion(code: &'static str, decision: CompletionDecision) -> ApiError {
+fn refused_completion(code: ErrorCode, decision: CompletionDecision) -> ApiError {
     let member = serde_json::to_value(&decision);
     let refused = ApiError::conflict(code, decision.rationale);
     match member {
@@ -488,7 +490,7 @@ refusal_from_protocol!(
 pub(crate) fn invalid_lease() -> ApiError {
     let bounds = edgerunner_protocol::recovery::LEASE_EXTENSION_SECONDS;
     ApiError::unprocessable(
-        "INVALID_LEASE",
+        ErrorCode::InvalidLease,
         format!(
             "extendSeconds must be an integer from {} to {}",
             bounds.start(),
@@ -573,7 +575,7 @@ mod tests {
             (
                 JobRefusal::ClaimNotActive {
                     claim_id: "job_1-a1".into(),
-                    claim_state: "lost".into(),
+                    claim_state: ClaimState::Lost,
                     job_state: JobState::Queued,
                     attempt: 1,
                 },
@@ -598,7 +600,7 @@ mod tests {
             ),
             (
                 JobRefusal::EvidenceAttached(Some(EvidenceHolder {
-                    evidence_kind: "test_result".into(),
+                    evidence_kind: EvidenceKind::TestResult,
                     evidence_id: "tr_1".into(),
                     job_id: "job_2".into(),
                 })),

@@ -2,6 +2,7 @@
 //! asked ([`RunnerOp`]: a claim), what it answers ([`RunnerReply`] or [`RunnerRefusal`], with
 //! the refusal's one mapping to HTTP), and the stub the edge calls it through ([`call`]).
 
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::state::RunnerState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -176,10 +177,10 @@ impl From<RunnerRefusal> for ApiError {
         use RunnerRefusal as R;
         match refusal {
             R::NotActive(state) => {
-                ApiError::unavailable("RUNNER_NOT_ACTIVE", format!("the runner is {state}"))
+                ApiError::unavailable(ErrorCode::RunnerNotActive, format!("the runner is {state}"))
             }
             R::AtCapacity => ApiError::unavailable(
-                "RUNNER_AT_CAPACITY",
+                ErrorCode::RunnerAtCapacity,
                 "the runner holds as many claims as it may",
             ),
             R::CredentialRevoked => JobRefusal::CredentialRevoked.into(),

@@ -1,5 +1,7 @@
 //! `/api/developer/api-keys`: more keys for an organization; shown once, stored hashed.
 
+use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::EventKind;
 use serde_json::{json, Value};
 use worker::{Request, Response};
 
@@ -33,7 +35,7 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let role = optional_str(&body, "role", 16)?.unwrap_or("member");
     if role != "admin" && role != "member" {
         return Err(ApiError::unprocessable(
-            "INVALID_ROLE",
+            ErrorCode::InvalidRole,
             "role must be admin or member",
         ));
     }
@@ -44,13 +46,13 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| {
                 ApiError::unprocessable(
-                    "INVALID_SCOPES",
+                    ErrorCode::InvalidScopes,
                     format!("scopes must be a subset of {SCOPES:?}"),
                 )
             })?,
         _ => {
             return Err(ApiError::unprocessable(
-                "INVALID_SCOPES",
+                ErrorCode::InvalidScopes,
                 "scopes must be a non-empty array",
             ))
         }
@@ -87,7 +89,7 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
                     runner_id: None,
                     claim_id: None,
                     actor: &actor,
-                    kind: "api_key.created",
+                    kind: EventKind::ApiKeyCreated,
                     attempt: None,
                     reason: Some(name),
                     detail_json: Some(&detail),
@@ -133,7 +135,7 @@ pub(crate) async fn revoke(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
         runner_id: None,
         claim_id: None,
         actor: &actor,
-        kind: "api_key.revoked",
+        kind: EventKind::ApiKeyRevoked,
         attempt: None,
         reason: None,
         detail_json: Some(&json!({ "apiKeyId": id }).to_string()),

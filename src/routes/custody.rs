@@ -2,6 +2,7 @@
 //! custody bundle, a streamed body written page by page so the Worker never holds a big job
 //! whole.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::recovery::MAX_DISPATCHES;
 use serde_json::{json, Value};
 use worker::{Request, Response};
@@ -29,7 +30,7 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         None => (0, -1),
         Some(text) => parse_stream_cursor(&text).ok_or_else(|| {
             ApiError::unprocessable(
-                "INVALID_CURSOR",
+                ErrorCode::InvalidCursor,
                 "after must be a cursor this stream returned (\"{attempt}.{sequence}\")",
             )
         })?,
@@ -40,7 +41,7 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
             Ok(n) if (1..=LAST_ATTEMPT).contains(&n) => (n, n),
             _ => {
                 return Err(ApiError::unprocessable(
-                    "INVALID_ATTEMPT",
+                    ErrorCode::InvalidAttempt,
                     format!("attempt must be an integer from 1 to {LAST_ATTEMPT}"),
                 ))
             }

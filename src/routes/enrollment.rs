@@ -7,6 +7,8 @@
 //! anyone can make a runner wait for approval. `token` asks for an admin's say-so up front, and
 //! `closed` refuses every enrollment.
 
+use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::EventKind;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
@@ -108,7 +110,7 @@ pub(crate) enum Presented<'a> {
 pub(crate) fn closed() -> ApiError {
     ApiError::new(
         403,
-        "ENROLLMENT_CLOSED",
+        ErrorCode::EnrollmentClosed,
         "this organization does not accept enrollments; ask an administrator",
     )
 }
@@ -118,7 +120,7 @@ pub(crate) fn closed() -> ApiError {
 pub(crate) fn token_invalid() -> ApiError {
     ApiError::new(
         403,
-        "ENROLLMENT_TOKEN_INVALID",
+        ErrorCode::EnrollmentTokenInvalid,
         "the enrollment token is unknown, expired, revoked or used up",
     )
 }
@@ -137,7 +139,7 @@ pub(crate) fn admit<'a>(
     match presented {
         Presented::Nothing if policy == Policy::Token => Err(ApiError::new(
             403,
-            "ENROLLMENT_TOKEN_REQUIRED",
+            ErrorCode::EnrollmentTokenRequired,
             "this organization enrolls runners only with an enrollment token from an administrator (enrollmentToken)",
         )),
         Presented::Nothing => Ok(None),
@@ -217,7 +219,7 @@ pub(crate) async fn put_policy(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
     refuse_unknown(&body, &["policy"])?;
     let policy = Policy::parse(required_str(&body, "policy", 16)?).ok_or_else(|| {
         ApiError::unprocessable(
-            "INVALID_ENROLLMENT_POLICY",
+            ErrorCode::InvalidEnrollmentPolicy,
             "policy must be open, token or closed",
         )
     })?;
@@ -236,7 +238,7 @@ pub(crate) async fn put_policy(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
                     runner_id: None,
                     claim_id: None,
                     actor: &actor,
-                    kind: "enrollment.policy_set",
+                    kind: EventKind::EnrollmentPolicySet,
                     attempt: None,
                     reason: None,
                     detail_json: Some(&detail),
@@ -258,7 +260,7 @@ fn bounded_int(
     field: &str,
     range: std::ops::RangeInclusive<i64>,
     default: i64,
-    code: &'static str,
+    code: ErrorCode,
 ) -> ApiResult<i64> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(default),
@@ -287,14 +289,14 @@ pub(crate) async fn create_token(mut req: Request, ctx: &Ctx) -> ApiResult<Respo
         "maxUses",
         1..=MAX_USES,
         DEFAULT_USES,
-        "INVALID_MAX_USES",
+        ErrorCode::InvalidMaxUses,
     )?;
     let expires_in = bounded_int(
         &body,
         "expiresInSeconds",
         MIN_EXPIRES_IN_SECONDS..=MAX_EXPIRES_IN_SECONDS,
         DEFAULT_EXPIRES_IN_SECONDS,
-        "INVALID_EXPIRES_IN",
+        ErrorCode::InvalidExpiresIn,
     )?;
     let org = caller.organization_id.as_str();
     let id = random_id("ent")?;
@@ -327,7 +329,7 @@ pub(crate) async fn create_token(mut req: Request, ctx: &Ctx) -> ApiResult<Respo
                     runner_id: None,
                     claim_id: None,
                     actor: &actor,
-                    kind: "enrollment.token_created",
+                    kind: EventKind::EnrollmentTokenCreated,
                     attempt: None,
                     reason: Some(name),
                     detail_json: Some(&detail),
@@ -382,7 +384,7 @@ pub(crate) async fn revoke_token(req: Request, ctx: &Ctx, id: &str) -> ApiResult
         runner_id: None,
         claim_id: None,
         actor: &actor,
-        kind: "enrollment.token_revoked",
+        kind: EventKind::EnrollmentTokenRevoked,
         attempt: None,
         reason: None,
         detail_json: Some(&detail),
@@ -441,14 +443,17 @@ mod tests {
             Presented::Found(&live),
         ] {
             let err = admit(Policy::Closed, &presented, NOW).expect_err("closed");
-            assert_eq!((err.status(), err.code()), (403, "ENROLLMENT_CLOSED"));
+            assert_eq!(
+                (err.status(), err.code()),
+                (403, ErrorCode::EnrollmentClosed)
+            );
         }
     }
 
     #[test]
     fn token_policy_asks_for_a_token_and_admits_a_live_one() {
         let err = admit(Policy::Token, &Presented::Nothing, NOW).expect_err("required");
-        assert_eq!(err.code(), "ENROLLMENT_TOKEN_REQUIRED");
+        assert_eq!(err.code(), ErrorCode::EnrollmentTokenRequired);
         let live = token(0, 2, NOW + 1, None);
         for policy in [Policy::Token, Policy::Open] {
             assert_eq!(
@@ -469,13 +474,13 @@ mod tests {
             let err = admit(policy, &Presented::Unknown, NOW).expect_err("unknown");
             assert_eq!(
                 (err.status(), err.code()),
-                (403, "ENROLLMENT_TOKEN_INVALID")
+                (403, ErrorCode::EnrollmentTokenInvalid)
             );
             for t in &dead {
                 let err = admit(policy, &Presented::Found(t), NOW).expect_err("dead");
                 assert_eq!(
                     (err.status(), err.code()),
-                    (403, "ENROLLMENT_TOKEN_INVALID")
+                    (403, ErrorCode::EnrollmentTokenInvalid)
                 );
             }
         }

@@ -2,6 +2,7 @@
 //! the rows a completion's `evidence` names — and a read that shows which completion, if any,
 //! took custody of each.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use serde_json::{Map, Value};
 use worker::{Request, Response};
@@ -22,7 +23,7 @@ fn run_not_found() -> ApiError {
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::unprocessable("INVALID_FIELD", message)
+    ApiError::unprocessable(ErrorCode::InvalidField, message)
 }
 
 /// An optional whole number from 0 to 2^53 - 1 (token counts, latencies).
@@ -139,7 +140,7 @@ async fn test_result_in(
     let status = match (passed, optional_str(body, "status", 16)?) {
         (None, None) => {
             return Err(ApiError::unprocessable(
-                "MISSING_FIELD",
+                ErrorCode::MissingField,
                 "passed (a boolean) or status is required",
             ))
         }
@@ -208,8 +209,9 @@ pub(crate) async fn create_cost_record(
         &["amountMicros", "currency", "provider", "category"],
     )
     .await?;
-    let amount_micros = optional_count(&body, "amountMicros")?
-        .ok_or_else(|| ApiError::unprocessable("MISSING_FIELD", "amountMicros is required"))?;
+    let amount_micros = optional_count(&body, "amountMicros")?.ok_or_else(|| {
+        ApiError::unprocessable(ErrorCode::MissingField, "amountMicros is required")
+    })?;
     let currency = match optional_str(&body, "currency", 3)? {
         None => "USD",
         Some(c) if c.len() == 3 && c.bytes().all(|b| b.is_ascii_uppercase()) => c,

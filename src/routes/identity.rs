@@ -5,10 +5,12 @@ use edgerunner_protocol::credential::{
     self, CredentialClaims, MAX_CREDENTIAL_TTL_MILLIS, RUNNER_SCOPES,
 };
 use edgerunner_protocol::envelope::{constant_time_eq, CredentialGeneration, JobSigning, RunnerId};
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::keypair::{
     verify_challenge_signature, verify_enrollment_signature, Challenge, Fingerprint, KeyError,
     PublicKey,
 };
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::state::RunnerState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
@@ -70,7 +72,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let body = json_object_capped(&mut req, ENROLL_BODY_BYTES).await?;
     if body.contains_key("tags") {
         return Err(ApiError::unprocessable(
-            "TAGS_ARE_OPERATOR_SET",
+            ErrorCode::TagsAreOperatorSet,
             "tags are set by an operator, never by the runner",
         ));
     }
@@ -106,7 +108,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             "signature does not sign edgerunner-enroll-v1, this organization and this key's fingerprint with this key",
         ),
         _ => ApiError::unprocessable(
-            "ENROLLMENT_SIGNATURE_MALFORMED",
+            ErrorCode::EnrollmentSignatureMalformed,
             "signature must be standard base64 of a 64-byte ed25519 signature",
         ),
     })?;
@@ -120,7 +122,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             let text = v.to_string();
             if text.len() > MAX_MACHINE_BYTES {
                 return Err(ApiError::unprocessable(
-                    "INVALID_FIELD",
+                    ErrorCode::InvalidField,
                     format!("machine is capped at {MAX_MACHINE_BYTES} bytes"),
                 ));
             }
@@ -128,7 +130,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         }
         Some(_) => {
             return Err(ApiError::unprocessable(
-                "INVALID_FIELD",
+                ErrorCode::InvalidField,
                 "machine must be an object",
             ))
         }
@@ -142,14 +144,14 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
                     check_file(name, text).map(|()| (name.clone(), text.clone()))
                 }
                 _ => Err(ApiError::unprocessable(
-                    "INVALID_FIELD",
+                    ErrorCode::InvalidField,
                     "files maps names to text",
                 )),
             })
             .collect::<ApiResult<_>>()?,
         Some(_) => {
             return Err(ApiError::unprocessable(
-                "INVALID_FIELD",
+                ErrorCode::InvalidField,
                 "files must be an object",
             ))
         }
@@ -158,7 +160,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     if files.len() > MAX_ENROLL_FILES || files_bytes > MAX_ENROLL_FILES_BYTES {
         return Err(ApiError::new(
             413,
-            "ENROLL_FILES_TOO_LARGE",
+            ErrorCode::EnrollFilesTooLarge,
             format!("an enrollment carries at most {MAX_ENROLL_FILES} files and {MAX_ENROLL_FILES_BYTES} bytes of them; upload more after approval"),
         ));
     }
@@ -249,7 +251,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
                 runner_id: Some(&id),
                 claim_id: None,
                 actor: &actor,
-                kind: "runner.enrolled",
+                kind: EventKind::RunnerEnrolled,
                 attempt: None,
                 reason: None,
                 detail_json: Some(&detail),

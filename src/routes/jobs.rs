@@ -4,6 +4,8 @@
 
 use edgerunner_protocol::capability::Requirements;
 use edgerunner_protocol::envelope::Environment;
+use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::stable_json::hash;
 use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
@@ -88,19 +90,19 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         .ok_or_else(|| {
             ApiError::new(
                 404,
-                "VERSION_NOT_FOUND",
+                ErrorCode::VersionNotFound,
                 "no such artifact version in this organization",
             )
         })?;
     if bound.kind != kind {
         return Err(ApiError::unprocessable(
-            "INVALID_SUBJECT",
+            ErrorCode::InvalidSubject,
             format!("the artifact is a {}, not a {kind}", bound.kind),
         ));
     }
     if bound.promoted == 0 {
         return Err(ApiError::conflict(
-            "VERSION_NOT_PROMOTED",
+            ErrorCode::VersionNotPromoted,
             format!("version {version} is not promoted to {environment}"),
         ));
     }
@@ -160,7 +162,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         runner_id: None,
         claim_id: None,
         actor: &actor,
-        kind: "job.enqueued",
+        kind: EventKind::JobEnqueued,
         attempt: Some(0),
         reason: None,
         detail_json: Some(&detail),
@@ -219,14 +221,17 @@ impl<'a> EnqueueRequest<'a> {
             Some(Value::Object(map)) => map,
             _ => {
                 return Err(ApiError::unprocessable(
-                    "INVALID_SUBJECT",
+                    ErrorCode::InvalidSubject,
                     "subject must be an object",
                 ))
             }
         };
         let (kind, artifact, version, environment) = parse_subject(subject)?;
         let input = body.get("input").ok_or_else(|| {
-            ApiError::unprocessable("MISSING_FIELD", "input is required (any JSON value)")
+            ApiError::unprocessable(
+                ErrorCode::MissingField,
+                "input is required (any JSON value)",
+            )
         })?;
         let requirements = Requirements::parse(body.get("requirements").unwrap_or(&Value::Null))?;
         Ok(Self {
@@ -259,7 +264,7 @@ fn same_intent(existing: jobs::JobRow, intent_hash: &str) -> ApiResult<Response>
         json_response(200, &existing.to_json()).map_err(ApiError::from)
     } else {
         Err(ApiError::conflict(
-            "IDEMPOTENCY_CONFLICT",
+            ErrorCode::IdempotencyConflict,
             "this idempotency key was used for a different job (subject, input or requirements differ)",
         ))
     }
@@ -275,7 +280,7 @@ fn parse_subject(subject: &Map<String, Value>) -> ApiResult<(&str, &str, i64, &s
         .filter(|v| *v > 0)
         .ok_or_else(|| {
             ApiError::unprocessable(
-                "INVALID_SUBJECT",
+                ErrorCode::InvalidSubject,
                 "subject.versionId must be a positive integer",
             )
         })?;
@@ -283,7 +288,7 @@ fn parse_subject(subject: &Map<String, Value>) -> ApiResult<(&str, &str, i64, &s
     // The protocol's environments, by their canonical names only (no aliases).
     if Environment::parse(environment).is_err() {
         return Err(ApiError::unprocessable(
-            "INVALID_ENVIRONMENT",
+            ErrorCode::InvalidEnvironment,
             "environment must be dev, staging or prod",
         ));
     }
@@ -304,7 +309,7 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
                 .map_err(|_| {
                     let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
                     ApiError::unprocessable(
-                        "INVALID_STATE",
+                        ErrorCode::InvalidState,
                         format!("state must be one of {}", states.join(", ")),
                     )
                 })?
@@ -474,8 +479,9 @@ pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     caller.require(Scope::RunsWrite)?;
     let body = json_object(&mut req).await?;
     refuse_unknown(&body, &["reason"])?;
-    let reason = required_str(&body, "reason", 1000)
-        .map_err(|_| ApiError::unprocessable("REASON_REQUIRED", "cancellation needs a reason"))?;
+    let reason = required_str(&body, "reason", 1000).map_err(|_| {
+        ApiError::unprocessable(ErrorCode::ReasonRequired, "cancellation needs a reason")
+    })?;
     // Org scoping before touching the object: a foreign job is simply not found.
     jobs::get(&ctx.db, &caller.organization_id, id)
         .await?

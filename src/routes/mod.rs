@@ -13,6 +13,7 @@ pub(crate) mod runner_jobs;
 pub(crate) mod runners;
 
 use edgerunner_protocol::capability::CapabilityDocument;
+use edgerunner_protocol::error_code::ErrorCode;
 use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ApiResult};
@@ -47,7 +48,7 @@ pub(crate) fn required_name<'a>(
 fn without<'a>(text: &'a str, field: &str, refused: fn(char) -> bool) -> ApiResult<&'a str> {
     if text.chars().any(refused) {
         return Err(ApiError::unprocessable(
-            "INVALID_CHARACTERS",
+            ErrorCode::InvalidCharacters,
             format!("{field} must not contain NUL or control characters"),
         ));
     }
@@ -62,15 +63,15 @@ fn required_text<'a>(
     match body.get(field) {
         Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= max_len => Ok(s),
         Some(Value::String(s)) if s.len() > max_len => Err(ApiError::unprocessable(
-            "INVALID_FIELD",
+            ErrorCode::InvalidField,
             format!("{field} must be at most {max_len} bytes"),
         )),
         Some(_) => Err(ApiError::unprocessable(
-            "INVALID_FIELD",
+            ErrorCode::InvalidField,
             format!("{field} must be a non-empty string"),
         )),
         None => Err(ApiError::unprocessable(
-            "MISSING_FIELD",
+            ErrorCode::MissingField,
             format!("{field} is required"),
         )),
     }
@@ -111,7 +112,7 @@ fn optional<'a>(
 pub(crate) fn refuse_unknown(body: &Map<String, Value>, allowed: &[&str]) -> ApiResult<()> {
     match body.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(field) => Err(ApiError::unprocessable(
-            "UNKNOWN_FIELD",
+            ErrorCode::UnknownField,
             format!("unknown field {field}"),
         )),
         None => Ok(()),
@@ -125,7 +126,7 @@ pub(crate) fn limit_param(req: &worker::Request, default: i64, max: i64) -> ApiR
         Some(text) => match text.parse::<i64>() {
             Ok(n) if (1..=max).contains(&n) => Ok(n),
             _ => Err(ApiError::unprocessable(
-                "INVALID_LIMIT",
+                ErrorCode::InvalidLimit,
                 format!("limit must be an integer from 1 to {max}"),
             )),
         },
@@ -151,7 +152,7 @@ impl Cursor {
         };
         Self::parse(&text).map(Some).ok_or_else(|| {
             ApiError::unprocessable(
-                "INVALID_CURSOR",
+                ErrorCode::InvalidCursor,
                 "cursor must be a nextCursor this list returned",
             )
         })
@@ -191,7 +192,7 @@ pub(crate) fn capability_document(
         None | Some(Value::Null) => Map::new(),
         Some(_) => {
             return Err(ApiError::unprocessable(
-                "INVALID_CAPABILITIES",
+                ErrorCode::InvalidCapabilities,
                 "capabilities must be an object",
             ));
         }
@@ -213,6 +214,7 @@ pub(crate) fn capability_document(
 #[cfg(test)]
 mod tests {
     use super::{required_name, required_str, Cursor};
+    use edgerunner_protocol::error_code::ErrorCode;
     use serde_json::json;
 
     #[test]
@@ -227,7 +229,7 @@ mod tests {
             "a\u{85}b",
         ] {
             let err = required_name(&body(bad), "f", 200).expect_err(bad);
-            assert_eq!(err.code(), "INVALID_CHARACTERS", "{bad:?}");
+            assert_eq!(err.code(), ErrorCode::InvalidCharacters, "{bad:?}");
         }
         assert_eq!(
             required_name(&body("gpu-box 1 é"), "f", 200).ok(),
@@ -236,7 +238,7 @@ mod tests {
         assert!(required_str(&body("two\nlines\ttab"), "f", 200).is_ok());
         for bad in ["\0", "bell\u{7}"] {
             let err = required_str(&body(bad), "f", 200).expect_err(bad);
-            assert_eq!(err.code(), "INVALID_CHARACTERS", "{bad:?}");
+            assert_eq!(err.code(), ErrorCode::InvalidCharacters, "{bad:?}");
         }
     }
 

@@ -3,6 +3,8 @@
 
 use edgerunner_protocol::capability::{ExecutionKind, Requirements, REQUIREMENTS_SHAPE};
 use edgerunner_protocol::envelope::Environment;
+use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::stable_json::{self, MAX_PORTABLE_INTEGER};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
@@ -38,21 +40,25 @@ fn body_version_id(value: &Value) -> ApiResult<i64> {
         .filter(|id| (1..=MAX_PORTABLE_INTEGER).contains(id))
         .and_then(|id| i64::try_from(id).ok())
         .ok_or_else(|| {
-            ApiError::unprocessable("INVALID_FIELD", "versionId must be a positive integer")
+            ApiError::unprocessable(
+                ErrorCode::InvalidField,
+                "versionId must be a positive integer",
+            )
         })
 }
 
 fn kind(body: &Map<String, Value>) -> ApiResult<ExecutionKind> {
     match body.get("kind") {
-        None | Some(Value::Null) => {
-            Err(ApiError::unprocessable("MISSING_FIELD", "kind is required"))
-        }
+        None | Some(Value::Null) => Err(ApiError::unprocessable(
+            ErrorCode::MissingField,
+            "kind is required",
+        )),
         Some(value) => value
             .as_str()
             .and_then(ExecutionKind::parse)
             .ok_or_else(|| {
                 ApiError::unprocessable(
-                    "INVALID_KIND",
+                    ErrorCode::InvalidKind,
                     "kind must be one of prompt, scorer, tool, workflow, agent",
                 )
             }),
@@ -62,7 +68,7 @@ fn kind(body: &Map<String, Value>) -> ApiResult<ExecutionKind> {
 fn environment(body: &Map<String, Value>) -> ApiResult<Environment> {
     match body.get("environment") {
         None | Some(Value::Null) => Err(ApiError::unprocessable(
-            "MISSING_FIELD",
+            ErrorCode::MissingField,
             "environment is required",
         )),
         Some(value) => value
@@ -70,7 +76,7 @@ fn environment(body: &Map<String, Value>) -> ApiResult<Environment> {
             .and_then(|text| Environment::parse(text).ok())
             .ok_or_else(|| {
                 ApiError::unprocessable(
-                    "INVALID_ENVIRONMENT",
+                    ErrorCode::InvalidEnvironment,
                     "environment must be one of dev, staging, prod",
                 )
             }),
@@ -100,9 +106,9 @@ pub(crate) async fn create_artifact(mut req: Request, ctx: &Ctx) -> ApiResult<Re
         Ok(changed) => store::expect_one(changed, || {
             ApiError::internal("artifact insert changed no row")
         })?,
-        Err(err) if err.code() == "ARTIFACT_EXISTS" => {
+        Err(err) if err.code() == ErrorCode::ArtifactExists => {
             return Err(ApiError::conflict(
-                "ARTIFACT_EXISTS",
+                ErrorCode::ArtifactExists,
                 format!("a {} artifact named {name:?} already exists", kind.as_str()),
             ));
         }
@@ -127,7 +133,7 @@ pub(crate) async fn list_artifacts(req: Request, ctx: &Ctx) -> ApiResult<Respons
         None => None,
         Some(text) => Some(ExecutionKind::parse(&text).ok_or_else(|| {
             ApiError::unprocessable(
-                "INVALID_KIND",
+                ErrorCode::InvalidKind,
                 "kind must be one of prompt, scorer, tool, workflow, agent",
             )
         })?),
@@ -197,7 +203,7 @@ pub(crate) async fn create_version(
     let content = match body.get("content") {
         None | Some(Value::Null) => {
             return Err(ApiError::unprocessable(
-                "MISSING_FIELD",
+                ErrorCode::MissingField,
                 "content is required (any JSON value but null)",
             ));
         }
@@ -277,7 +283,7 @@ pub(crate) async fn promote(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         runner_id: None,
         claim_id: None,
         actor: &actor,
-        kind: "release.promoted",
+        kind: EventKind::ReleasePromoted,
         attempt: None,
         reason: None,
         detail_json: Some(&detail),
@@ -332,7 +338,7 @@ pub(crate) async fn create_target(mut req: Request, ctx: &Ctx) -> ApiResult<Resp
     let requirements = match body.get("requirements") {
         None | Some(Value::Null) => {
             return Err(ApiError::unprocessable(
-                "MISSING_FIELD",
+                ErrorCode::MissingField,
                 format!("requirements is required: {REQUIREMENTS_SHAPE}"),
             ));
         }
@@ -367,9 +373,9 @@ pub(crate) async fn create_target(mut req: Request, ctx: &Ctx) -> ApiResult<Resp
     };
     match releases::insert_target(&ctx.db, &row).await {
         Ok(changed) => store::expect_one(changed, version_not_found)?,
-        Err(err) if err.code() == "TARGET_EXISTS" => {
+        Err(err) if err.code() == ErrorCode::TargetExists => {
             return Err(ApiError::conflict(
-                "TARGET_EXISTS",
+                ErrorCode::TargetExists,
                 format!("a target with key {key:?} already exists"),
             ));
         }

@@ -2,6 +2,7 @@
 //! [`runners::MAX_RUNNER_FILES`] of them, read back a page at a time by the runner and by its
 //! organization's admins.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use serde_json::json;
 use worker::{Request, Response};
 
@@ -25,14 +26,14 @@ fn valid_file_name(name: &str) -> bool {
 pub(crate) fn check_file(name: &str, content: &str) -> ApiResult<()> {
     if !valid_file_name(name) {
         return Err(ApiError::unprocessable(
-            "INVALID_FILE_NAME",
+            ErrorCode::InvalidFileName,
             "file names are 1-128 characters of [A-Za-z0-9._-], not starting with a dot",
         ));
     }
     if content.len() > MAX_FILE_BYTES {
         return Err(ApiError::new(
             413,
-            "FILE_TOO_LARGE",
+            ErrorCode::FileTooLarge,
             format!("files are capped at {MAX_FILE_BYTES} bytes"),
         ));
     }
@@ -59,7 +60,7 @@ pub(crate) async fn files_page(
         Some(name) if valid_file_name(&name) => Some(name),
         Some(_) => {
             return Err(ApiError::unprocessable(
-                "INVALID_CURSOR",
+                ErrorCode::InvalidCursor,
                 "cursor must be a nextCursor this list returned",
             ))
         }
@@ -86,7 +87,7 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
         if err.status() == 413 {
             ApiError::new(
                 413,
-                "FILE_TOO_LARGE",
+                ErrorCode::FileTooLarge,
                 format!("files are capped at {MAX_FILE_BYTES} bytes"),
             )
         } else {
@@ -94,7 +95,7 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
         }
     })?;
     let content = String::from_utf8(bytes)
-        .map_err(|_| ApiError::unprocessable("INVALID_FILE", "files must be UTF-8 text"))?;
+        .map_err(|_| ApiError::unprocessable(ErrorCode::InvalidFile, "files must be UTF-8 text"))?;
     check_file(name, &content)?;
     let hash = secret_hash(&content);
     let changed = store::batch(
@@ -112,7 +113,7 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
     .await?;
     if changed.first().copied() != Some(1) {
         return Err(ApiError::conflict(
-            "RUNNER_FILES_FULL",
+            ErrorCode::RunnerFilesFull,
             format!(
                 "a runner holds at most {} files and {} bytes of them; replace an existing file (same name) instead",
                 runners::MAX_RUNNER_FILES,

@@ -6,6 +6,7 @@
 use edgerunner_protocol::capability::parse_served_targets;
 use edgerunner_protocol::credential::VerifiedCredential;
 use edgerunner_protocol::envelope::ClaimId;
+use edgerunner_protocol::error_code::ErrorCode;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
@@ -102,7 +103,7 @@ fn wait_seconds(body: &Map<String, Value>) -> ApiResult<u32> {
             .and_then(|s| u32::try_from(s).ok())
             .ok_or_else(|| {
                 ApiError::unprocessable(
-                    "INVALID_WAIT",
+                    ErrorCode::InvalidWait,
                     format!("waitSeconds must be an integer from 0 to {MAX_WAIT_SECONDS}"),
                 )
             }),
@@ -117,7 +118,7 @@ const MAX_REQUEST_ID_CHARS: usize = 64;
 fn request_id(body: &Map<String, Value>) -> ApiResult<Option<String>> {
     let refused = || {
         ApiError::unprocessable(
-            "INVALID_REQUEST_ID",
+            ErrorCode::InvalidRequestId,
             format!(
                 "requestId must be 1 to {MAX_REQUEST_ID_CHARS} characters of A-Z a-z 0-9 . _ : -"
             ),
@@ -148,7 +149,7 @@ fn job_of_claim(claim_id: &str) -> ApiResult<&str> {
         .filter(|job| is_job_id_form(job))
         .ok_or_else(|| {
             ApiError::unprocessable(
-                "CLAIM_ID_MALFORMED",
+                ErrorCode::ClaimIdMalformed,
                 "claimId is not a claim id this server issues (<jobId>-a<attempt>)",
             )
         })
@@ -222,7 +223,7 @@ pub(crate) async fn stream(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         req,
         ctx,
         "chunk",
-        "STREAM_CHUNK_MALFORMED",
+        ErrorCode::StreamChunkMalformed,
         |job_id, holder, chunk| JobOp::Stream {
             job_id,
             holder,
@@ -237,7 +238,7 @@ pub(crate) async fn complete(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         req,
         ctx,
         "completion",
-        "COMPLETION_MALFORMED",
+        ErrorCode::CompletionMalformed,
         |job_id, holder, completion| JobOp::Complete {
             job_id,
             holder,
@@ -253,7 +254,7 @@ async fn forward_named_job(
     mut req: Request,
     ctx: &Ctx,
     field: &str,
-    malformed: &'static str,
+    malformed: ErrorCode,
     op: impl FnOnce(String, Holder, Value) -> JobOp,
 ) -> ApiResult<Response> {
     let credential = auth::runner_credential(&req, ctx)?;
@@ -265,7 +266,7 @@ async fn forward_named_job(
         .to_owned();
     if !is_job_id_form(&job_id) {
         return Err(ApiError::unprocessable(
-            "JOB_ID_MALFORMED",
+            ErrorCode::JobIdMalformed,
             "jobId is not a job id this server issues (job_ and 1-64 letters, digits or _)",
         ));
     }
@@ -303,6 +304,7 @@ pub(crate) async fn artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Res
 #[cfg(test)]
 mod tests {
     use super::{is_job_id_form, job_of_claim};
+    use edgerunner_protocol::error_code::ErrorCode;
 
     #[test]
     fn only_ids_of_a_jobs_form_reach_a_job_object() {
@@ -332,7 +334,7 @@ mod tests {
             "job_x y-a1",
         ] {
             let err = job_of_claim(bad).expect_err(bad);
-            assert_eq!(err.code(), "CLAIM_ID_MALFORMED", "{bad:?}");
+            assert_eq!(err.code(), ErrorCode::ClaimIdMalformed, "{bad:?}");
         }
     }
 }

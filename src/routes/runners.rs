@@ -1,6 +1,8 @@
 //! Runner administration: register, list, inspect, change status or tags, rotate, audit, files.
 
 use edgerunner_protocol::capability::parse_tags;
+use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
@@ -24,7 +26,7 @@ pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<Op
         Some(v) => match v.as_i64() {
             Some(s) if (1..=MAX_BOOTSTRAP_TTL_SECONDS).contains(&s) => Ok(Some(now + s * 1000)),
             _ => Err(ApiError::unprocessable(
-                "INVALID_FIELD",
+                ErrorCode::InvalidField,
                 format!("bootstrapTokenTtlSeconds must be an integer from 1 to {MAX_BOOTSTRAP_TTL_SECONDS}"),
             )),
         },
@@ -112,7 +114,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         runner_id: Some(&id),
         claim_id: None,
         actor: &actor,
-        kind: "runner.registered",
+        kind: EventKind::RunnerRegistered,
         attempt: None,
         reason: None,
         detail_json: Some(&detail),
@@ -127,9 +129,9 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
     )
     .await;
     if let Err(err) = result {
-        if err.code() == "RUNNER_KEY_TAKEN" {
+        if err.code() == ErrorCode::RunnerKeyTaken {
             return Err(ApiError::conflict(
-                "RUNNER_KEY_TAKEN",
+                ErrorCode::RunnerKeyTaken,
                 format!("runnerKey {runner_key} is already registered"),
             ));
         }
@@ -237,7 +239,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         Ok(Some(reason)) => reason,
         _ => {
             return Err(ApiError::unprocessable(
-                "REASON_REQUIRED",
+                ErrorCode::ReasonRequired,
                 "every status or tag change needs a reason",
             ))
         }
@@ -249,7 +251,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     };
     if status.is_none() && tags.is_none() {
         return Err(ApiError::unprocessable(
-            "MISSING_FIELD",
+            ErrorCode::MissingField,
             "give a status, tags, or both",
         ));
     }
@@ -261,7 +263,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     if let Some(fingerprint) = confirmed_fingerprint {
         if runner.fingerprint.as_deref() != Some(fingerprint) {
             return Err(ApiError::conflict(
-                "FINGERPRINT_MISMATCH",
+                ErrorCode::FingerprintMismatch,
                 "the fingerprint given is not this runner's; compare it again with the runner's",
             ));
         }
@@ -291,7 +293,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
             && confirmed_fingerprint.is_none()
         {
             return Err(ApiError::unprocessable(
-                "FINGERPRINT_REQUIRED",
+                ErrorCode::FingerprintRequired,
                 "approving a key-pair runner takes the fingerprint you compared with the runner's own print-out",
             ));
         }
@@ -318,10 +320,10 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
                 claim_id: None,
                 actor: &actor,
                 kind: match next {
-                    RunnerState::Revoked => "runner.revoked",
-                    RunnerState::Draining => "runner.drained",
-                    _ if input == RunnerInput::Approve => "runner.approved",
-                    _ => "runner.activated",
+                    RunnerState::Revoked => EventKind::RunnerRevoked,
+                    RunnerState::Draining => EventKind::RunnerDrained,
+                    _ if input == RunnerInput::Approve => EventKind::RunnerApproved,
+                    _ => EventKind::RunnerActivated,
                 },
                 attempt: None,
                 reason: Some(reason),
@@ -350,7 +352,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
             runner_id: Some(id),
             claim_id: None,
             actor: &actor,
-            kind: "runner.tags_changed",
+            kind: EventKind::RunnerTagsChanged,
             attempt: None,
             reason: Some(reason),
             detail_json: Some(&detail),
@@ -371,7 +373,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
         for index in [state_statement, tags_statement].into_iter().flatten() {
             store::expect_one(changed[index], || {
                 ApiError::conflict(
-                    "RUNNER_CHANGED",
+                    ErrorCode::RunnerChanged,
                     "the runner changed while this request was decided; reload and retry",
                 )
             })?;
@@ -394,13 +396,13 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let runner = load(ctx, &caller.organization_id, id).await?;
     if runner.identity_model != "bootstrap" {
         return Err(ApiError::conflict(
-            "ROTATION_UNSUPPORTED",
+            ErrorCode::RotationUnsupported,
             "key-pair runners have no bootstrap token; revoke and enroll a new identity",
         ));
     }
     if runner.state == RunnerState::Revoked {
         return Err(ApiError::conflict(
-            "RUNNER_REVOKED",
+            ErrorCode::RunnerRevoked,
             "a revoked runner cannot be rotated; register a new one",
         ));
     }
@@ -422,7 +424,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         runner_id: Some(id),
         claim_id: None,
         actor: &actor,
-        kind: "runner.rotated",
+        kind: EventKind::RunnerRotated,
         attempt: None,
         reason,
         detail_json: Some(&detail),
@@ -438,7 +440,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     .await?;
     store::expect_one(changed[0], || {
         ApiError::conflict(
-            "RUNNER_CHANGED",
+            ErrorCode::RunnerChanged,
             "the runner changed while rotating; reload and retry",
         )
     })?;

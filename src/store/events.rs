@@ -1,5 +1,6 @@
 //! `job_events`: the append-only timeline of jobs and the audit trail of admin actions.
 
+use edgerunner_protocol::kind::EventKind;
 use serde::Deserialize;
 use worker::D1PreparedStatement;
 
@@ -12,7 +13,7 @@ pub(crate) struct NewEvent<'a> {
     pub(crate) runner_id: Option<&'a str>,
     pub(crate) claim_id: Option<&'a str>,
     pub(crate) actor: &'a str,
-    pub(crate) kind: &'a str,
+    pub(crate) kind: EventKind,
     pub(crate) attempt: Option<i64>,
     pub(crate) reason: Option<&'a str>,
     pub(crate) detail_json: Option<&'a str>,
@@ -45,7 +46,7 @@ fn insert_sql(db: &Db, sql: &str, event: &NewEvent<'_>) -> ApiResult<D1PreparedS
             event.runner_id.into(),
             event.claim_id.into(),
             event.actor.into(),
-            event.kind.into(),
+            event.kind.as_str().into(),
             event.attempt.into(),
             event.reason.into(),
             event.detail_json.into(),
@@ -62,7 +63,7 @@ pub(crate) struct EventRow {
     pub(crate) claim_id: Option<String>,
     pub(crate) actor: String,
     #[serde(rename = "type")]
-    pub(crate) kind: String,
+    pub(crate) kind: EventKind,
     pub(crate) attempt: Option<i64>,
     pub(crate) reason: Option<String>,
     pub(crate) detail: Option<String>,
@@ -91,7 +92,7 @@ impl EventRow {
             "runnerId": self.runner_id,
             "claimId": self.claim_id,
             "actor": self.actor,
-            "type": self.kind,
+            "type": self.kind.as_str(),
             "attempt": self.attempt,
             "reason": self.reason,
             "detail": self.detail.as_deref().and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()),

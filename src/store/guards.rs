@@ -8,22 +8,19 @@
 //! UNIQUE constraint), never by a fragment. A constraint that is not in [`GUARDS`] is a bug of
 //! ours: it is answered `500` with the text logged (see [`crate::error::ApiError::violation`]).
 
+use edgerunner_protocol::error_code::ErrorCode;
+
 /// One guard and its default answer. Handlers that give a guard a meaning of their own (a
 /// claim race, an idempotent replay) match on [`Guard::name`] and answer themselves.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Guard {
     pub(crate) name: &'static str,
     pub(crate) status: u16,
-    pub(crate) code: &'static str,
+    pub(crate) code: ErrorCode,
     pub(crate) message: &'static str,
 }
 
-const fn guard(
-    name: &'static str,
-    status: u16,
-    code: &'static str,
-    message: &'static str,
-) -> Guard {
+const fn guard(name: &'static str, status: u16, code: ErrorCode, message: &'static str) -> Guard {
     Guard {
         name,
         status,
@@ -62,158 +59,158 @@ pub(crate) const GUARDS: &[Guard] = &[
     guard(
         RUNNER_AT_CAPACITY,
         503,
-        "RUNNER_AT_CAPACITY",
+        ErrorCode::RunnerAtCapacity,
         "the runner holds as many claims as it may",
     ),
     guard(
         "UNIQUE runners.organization_id, runners.runner_key",
         409,
-        "RUNNER_KEY_TAKEN",
+        ErrorCode::RunnerKeyTaken,
         "a runner with this runnerKey is already registered",
     ),
     guard(
         "UNIQUE runners.fingerprint",
         409,
-        "FINGERPRINT_TAKEN",
+        ErrorCode::FingerprintTaken,
         "this key is already enrolled; a revoked key never comes back, so generate a new one",
     ),
     guard(
         "runner_revocation_is_permanent",
         409,
-        "RUNNER_REVOKED",
+        ErrorCode::RunnerRevoked,
         "a revoked runner cannot change state",
     ),
     guard(
         "challenge_already_consumed",
         401,
-        "AUTHENTICATION_FAILED",
+        ErrorCode::AuthenticationFailed,
         "the challenge was already used",
     ),
     guard(
         "pending_enrollments_at_cap",
         429,
-        "PENDING_ENROLLMENTS_AT_CAP",
+        ErrorCode::PendingEnrollmentsAtCap,
         "the organization has as many runners waiting for approval as it allows; an administrator must approve or revoke some first",
     ),
     // Enrollment policy and tokens (migration 0009).
     guard(
         "pending_enrollments_from_network_at_cap",
         429,
-        "PENDING_ENROLLMENTS_FROM_NETWORK_AT_CAP",
+        ErrorCode::PendingEnrollmentsFromNetworkAtCap,
         "the organization has as many runners from this network waiting for approval as it allows; an administrator must approve or revoke some first, or issue an enrollment token",
     ),
     // The token was live when read and was spent or revoked before the insert: one answer.
     guard(
         "enrollment_token_invalid",
         403,
-        "ENROLLMENT_TOKEN_INVALID",
+        ErrorCode::EnrollmentTokenInvalid,
         "the enrollment token is unknown, expired, revoked or used up",
     ),
     guard(
         "enrollment_tokens_at_cap",
         409,
-        "ENROLLMENT_TOKENS_AT_CAP",
+        ErrorCode::EnrollmentTokensAtCap,
         "the organization holds 100 live enrollment tokens; revoke some first",
     ),
     // Our bug if either fires: nothing we send rewrites a token or a runner's enrollment.
     guard(
         "enrollment_token_is_immutable",
         500,
-        "INTERNAL",
+        ErrorCode::Internal,
         "internal error",
     ),
-    guard("runner_enrollment_is_fixed", 500, "INTERNAL", "internal error"),
+    guard("runner_enrollment_is_fixed", 500, ErrorCode::Internal, "internal error"),
     // Releases.
     guard(
         "UNIQUE release_artifacts.organization_id, release_artifacts.kind, release_artifacts.name",
         409,
-        "ARTIFACT_EXISTS",
+        ErrorCode::ArtifactExists,
         "an artifact of this kind with this name already exists",
     ),
     guard(
         "UNIQUE executable_targets.organization_id, executable_targets.target_key",
         409,
-        "TARGET_EXISTS",
+        ErrorCode::TargetExists,
         "a target with this key already exists",
     ),
     // Jobs and claims.
     guard(
         UNIQUE_IDEMPOTENCY_KEY,
         409,
-        "IDEMPOTENCY_KEY_REUSED",
+        ErrorCode::IdempotencyKeyReused,
         "a job with this idempotency key already exists",
     ),
     guard(
         CLAIM_REQUIRES_ACTIVE_RUNNER,
         503,
-        "RUNNER_NOT_ACTIVE",
+        ErrorCode::RunnerNotActive,
         "the runner is not active",
     ),
     guard(
         CLAIM_REQUIRES_QUEUED_JOB,
         409,
-        "JOB_NOT_QUEUED",
+        ErrorCode::JobNotQueued,
         "the job was claimed or changed concurrently",
     ),
     guard(
         UNIQUE_CLAIM_ATTEMPT,
         409,
-        "JOB_NOT_QUEUED",
+        ErrorCode::JobNotQueued,
         "the job was claimed or changed concurrently",
     ),
     guard(
         UNIQUE_ACTIVE_CLAIM,
         409,
-        "JOB_NOT_QUEUED",
+        ErrorCode::JobNotQueued,
         "the job was claimed or changed concurrently",
     ),
     guard(
         "job_is_finished",
         409,
-        "JOB_FINISHED",
+        ErrorCode::JobFinished,
         "the job has finished",
     ),
     guard(
         "claim_is_over",
         409,
-        "CLAIM_NOT_ACTIVE",
+        ErrorCode::ClaimNotActive,
         "the claim is over",
     ),
     guard(
         "job_claim_mismatch",
         409,
-        "CLAIM_NOT_ACTIVE",
+        ErrorCode::ClaimNotActive,
         "the claim is not the job's active claim",
     ),
     // Streams and completions.
     guard(
         "stream_chunk_breaks_chain",
         409,
-        "STREAM_CHAIN_BROKEN",
+        ErrorCode::StreamChainBroken,
         "the chunk does not extend the stored chain",
     ),
     guard(
         "stream_claim_not_active",
         409,
-        "CLAIM_NOT_ACTIVE",
+        ErrorCode::ClaimNotActive,
         "the claim is not active",
     ),
     guard(
         "completion_not_from_active_claim",
         409,
-        "CLAIM_NOT_ACTIVE",
+        ErrorCode::ClaimNotActive,
         "only the active claim may complete the job",
     ),
     guard(
         "completion_input_hash_mismatch",
         422,
-        "INPUT_HASH_MISMATCH",
+        ErrorCode::InputHashMismatch,
         "the completion's inputHash is not the job's",
     ),
     guard(
         COMPLETION_DOES_NOT_CLOSE_STREAM,
         409,
-        "COMPLETION_STREAM_CHECKSUM_MISMATCH",
+        ErrorCode::CompletionStreamChecksumMismatch,
         "the final stream checksum is not the last stored chunk's",
     ),
     // Per-job storage limits (migrations/0004_job_bounds.sql). The job's object checks each
@@ -221,27 +218,27 @@ pub(crate) const GUARDS: &[Guard] = &[
     guard(
         STREAM_CHUNK_LIMIT,
         409,
-        "STREAM_CHUNK_LIMIT",
+        ErrorCode::StreamChunkLimit,
         "this attempt's stream holds as many chunks as it may; it is closed",
     ),
     guard(
         STREAM_BYTES_LIMIT,
         409,
-        "STREAM_BYTES_LIMIT",
+        ErrorCode::StreamBytesLimit,
         "this chunk would take the attempt's stream past its payload byte limit",
     ),
     // Our bug if it ever fires (the object computes the running total): a 500, named.
     guard(
         STREAM_BYTES_MISCOUNTED,
         500,
-        "INTERNAL",
+        ErrorCode::Internal,
         "internal error",
     ),
     // Our bug if it ever fires (the object counts stored decisions under its lock).
     guard(
         COMPLETION_DECISIONS_AT_CAP,
         500,
-        "INTERNAL",
+        ErrorCode::Internal,
         "internal error",
     ),
     // Batch assertions: a runner's write whose credential generation moved on (rotation,
@@ -249,41 +246,41 @@ pub(crate) const GUARDS: &[Guard] = &[
     guard(
         CREDENTIAL_REVOKED,
         401,
-        "AUTHENTICATION_FAILED",
+        ErrorCode::AuthenticationFailed,
         "credential was revoked; exchange a new one",
     ),
     // The job object reloads and decides again when this fires; a second time is our bug.
-    guard(JOB_MOVED, 500, "INTERNAL", "internal error"),
+    guard(JOB_MOVED, 500, ErrorCode::Internal, "internal error"),
     // An admin's change to a runner decided from a state that another change moved on.
     guard(
         RUNNER_MOVED,
         409,
-        "RUNNER_CHANGED",
+        ErrorCode::RunnerChanged,
         "the runner changed while this request was decided; reload and retry",
     ),
     // Evidence.
     guard(
         "evidence_needs_accepted_completion",
         409,
-        "EVIDENCE_NEEDS_ACCEPTED_COMPLETION",
+        ErrorCode::EvidenceNeedsAcceptedCompletion,
         "evidence is attached only to an accepted completion",
     ),
     guard(
         EVIDENCE_NOT_IN_COMPLETION_RUN,
         422,
-        "EVIDENCE_NOT_IN_RUN",
+        ErrorCode::EvidenceNotInRun,
         "every evidence row must exist in this organization and belong to the completion's evaluation run",
     ),
     guard(
         UNIQUE_COMPLETION_EVIDENCE,
         409,
-        "EVIDENCE_ALREADY_ATTACHED",
+        ErrorCode::EvidenceAlreadyAttached,
         "an evidence row named here is already attached to another accepted completion",
     ),
     guard(
         EVIDENCE_RUN_IN_CUSTODY,
         409,
-        "EVIDENCE_RUN_IN_CUSTODY",
+        ErrorCode::EvidenceRunInCustody,
         "the evaluation run is in the custody of an accepted completion; its evidence is final",
     ),
 ];
@@ -345,7 +342,7 @@ mod tests {
         let text = "D1_ERROR: claim_requires_queued_job: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_TRIGGER)";
         assert_eq!(
             Guard::reported(text).map(|g| g.code),
-            Some("JOB_NOT_QUEUED")
+            Some(ErrorCode::JobNotQueued)
         );
         // A code that merely contains a known one is not it.
         assert_eq!(

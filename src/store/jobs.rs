@@ -4,7 +4,7 @@
 //! runner's object); reads serve inspection and job-bound runner reads.
 
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
-use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::state::{ClaimState, JobState};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
@@ -387,7 +387,7 @@ pub(crate) struct ClaimRow {
     pub(crate) id: String,
     pub(crate) runner_id: String,
     pub(crate) dispatch_attempt: i64,
-    pub(crate) state: String,
+    pub(crate) state: ClaimState,
     pub(crate) key_id: String,
     pub(crate) issued_at: i64,
     pub(crate) expires_at: i64,
@@ -658,7 +658,7 @@ pub(crate) struct BundleClaim {
     pub(crate) id: String,
     pub(crate) runner_id: String,
     pub(crate) dispatch_attempt: i64,
-    pub(crate) state: String,
+    pub(crate) state: ClaimState,
     pub(crate) signed_job: Option<String>,
 }
 

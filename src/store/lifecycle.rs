@@ -3,7 +3,9 @@
 //! without a completion (lost to recovery, or handed back), with the assertions every such
 //! batch starts with. The job object decides; these only bind what it decided.
 
-use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::kind::EventKind;
+use edgerunner_protocol::kind::EvidenceKind;
+use edgerunner_protocol::state::{ClaimState, JobState};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
@@ -163,7 +165,7 @@ pub(crate) fn heartbeat(db: &Db, beat: &Beat<'_>, now: i64) -> ApiResult<Vec<D1P
                 runner_id: Some(beat.runner),
                 claim_id: Some(beat.claim_id),
                 actor: &actor,
-                kind: "job.started",
+                kind: EventKind::JobStarted,
                 attempt: Some(beat.attempt),
                 reason: None,
                 detail_json: None,
@@ -265,7 +267,7 @@ pub(crate) fn finish(
 /// One evidence row (`kind`, `id`) put in the custody of completion `completion_id`: its key
 /// makes a second attachment anywhere abort the whole batch.
 pub(crate) struct Attachment<'a> {
-    pub(crate) kind: &'a str,
+    pub(crate) kind: EvidenceKind,
     pub(crate) id: &'a str,
 }
 
@@ -281,7 +283,7 @@ pub(crate) fn attach_evidence(
         db,
         include_str!("queries/completion_evidence_insert.sql"),
         &[
-            evidence.kind.into(),
+            evidence.kind.as_str().into(),
             evidence.id.into(),
             completion_id.into(),
             job_id.into(),
@@ -294,7 +296,7 @@ pub(crate) fn attach_evidence(
 /// The accepted completion that already holds an evidence row, as D1 names it.
 #[derive(Serialize, Deserialize, Debug)]
 pub(crate) struct EvidenceHolder {
-    pub(crate) evidence_kind: String,
+    pub(crate) evidence_kind: EvidenceKind,
     pub(crate) evidence_id: String,
     pub(crate) job_id: String,
 }
@@ -306,7 +308,13 @@ pub(crate) async fn evidence_holder(
     org: &str,
     evidence: &[Attachment<'_>],
 ) -> ApiResult<Option<EvidenceHolder>> {
-    let wanted = Value::Array(evidence.iter().map(|e| json!([e.kind, e.id])).collect()).to_string();
+    let wanted = Value::Array(
+        evidence
+            .iter()
+            .map(|e| json!([e.kind.as_str(), e.id]))
+            .collect(),
+    )
+    .to_string();
     let holders: Vec<EvidenceHolder> = super::all(
         db,
         include_str!("queries/evidence_holder.sql"),
@@ -346,7 +354,7 @@ pub(crate) fn cancel_job(
 
 /// How a claim ends without a completion: the claim's state and end reason.
 pub(crate) struct ClaimEnd<'a> {
-    pub(crate) state: &'a str,
+    pub(crate) state: ClaimState,
     pub(crate) reason: &'a str,
 }
 
@@ -378,7 +386,7 @@ pub(crate) fn free_claim(
             &[
                 freed.claim_id.into(),
                 now.into(),
-                freed.end.state.into(),
+                freed.end.state.as_str().into(),
                 freed.end.reason.into(),
             ],
         )?,

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
 use super::{all, batch, first, run, stmt, Arg, Db};
-use edgerunner_protocol::state::{RunnerInput, RunnerState};
+use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 
 use crate::error::ApiResult;
 use crate::platform::rfc3339;
@@ -163,7 +163,7 @@ pub(crate) struct RunnerClaimRow {
     pub(crate) id: String,
     pub(crate) job_id: String,
     pub(crate) dispatch_attempt: i64,
-    pub(crate) state: String,
+    pub(crate) state: ClaimState,
     pub(crate) issued_at: i64,
     pub(crate) lease_expires_at: i64,
     pub(crate) started_at: Option<i64>,
