@@ -5,6 +5,9 @@ use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
+use super::views::jobs::EventView;
+use super::views::respond;
+use super::views::runners::{RunnerClaimView, RunnerView};
 use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
@@ -140,7 +143,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         .ok_or_else(|| ApiError::internal("registered runner vanished"))?;
     json_response(
         201,
-        &json!({ "runner": runner.to_json(&[]), "bootstrapToken": token }),
+        &json!({ "runner": RunnerView::new(&runner, &[]), "bootstrapToken": token }),
     )
     .map_err(ApiError::from)
 }
@@ -170,7 +173,7 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         rows.truncate(limit as usize);
         rows.last().map(|r| Cursor::encode(r.registered_at, &r.id))
     });
-    let runners: Vec<Value> = rows.iter().map(|r| r.to_json(&[])).collect();
+    let runners: Vec<RunnerView> = rows.iter().map(|r| RunnerView::new(r, &[])).collect();
     let mut counts = serde_json::Map::new();
     for state in RunnerState::ALL {
         counts.insert(state.as_str().into(), 0.into());
@@ -210,7 +213,7 @@ pub(crate) async fn claims(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
         limit,
     )
     .await?;
-    let claims: Vec<Value> = rows.iter().map(runners::RunnerClaimRow::to_json).collect();
+    let claims: Vec<RunnerClaimView> = rows.iter().map(RunnerClaimView::from).collect();
     json_response(200, &json!({ "claims": claims })).map_err(ApiError::from)
 }
 
@@ -225,7 +228,7 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     caller.require(Scope::RunsRead)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
-    json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
+    respond(200, &RunnerView::new(&runner, &files))
 }
 
 pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -381,7 +384,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     }
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
-    json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
+    respond(200, &RunnerView::new(&runner, &files))
 }
 
 pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -447,7 +450,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let runner = load(ctx, &caller.organization_id, id).await?;
     json_response(
         200,
-        &json!({ "runner": runner.to_json(&[]), "bootstrapToken": token }),
+        &json!({ "runner": RunnerView::new(&runner, &[]), "bootstrapToken": token }),
     )
     .map_err(ApiError::from)
 }
@@ -460,7 +463,7 @@ pub(crate) async fn events(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     let rows = events::for_runner(&ctx.db, &caller.organization_id, id, limit).await?;
     json_response(
         200,
-        &json!({ "events": rows.iter().map(events::EventRow::to_json).collect::<Vec<_>>() }),
+        &json!({ "events": rows.iter().map(EventView::from).collect::<Vec<_>>() }),
     )
     .map_err(ApiError::from)
 }
