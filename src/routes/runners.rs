@@ -387,6 +387,24 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     respond(200, &RunnerView::new(&runner, &files))
 }
 
+/// Why the bootstrap token of a runner of `identity_model` in `state` cannot be rotated, if it
+/// cannot: the rule [`rotate`] enforces and the runner view's `actions` offer rotation by.
+pub(crate) fn rotation_refusal(identity_model: &str, state: RunnerState) -> Option<ApiError> {
+    if identity_model != "bootstrap" {
+        return Some(ApiError::conflict(
+            "ROTATION_UNSUPPORTED",
+            "key-pair runners have no bootstrap token; revoke and enroll a new identity",
+        ));
+    }
+    if state == RunnerState::Revoked {
+        return Some(ApiError::conflict(
+            "RUNNER_REVOKED",
+            "a revoked runner cannot be rotated; register a new one",
+        ));
+    }
+    None
+}
+
 pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require_admin()?;
@@ -395,17 +413,8 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let token_expires_at = bootstrap_ttl(&body, ctx.now)?;
     let reason = optional_str(&body, "reason", 1000)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
-    if runner.identity_model != "bootstrap" {
-        return Err(ApiError::conflict(
-            "ROTATION_UNSUPPORTED",
-            "key-pair runners have no bootstrap token; revoke and enroll a new identity",
-        ));
-    }
-    if runner.state()? == RunnerState::Revoked {
-        return Err(ApiError::conflict(
-            "RUNNER_REVOKED",
-            "a revoked runner cannot be rotated; register a new one",
-        ));
+    if let Some(refused) = rotation_refusal(&runner.identity_model, runner.state()?) {
+        return Err(refused);
     }
     let token = random_secret(BOOTSTRAP_TOKEN_PREFIX)?;
     let token_hash = secret_hash(&token);

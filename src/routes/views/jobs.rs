@@ -1,6 +1,7 @@
 //! The job views: a job (with what it still allows), its claims, timeline, stream and
 //! completions in the detail, the chunks of a stream page, and the custody bundle's parts.
 
+use edgerunner_protocol::state::{JobInput, JobState};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -21,6 +22,10 @@ pub(crate) struct JobView<'a> {
     organization_id: &'a str,
     idempotency_key: &'a str,
     state: &'a str,
+    /// No input moves the job on any more ([`JobState::is_terminal`]).
+    terminal: bool,
+    /// What an operator may ask of the job now ([`job_actions`]).
+    actions: Vec<&'static str>,
     dispatch_attempt: i64,
     released_attempts: i64,
     subject: SubjectView<'a>,
@@ -45,13 +50,31 @@ struct SubjectView<'a> {
     environment: &'a str,
 }
 
+/// The operator actions that apply to a job in `state`: `cancel` while a cancel would move it
+/// (the job object refuses one on a finished job, and one on a job already cancelling changes
+/// nothing).
+pub(crate) fn job_actions(state: JobState) -> Vec<&'static str> {
+    let moves = state
+        .transition(JobInput::Cancel)
+        .is_ok_and(|next| next != state);
+    if moves {
+        vec![JobInput::Cancel.as_str()]
+    } else {
+        Vec::new()
+    }
+}
+
 impl<'a> From<&'a JobRow> for JobView<'a> {
     fn from(job: &'a JobRow) -> Self {
+        // The schema's CHECK allows no other state; an unknown one is shown with no action.
+        let state = JobState::parse(&job.state).ok();
         JobView {
             id: &job.id,
             organization_id: &job.organization_id,
             idempotency_key: &job.idempotency_key,
             state: &job.state,
+            terminal: state.is_some_and(JobState::is_terminal),
+            actions: state.map(job_actions).unwrap_or_default(),
             dispatch_attempt: job.dispatch_attempt,
             released_attempts: job.released_attempts,
             subject: SubjectView {
@@ -441,13 +464,13 @@ mod tests {
     }
 
     #[test]
-    fn a_job_reads_as_it_always_has() {
+    fn a_job_reads_as_it_always_has_with_its_terminal_flag_and_actions() {
         let job = job("running");
         assert_eq!(
             to_value(&JobView::from(&job)).unwrap().to_string(),
             json!({
                 "id": "job_1", "organizationId": "org_1", "idempotencyKey": "idem_1",
-                "state": "running",
+                "state": "running", "terminal": false, "actions": ["cancel"],
                 "dispatchAttempt": 1, "releasedAttempts": 0,
                 "subject": {
                     "kind": "prompt", "artifactId": "art_1", "versionId": 3,
@@ -466,6 +489,26 @@ mod tests {
             .unwrap()
             .to_string()
             .contains(r#""ratio":1.50"#));
+    }
+
+    #[test]
+    fn a_job_offers_cancel_while_a_cancel_would_move_it_and_is_terminal_as_the_protocol_says() {
+        for state in JobState::ALL {
+            let view = to_value(&JobView::from(&job(state.as_str()))).unwrap();
+            assert_eq!(view["terminal"], state.is_terminal(), "{state}");
+            let offered = matches!(
+                state,
+                JobState::Queued | JobState::Claimed | JobState::Running | JobState::Lost
+            );
+            let expected = if offered {
+                json!(["cancel"])
+            } else {
+                json!([])
+            };
+            assert_eq!(view["actions"], expected, "{state}");
+        }
+        // A lost job is not terminal: recovery requeues it, or an operator cancels it.
+        assert!(!JobState::Lost.is_terminal());
     }
 
     #[test]

@@ -1,10 +1,13 @@
-//! The runner views: a runner record, its files, and its claims.
+//! The runner views: a runner record (with the admin actions its state allows), its files,
+//! and its claims.
 
+use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::stored_json;
 use crate::platform::rfc3339;
+use crate::routes::runners::rotation_refusal;
 use crate::store::runners::{FileMeta, RunnerClaimRow, RunnerRow};
 
 /// `RunnerRecord`: a runner as admins (and the runner itself) see it. Never a secret or a
@@ -18,6 +21,8 @@ pub(crate) struct RunnerView<'a> {
     name: &'a str,
     runner_key: Option<&'a str>,
     state: &'a str,
+    /// What an administrator may do to the runner now ([`runner_actions`]).
+    actions: Vec<&'static str>,
     state_reason: Option<&'a str>,
     product: Option<&'a str>,
     version: Option<&'a str>,
@@ -44,9 +49,58 @@ pub(crate) struct RunnerView<'a> {
     files: Vec<FileView<'a>>,
 }
 
+/// The administrator's actions, in the order the panel offers them (the permanent one last):
+/// each a command of the runner machine (`PATCH …/{id}` `status`), or the bootstrap token's
+/// rotation (`POST …/{id}/rotate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunnerAction {
+    Command(RunnerInput),
+    Rotate,
+}
+
+const RUNNER_ACTIONS: [RunnerAction; 5] = [
+    RunnerAction::Command(RunnerInput::Approve),
+    RunnerAction::Command(RunnerInput::Activate),
+    RunnerAction::Command(RunnerInput::Drain),
+    RunnerAction::Rotate,
+    RunnerAction::Command(RunnerInput::Revoke),
+];
+
+impl RunnerAction {
+    fn name(self) -> &'static str {
+        match self {
+            RunnerAction::Command(input) => input.as_str(),
+            RunnerAction::Rotate => "rotate",
+        }
+    }
+
+    /// A command applies when the runner machine takes it and it moves the runner (a legal
+    /// no-op, like draining a draining runner, is not offered); rotation by the rotate route's
+    /// own rule.
+    fn applies(self, state: RunnerState, identity_model: &str) -> bool {
+        match self {
+            RunnerAction::Command(input) => state.transition(input).is_ok_and(|next| next != state),
+            RunnerAction::Rotate => rotation_refusal(identity_model, state).is_none(),
+        }
+    }
+}
+
+/// The administrator's actions that apply to a runner in `state`, by name.
+pub(crate) fn runner_actions(state: RunnerState, identity_model: &str) -> Vec<&'static str> {
+    RUNNER_ACTIONS
+        .into_iter()
+        .filter(|action| action.applies(state, identity_model))
+        .map(RunnerAction::name)
+        .collect()
+}
+
 impl<'a> RunnerView<'a> {
     /// The record with `files` (lists show none).
     pub(crate) fn new(runner: &'a RunnerRow, files: &'a [FileMeta]) -> Self {
+        // The schema's CHECK allows no other state; an unknown one is shown with no action.
+        let actions = RunnerState::parse(&runner.state)
+            .map(|state| runner_actions(state, &runner.identity_model))
+            .unwrap_or_default();
         RunnerView {
             id: &runner.id,
             organization_id: &runner.organization_id,
@@ -54,6 +108,7 @@ impl<'a> RunnerView<'a> {
             name: &runner.name,
             runner_key: runner.runner_key.as_deref(),
             state: &runner.state,
+            actions,
             state_reason: runner.state_reason.as_deref(),
             product: runner.product.as_deref(),
             version: runner.version.as_deref(),
@@ -165,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn a_runner_reads_as_it_always_has_and_shows_no_secret() {
+    fn a_runner_reads_as_it_always_has_with_its_actions_and_no_secret() {
         let runner = runner("bootstrap", "active");
         let file: FileMeta = row(json!({
             "name": "lscpu.txt", "size": 12, "content_hash": "cd".repeat(32), "uploaded_at": NOW,
@@ -177,7 +232,7 @@ mod tests {
             json!({
                 "id": "run_1", "organizationId": "org_1", "identityModel": "bootstrap",
                 "name": "gpu-01", "runnerKey": "gpu-01", "state": "active",
-                "stateReason": "approved by ops",
+                "actions": ["drain", "rotate", "revoke"], "stateReason": "approved by ops",
                 "product": null, "version": null, "fingerprint": null, "publicKey": null,
                 "keyId": "rk_0123456789abcdef", "address": null, "machine": {"cpus": 8},
                 "capabilities": {"runtimes": ["python3.12"]}, "capabilityHash": "ab".repeat(32),
@@ -193,6 +248,47 @@ mod tests {
             })
         );
         assert!(!view.to_string().contains("secret-hash"));
+    }
+
+    #[test]
+    fn each_state_offers_the_actions_that_move_it() {
+        let offered = |model: &str, state: RunnerState| runner_actions(state, model);
+        use RunnerState as S;
+        assert_eq!(
+            offered("bootstrap", S::PendingApproval),
+            ["approve", "rotate", "revoke"]
+        );
+        assert_eq!(
+            offered("bootstrap", S::Active),
+            ["drain", "rotate", "revoke"]
+        );
+        assert_eq!(
+            offered("bootstrap", S::Draining),
+            ["activate", "rotate", "revoke"]
+        );
+        assert_eq!(
+            offered("bootstrap", S::Lost),
+            ["activate", "drain", "rotate", "revoke"]
+        );
+        assert!(offered("bootstrap", S::Revoked).is_empty());
+        // A key-pair runner has no bootstrap token to rotate.
+        assert_eq!(
+            offered("keypair", S::PendingApproval),
+            ["approve", "revoke"]
+        );
+        assert!(offered("keypair", S::Revoked).is_empty());
+    }
+
+    #[test]
+    fn every_admin_command_is_an_action() {
+        for input in RunnerInput::ALL {
+            let is_command = RunnerInput::from_admin_status(input.as_str()) == Ok(input);
+            assert_eq!(
+                RUNNER_ACTIONS.contains(&RunnerAction::Command(input)),
+                is_command,
+                "{input:?}"
+            );
+        }
     }
 
     #[test]
