@@ -20,9 +20,9 @@ const LOG_POLL_MS = 2000;
 // of thousands of nodes. The CLI (`edgerunner admin jobs logs`) and the bundle hold every line.
 export const MAX_LOG_LINES = 10000;
 
+// The state filter's choices and the order of the counts. Whether a job is finished and what
+// may be done to it are the API's to say (`terminal`, `actions`), not this page's.
 export const JOB_STATES = ['queued', 'claimed', 'running', 'cancel_requested', 'succeeded', 'failed', 'cancelled', 'lost'];
-const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'lost']);
-export const isTerminal = (state) => TERMINAL.has(state);
 
 function jobHref(base, id) {
   return `${base}/jobs/${enc(id)}`;
@@ -214,7 +214,7 @@ function eventsTable(base, events) {
 async function custodyView(job) {
   const stream = job.stream || [];
   if (!stream.length) {
-    return h('p.muted', { testid: 'custody-empty' }, isTerminal(job.state)
+    return h('p.muted', { testid: 'custody-empty' }, job.terminal
       ? 'This job has no stream: no chunk was ever accepted.'
       : 'No chunks yet. They appear here as the runner streams.');
   }
@@ -252,7 +252,7 @@ async function custodyView(job) {
 
 function completionsView(base, job) {
   const completions = job.completions || [];
-  if (!completions.length) return h('p.muted', { testid: 'no-completions' }, isTerminal(job.state) ? 'No completion was reported.' : 'No completion yet.');
+  if (!completions.length) return h('p.muted', { testid: 'no-completions' }, job.terminal ? 'No completion was reported.' : 'No completion yet.');
   const lastChecksum = new Map();
   for (const c of job.stream || []) {
     const prev = lastChecksum.get(c.dispatchAttempt);
@@ -448,7 +448,7 @@ export function jobView(ctx, id) {
       ' · attempt ', h('span', { testid: 'job-attempt' }, String(j.dispatchAttempt ?? 0)),
       ' · created ', timeAgo(j.createdAt),
       j.finishedAt ? [' · finished ', timeAgo(j.finishedAt)] : null);
-    const canCancel = session.canCancel && !isTerminal(j.state) && j.state !== 'cancel_requested';
+    const canCancel = session.canCancel && (j.actions || []).includes('cancel');
     const sig = `${canCancel}`;
     if (actions.dataset.sig !== sig) {
       actions.dataset.sig = sig;
@@ -471,7 +471,7 @@ export function jobView(ctx, id) {
     job = j;
     renderHead(j);
     await Promise.all([
-      update('subject', [j.subject, j.inputHash, j.idempotencyKey, j.state, j.cancelReason, j.leaseExpiresAt, j.activeClaimId, j.updatedAt], () => facts([
+      update('subject', [j.subject, j.inputHash, j.idempotencyKey, j.state, j.terminal, j.cancelReason, j.leaseExpiresAt, j.activeClaimId, j.updatedAt], () => facts([
         ['Kind', j.subject?.kind ? h('span.chip', j.subject.kind) : null],
         ['Artifact', mono(j.subject?.artifactId, { testid: 'subject-artifact' })],
         ['Exact version', h('span', { testid: 'subject-version' }, String(j.subject?.versionId ?? '—'))],
@@ -480,15 +480,15 @@ export function jobView(ctx, id) {
         ['Input hash', hash(j.inputHash, 'job-input-hash')],
         ['Idempotency key', mono(j.idempotencyKey)],
         ['Active claim', mono(j.activeClaimId)],
-        ['Lease expires', j.leaseExpiresAt && !isTerminal(j.state) ? timeAgo(j.leaseExpiresAt) : null],
+        ['Lease expires', j.leaseExpiresAt && !j.terminal ? timeAgo(j.leaseExpiresAt) : null],
         ['Cancel reason', j.cancelReason ? h('span', { testid: 'job-cancel-reason' }, j.cancelReason) : null],
         ['Updated', timeAgo(j.updatedAt)],
       ], 'job-subject-facts')),
       update('requirements', j.requirements, () => requirementsView(j.requirements)),
       update('claims', j.claims, () => claimsTable(base, j.claims || [])),
       update('events', j.events, () => eventsTable(base, j.events || [])),
-      update('custody', [j.stream, j.claims?.map((c) => c.id), j.state], () => custodyView(j)),
-      update('completions', [j.completions, j.stream?.length], () => completionsView(base, j)),
+      update('custody', [j.stream, j.claims?.map((c) => c.id), j.state, j.terminal], () => custodyView(j)),
+      update('completions', [j.completions, j.stream?.length, j.terminal], () => completionsView(base, j)),
     ]);
     renderEvidenceList(j);
   }
@@ -617,7 +617,7 @@ export function jobView(ctx, id) {
 
   async function pullLog() {
     if (logDone) return;
-    const finishedBefore = job && isTerminal(job.state);
+    const finishedBefore = Boolean(job?.terminal);
     let more = false;
     let rounds = 0;
     do {
@@ -643,7 +643,7 @@ export function jobView(ctx, id) {
     if (!stopJob) {
       stopJob = poller(async () => {
         await load();
-        if (job && isTerminal(job.state)) {
+        if (job?.terminal) {
           stopJob();
           stopJob = null;
         }
@@ -669,7 +669,7 @@ export function jobView(ctx, id) {
     } catch (error) {
       replace(logBox, errorBox(error));
     }
-    if (!job || !isTerminal(job.state) || !logDone) startFollowing();
+    if (!job?.terminal || !logDone) startFollowing();
   })();
 
   return {

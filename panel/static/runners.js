@@ -414,16 +414,13 @@ function eventsView(base, events) {
     table(labels, h('tbody', rows), 'runner-events'));
 }
 
+const ACTION_LABELS = { approve: 'Approve', drain: 'Drain', activate: 'Activate', revoke: 'Revoke', rotate: 'Rotate token' };
+
+// The actions the API says apply to the runner in its state (`actions`, in its order), for a
+// key that may administer; one this page has no dialog for is left out.
 function actionsFor(runner, session) {
   if (!session.canAdmin) return [];
-  const s = runner.state;
-  const list = [];
-  if (s === 'pending_approval') list.push('approve');
-  if (s === 'draining' || s === 'lost') list.push('activate');
-  if (s === 'active' || s === 'lost') list.push('drain');
-  if (runner.identityModel !== 'keypair' && s !== 'revoked') list.push('rotate');
-  if (s !== 'revoked') list.push('revoke');
-  return list;
+  return (runner.actions || []).filter((a) => Object.hasOwn(ACTION_LABELS, a));
 }
 
 export function runnerView(ctx, id) {
@@ -528,12 +525,11 @@ export function runnerView(ctx, id) {
   }
 
   function actionButton(action) {
-    const labels = { approve: 'Approve', drain: 'Drain', activate: 'Activate', revoke: 'Revoke', rotate: 'Rotate token' };
     const tone = action === 'revoke' ? '.btn-danger' : action === 'approve' ? '.btn-primary' : '';
     return h(`button.btn${tone}`, {
       type: 'button', testid: `action-${action}`,
       on: { click: () => openAction(action) },
-    }, labels[action]);
+    }, ACTION_LABELS[action]);
   }
 
   const afterChange = () => {

@@ -8,6 +8,10 @@ use serde_json::{json, Value};
 use worker::{Request, Response};
 
 use super::limit_param;
+use super::views::jobs::{
+    BundleClaimView, BundleCompletionView, JobView, ReceivedChunkView, SentChunkView, UnstoredView,
+};
+use super::views::to_value;
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::store::{self, jobs, Db, RoundTrips};
@@ -78,11 +82,7 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         .map_or(after, |c| (c.dispatch_attempt, c.sequence));
     let chunks = rows
         .iter()
-        .map(|c| {
-            let mut chunk = c.sent_json(id)?;
-            chunk["receivedAt"] = crate::platform::rfc3339(c.received_at).into();
-            Ok(chunk)
-        })
+        .map(|c| ReceivedChunkView::new(c, id))
         .collect::<ApiResult<Vec<_>>>()?;
     json_response(
         200,
@@ -133,19 +133,10 @@ pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     let job = jobs::get(&ctx.db, org, id)
         .await?
         .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let parse = |text: &str| serde_json::from_str::<Value>(text).map_err(ApiError::internal);
-    let claims = jobs::bundle_claims(&ctx.db, org, id)
-        .await?
-        .into_iter()
-        .map(|c| {
-            Ok(json!({
-                "id": c.id,
-                "runnerId": c.runner_id,
-                "dispatchAttempt": c.dispatch_attempt,
-                "state": c.state,
-                "signedJob": c.signed_job.as_deref().map(parse).transpose()?,
-            }))
-        })
+    let claims = jobs::bundle_claims(&ctx.db, org, id).await?;
+    let claims = claims
+        .iter()
+        .map(BundleClaimView::new)
         .collect::<ApiResult<Vec<_>>>()?;
     let results = store::read_batch(
         &ctx.db,
@@ -166,14 +157,14 @@ pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     // The keys in the order the document always had; `unstoredDecisions` is new and last.
     let head = format!(
         "{{\"bundleVersion\":1,\"job\":{},\"claims\":{},\"stream\":[",
-        job.to_json(),
-        Value::Array(claims),
+        to_value(&JobView::from(&job))?,
+        to_value(&claims)?,
     );
     let writer = BundleWriter {
         env: ctx.env.clone(),
         org: org.to_owned(),
         job: id.to_owned(),
-        unstored: job.unstored_json(),
+        unstored: to_value(&UnstoredView::from(&job))?,
         extents,
         completions,
         after: (0, -1),
@@ -276,8 +267,8 @@ impl BundleWriter {
             if !std::mem::take(&mut self.first) {
                 out.push(b',');
             }
-            serde_json::to_writer(&mut out, &row.sent_json(&self.job)?)
-                .map_err(ApiError::internal)?;
+            let chunk = to_value(&SentChunkView::new(row, &self.job)?)?;
+            serde_json::to_writer(&mut out, &chunk).map_err(ApiError::internal)?;
             self.after = (row.dispatch_attempt, row.sequence);
         }
         Ok(out)
@@ -289,26 +280,12 @@ impl BundleWriter {
         let c = jobs::bundle_completion(&db, &self.org, &self.job, id)
             .await?
             .ok_or_else(|| ApiError::internal("a completion of the bundle vanished"))?;
-        let received = c
-            .received
-            .as_deref()
-            .map(serde_json::from_str::<Value>)
-            .transpose()
-            .map_err(ApiError::internal)?;
+        let completion = to_value(&BundleCompletionView::new(&c)?)?;
         let mut out = Vec::new();
         if !std::mem::take(&mut self.first) {
             out.push(b',');
         }
-        serde_json::to_writer(
-            &mut out,
-            &json!({
-                "id": c.id,
-                "decision": c.decision,
-                "rationale": c.rationale,
-                "completion": received,
-            }),
-        )
-        .map_err(ApiError::internal)?;
+        serde_json::to_writer(&mut out, &completion).map_err(ApiError::internal)?;
         Ok(out)
     }
 }

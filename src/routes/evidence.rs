@@ -4,12 +4,17 @@
 
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
+use serde::Serialize;
 use serde_json::{Map, Value};
 use worker::{Request, Response};
 
+use super::views::evidence::{
+    CostRecordView, ModelCallView, RunDetailView, RunView, TestResultView, TraceView,
+};
+use super::views::respond;
 use super::{optional_name, optional_str, refuse_unknown, required_str};
 use crate::auth::{self, AdminCaller, Scope};
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::json_object;
 use crate::platform::random_id;
 use crate::store::{self, evidence};
@@ -73,8 +78,8 @@ async fn writer(
     Ok((caller, body))
 }
 
-fn created(value: &Value) -> ApiResult<Response> {
-    json_response(201, value).map_err(ApiError::from)
+fn created<T: Serialize>(view: &T) -> ApiResult<Response> {
+    respond(201, view)
 }
 
 pub(crate) async fn create_run(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -110,7 +115,7 @@ pub(crate) async fn create_run(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
         attached_job_id: None,
         attached_at: None,
     };
-    created(&run.to_json())
+    created(&RunView::from(&run))
 }
 
 pub(crate) async fn create_test_result(
@@ -195,7 +200,7 @@ async fn test_result_in(
         attached_job_id: None,
         attached_at: None,
     };
-    created(&result.to_json())
+    created(&TestResultView::from(&result))
 }
 
 pub(crate) async fn create_cost_record(
@@ -253,7 +258,7 @@ pub(crate) async fn create_cost_record(
         attached_job_id: None,
         attached_at: None,
     };
-    created(&record.to_json())
+    created(&CostRecordView::from(&record))
 }
 
 pub(crate) async fn create_model_call(
@@ -309,7 +314,7 @@ pub(crate) async fn create_model_call(
         attached_job_id: None,
         attached_at: None,
     };
-    created(&call.to_json())
+    created(&ModelCallView::from(&call))
 }
 
 pub(crate) async fn create_trace(mut req: Request, ctx: &Ctx, run_id: &str) -> ApiResult<Response> {
@@ -341,7 +346,7 @@ pub(crate) async fn create_trace(mut req: Request, ctx: &Ctx, run_id: &str) -> A
         attached_job_id: None,
         attached_at: None,
     };
-    created(&trace.to_json())
+    created(&TraceView::from(&trace))
 }
 
 /// The run, every row of it (up to [`evidence::MAX_ROWS_PER_KIND`] of each kind, oldest first)
@@ -357,35 +362,16 @@ pub(crate) async fn get_run(req: Request, ctx: &Ctx, run_id: &str) -> ApiResult<
     let cost_records = evidence::cost_records_of(&ctx.db, org, run_id).await?;
     let model_calls = evidence::model_calls_of(&ctx.db, org, run_id).await?;
     let traces = evidence::traces_of(&ctx.db, org, run_id).await?;
-    let mut value = run.to_json();
-    if let Value::Object(map) = &mut value {
-        map.insert(
-            "testResults".to_owned(),
-            test_results
-                .iter()
-                .map(evidence::TestResultRow::to_json)
-                .collect(),
-        );
-        map.insert(
-            "costRecords".to_owned(),
-            cost_records
-                .iter()
-                .map(evidence::CostRecordRow::to_json)
-                .collect(),
-        );
-        map.insert(
-            "modelCalls".to_owned(),
-            model_calls
-                .iter()
-                .map(evidence::ModelCallRow::to_json)
-                .collect(),
-        );
-        map.insert(
-            "traces".to_owned(),
-            traces.iter().map(evidence::TraceRow::to_json).collect(),
-        );
-    }
-    json_response(200, &value).map_err(ApiError::from)
+    respond(
+        200,
+        &RunDetailView {
+            run: RunView::from(&run),
+            test_results: test_results.iter().map(TestResultView::from).collect(),
+            cost_records: cost_records.iter().map(CostRecordView::from).collect(),
+            model_calls: model_calls.iter().map(ModelCallView::from).collect(),
+            traces: traces.iter().map(TraceView::from).collect(),
+        },
+    )
 }
 
 // ------------------------------------------------------------------------------------------
@@ -450,7 +436,7 @@ pub(crate) async fn create_job_run(
         attached_job_id: None,
         attached_at: None,
     };
-    created(&run.to_json())
+    created(&RunView::from(&run))
 }
 
 /// `POST /api/remote-runners/jobs/{jobId}/evidence/runs/{runId}/test-results`: a test result in

@@ -17,6 +17,8 @@ use worker::{Request, Response};
 
 use super::enrollment::{admit, presented_token, Policy, Presented};
 use super::runner_files::check_file;
+use super::views::respond;
+use super::views::runners::{RunnerClaimView, RunnerView};
 use super::{capability_document, optional_str, refuse_unknown, required_name, required_str};
 use crate::auth;
 use crate::error::{json_response, ApiError, ApiResult};
@@ -279,7 +281,8 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         .await?
         .ok_or_else(|| ApiError::internal("enrolled runner vanished"))?;
     let files = runners::record_files(&ctx.db, organization_id, &id).await?;
-    json_response(201, &json!({ "runner": runner.to_json(&files) })).map_err(ApiError::from)
+    json_response(201, &json!({ "runner": RunnerView::new(&runner, &files) }))
+        .map_err(ApiError::from)
 }
 
 /// `POST /api/remote-runners/challenge`: the same `200 {challenge, expiresAt}` whatever the
@@ -458,7 +461,7 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
     let files =
         runners::record_files(&ctx.db, caller.organization_id(), caller.runner_id()).await?;
-    json_response(200, &caller.runner.to_json(&files)).map_err(ApiError::from)
+    respond(200, &RunnerView::new(&caller.runner, &files))
 }
 
 /// The claims this runner holds now: what a restarted process hands back
@@ -473,9 +476,6 @@ pub(crate) async fn get_self_claims(req: Request, ctx: &Ctx) -> ApiResult<Respon
         i64::from(edgerunner_protocol::capability::MAX_CONCURRENT_JOBS),
     )
     .await?;
-    let claims: Vec<_> = claims
-        .iter()
-        .map(runners::RunnerClaimRow::to_json)
-        .collect();
+    let claims: Vec<_> = claims.iter().map(RunnerClaimView::from).collect();
     json_response(200, &serde_json::json!({ "claims": claims })).map_err(ApiError::from)
 }

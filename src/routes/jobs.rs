@@ -11,6 +11,11 @@ use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
+use super::views::jobs::{
+    ChunkHeadView, ClaimView, CompletionView, EventView, EvidenceLinkView, JobDetailView, JobView,
+    StreamTotalView, UnstoredView,
+};
+use super::views::respond;
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, PresentedKey, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
@@ -196,7 +201,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         .into_iter()
         .next()
         .ok_or_else(|| ApiError::internal("the enqueue's insert answered no row"))?;
-    json_response(201, &job.to_json()).map_err(ApiError::from)
+    respond(201, &JobView::from(&job))
 }
 
 /// What an enqueue asks for, as its body says it (checked, not yet looked up).
@@ -261,7 +266,7 @@ async fn refusal_for_caller(req: &Request, ctx: &Ctx, refused: ApiError) -> ApiE
 
 fn same_intent(existing: jobs::JobRow, intent_hash: &str) -> ApiResult<Response> {
     if existing.intent_hash == intent_hash {
-        json_response(200, &existing.to_json()).map_err(ApiError::from)
+        respond(200, &JobView::from(&existing))
     } else {
         Err(ApiError::conflict(
             ErrorCode::IdempotencyConflict,
@@ -346,7 +351,7 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     json_response(
         200,
         &json!({
-            "jobs": rows.iter().map(jobs::JobRow::to_json).collect::<Vec<_>>(),
+            "jobs": rows.iter().map(JobView::from).collect::<Vec<_>>(),
             "nextCursor": next_cursor.flatten(),
             "counts": counts,
         }),
@@ -388,90 +393,21 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     let timeline = events::for_job(&ctx.db, org, id, DETAIL_EVENTS).await?;
     let completions = jobs::completions(&ctx.db, org, id).await?;
     let evidence = jobs::evidence(&ctx.db, org, id).await?;
-    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
-    let mut view = job.to_json();
-    if let Value::Object(map) = &mut view {
-        map.insert(
-            "claims".into(),
-            claims.iter().map(jobs::ClaimRow::to_json).collect(),
-        );
-        map.insert(
-            "events".into(),
-            timeline.iter().map(events::EventRow::to_json).collect(),
-        );
-        map.insert(
-            "stream".into(),
-            chunks
-                .iter()
-                .map(|c| {
-                    json!({
-                        "claimId": c.claim_id,
-                        "dispatchAttempt": c.dispatch_attempt,
-                        "sequence": c.sequence,
-                        "kind": c.kind,
-                        "previousChecksum": c.previous_checksum,
-                        "payloadHash": c.payload_hash,
-                        "checksum": c.checksum,
-                        "emittedAt": c.emitted_at,
-                        "receivedAt": crate::platform::rfc3339(c.received_at),
-                    })
-                })
-                .collect(),
-        );
-        map.insert("streamMore".into(), stream_more.into());
-        map.insert(
-            "streamCursor".into(),
-            format!("{}.{}", stream_cursor.0, stream_cursor.1).into(),
-        );
-        map.insert(
-            "streamTotals".into(),
-            totals
-                .iter()
-                .map(|t| {
-                    json!({
-                        "dispatchAttempt": t.dispatch_attempt,
-                        "chunks": t.chunks,
-                        "payloadBytes": t.stream_bytes,
-                        "lastChecksum": t.last_checksum,
-                    })
-                })
-                .collect(),
-        );
-        map.insert(
-            "completions".into(),
-            completions
-                .iter()
-                .map(|c| {
-                    json!({
-                        "id": c.id,
-                        "decision": c.decision,
-                        "rationale": c.rationale,
-                        "dispatchAttempt": c.dispatch_attempt,
-                        "runnerId": c.runner_id,
-                        "claimId": c.claim_id,
-                        "status": c.status,
-                        "completionChecksum": c.completion_checksum,
-                        "inputHash": c.input_hash,
-                        "resultHash": c.result_hash,
-                        "finalStreamChecksum": c.final_stream_checksum,
-                        "evidence": parse(&c.evidence),
-                        "reportedCosts": c.reported_costs.as_deref().map(parse),
-                        "completedAt": c.completed_at,
-                        "receivedAt": crate::platform::rfc3339(c.received_at),
-                    })
-                })
-                .collect(),
-        );
-        map.insert("unstoredDecisions".into(), job.unstored_json());
-        map.insert(
-            "evidence".into(),
-            evidence
-                .iter()
-                .map(|e| json!({ "kind": e.evidence_kind, "id": e.evidence_id, "completionId": e.completion_id }))
-                .collect(),
-        );
-    }
-    json_response(200, &view).map_err(ApiError::from)
+    respond(
+        200,
+        &JobDetailView {
+            job: JobView::from(&job),
+            claims: claims.iter().map(ClaimView::from).collect(),
+            events: timeline.iter().map(EventView::from).collect(),
+            stream: chunks.iter().map(ChunkHeadView::from).collect(),
+            stream_more,
+            stream_cursor: format!("{}.{}", stream_cursor.0, stream_cursor.1),
+            stream_totals: totals.iter().map(StreamTotalView::from).collect(),
+            completions: completions.iter().map(CompletionView::from).collect(),
+            unstored_decisions: UnstoredView::from(&job),
+            evidence: evidence.iter().map(EvidenceLinkView::from).collect(),
+        },
+    )
 }
 
 pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -497,7 +433,7 @@ pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let job = jobs::get(&ctx.db, &caller.organization_id, id)
         .await?
         .ok_or_else(|| ApiError::internal("cancelled job vanished"))?;
-    json_response(200, &job.to_json()).map_err(ApiError::from)
+    respond(200, &JobView::from(&job))
 }
 
 // ------------------------------------------------------------------------------------------

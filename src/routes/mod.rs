@@ -1,5 +1,5 @@
 //! HTTP handlers, one module per surface. Each takes its proof of authentication from
-//! [`crate::auth`] and its storage from [`crate::store`].
+//! [`crate::auth`], its storage from [`crate::store`], and the JSON it answers from [`views`].
 
 pub(crate) mod api_keys;
 pub(crate) mod custody;
@@ -11,6 +11,7 @@ pub(crate) mod releases;
 pub(crate) mod runner_files;
 pub(crate) mod runner_jobs;
 pub(crate) mod runners;
+pub(crate) mod views;
 
 use edgerunner_protocol::capability::CapabilityDocument;
 use edgerunner_protocol::error_code::ErrorCode;

@@ -9,6 +9,10 @@ use edgerunner_protocol::stable_json::{self, MAX_PORTABLE_INTEGER};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
+use super::views::releases::{
+    ArtifactDetailView, ArtifactListItemView, ArtifactView, TargetView, VersionView,
+};
+use super::views::respond;
 use super::{limit_param, optional_str, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
@@ -120,7 +124,7 @@ pub(crate) async fn create_artifact(mut req: Request, ctx: &Ctx) -> ApiResult<Re
         name: name.to_owned(),
         created_at: ctx.now,
     };
-    json_response(201, &artifact.to_json()).map_err(ApiError::from)
+    respond(201, &ArtifactView::from(&artifact))
 }
 
 /// `GET /api/releases/artifacts?kind=&limit=&cursor=`: the organization's artifacts, newest
@@ -153,10 +157,7 @@ pub(crate) async fn list_artifacts(req: Request, ctx: &Ctx) -> ApiResult<Respons
             rows.last().map(|a| Cursor::encode(a.created_at, &a.id))
         })
         .flatten();
-    let artifacts: Vec<Value> = rows
-        .iter()
-        .map(releases::ArtifactListRow::to_json)
-        .collect();
+    let artifacts: Vec<_> = rows.iter().map(ArtifactListItemView::from).collect();
     json_response(
         200,
         &json!({ "artifacts": artifacts, "nextCursor": next_cursor }),
@@ -174,21 +175,23 @@ pub(crate) async fn get_artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult
         .ok_or_else(artifact_not_found)?;
     let versions = releases::versions_of(&ctx.db, org, id, limit).await?;
     let promotions = releases::promotions_of_artifact(&ctx.db, org, id).await?;
-    let versions: Vec<Value> = versions
+    let versions = versions
         .iter()
         .map(|version| {
             let own: Vec<_> = promotions
                 .iter()
                 .filter(|p| p.version_id == version.id)
                 .collect();
-            version.to_json(&own)
+            VersionView::new(version, &own)
         })
         .collect();
-    let mut value = artifact.to_json();
-    if let Value::Object(map) = &mut value {
-        map.insert("versions".to_owned(), Value::Array(versions));
-    }
-    json_response(200, &value).map_err(ApiError::from)
+    respond(
+        200,
+        &ArtifactDetailView {
+            artifact: ArtifactView::from(&artifact),
+            versions,
+        },
+    )
 }
 
 pub(crate) async fn create_version(
@@ -247,7 +250,7 @@ pub(crate) async fn get_version(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         .ok_or_else(version_not_found)?;
     let promotions = releases::promotions_of_version(&ctx.db, org, id).await?;
     let promotions: Vec<_> = promotions.iter().collect();
-    json_response(200, &version.to_json(&promotions)).map_err(ApiError::from)
+    respond(200, &VersionView::new(&version, &promotions))
 }
 
 pub(crate) async fn promote(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -384,7 +387,7 @@ pub(crate) async fn create_target(mut req: Request, ctx: &Ctx) -> ApiResult<Resp
     let target = releases::get_target(&ctx.db, org, &id)
         .await?
         .ok_or_else(|| ApiError::internal("created target vanished"))?;
-    json_response(201, &target.to_json()).map_err(ApiError::from)
+    respond(201, &TargetView::from(&target))
 }
 
 pub(crate) async fn list_targets(req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -399,6 +402,6 @@ pub(crate) async fn list_targets(req: Request, ctx: &Ctx) -> ApiResult<Response>
         limit,
     )
     .await?;
-    let targets: Vec<Value> = rows.iter().map(releases::TargetRow::to_json).collect();
+    let targets: Vec<_> = rows.iter().map(TargetView::from).collect();
     json_response(200, &json!({ "targets": targets })).map_err(ApiError::from)
 }

@@ -6,10 +6,12 @@ use edgerunner_protocol::error_code::ErrorCode;
 use serde_json::json;
 use worker::{Request, Response};
 
+use super::views::respond;
+use super::views::runners::FileView;
 use crate::auth;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::body_bytes;
-use crate::platform::{rfc3339, secret_hash};
+use crate::platform::secret_hash;
 use crate::store::{self, runners};
 use crate::Ctx;
 
@@ -74,7 +76,7 @@ pub(crate) async fn files_page(
     json_response(
         200,
         &json!({
-            "files": files.iter().map(runners::FileMeta::to_json).collect::<Vec<_>>(),
+            "files": files.iter().map(FileView::from).collect::<Vec<_>>(),
             "nextCursor": next_cursor.flatten(),
         }),
     )
@@ -121,9 +123,12 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
             ),
         ));
     }
-    json_response(
-        200,
-        &json!({ "name": name, "size": content.len(), "contentHash": hash, "uploadedAt": rfc3339(ctx.now) }),
-    )
-    .map_err(ApiError::from)
+    let file = runners::FileMeta {
+        name: name.to_owned(),
+        // At most MAX_FILE_BYTES (checked above), far inside an i64.
+        size: content.len() as i64,
+        content_hash: hash,
+        uploaded_at: ctx.now,
+    };
+    respond(200, &FileView::from(&file))
 }

@@ -7,6 +7,9 @@ use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
+use super::views::jobs::EventView;
+use super::views::respond;
+use super::views::runners::{RunnerClaimView, RunnerView};
 use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
@@ -142,7 +145,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         .ok_or_else(|| ApiError::internal("registered runner vanished"))?;
     json_response(
         201,
-        &json!({ "runner": runner.to_json(&[]), "bootstrapToken": token }),
+        &json!({ "runner": RunnerView::new(&runner, &[]), "bootstrapToken": token }),
     )
     .map_err(ApiError::from)
 }
@@ -172,7 +175,7 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         rows.truncate(limit as usize);
         rows.last().map(|r| Cursor::encode(r.registered_at, &r.id))
     });
-    let runners: Vec<Value> = rows.iter().map(|r| r.to_json(&[])).collect();
+    let runners: Vec<RunnerView> = rows.iter().map(|r| RunnerView::new(r, &[])).collect();
     let mut counts = serde_json::Map::new();
     for state in RunnerState::ALL {
         counts.insert(state.as_str().into(), 0.into());
@@ -212,7 +215,7 @@ pub(crate) async fn claims(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
         limit,
     )
     .await?;
-    let claims: Vec<Value> = rows.iter().map(runners::RunnerClaimRow::to_json).collect();
+    let claims: Vec<RunnerClaimView> = rows.iter().map(RunnerClaimView::from).collect();
     json_response(200, &json!({ "claims": claims })).map_err(ApiError::from)
 }
 
@@ -227,7 +230,7 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     caller.require(Scope::RunsRead)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
-    json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
+    respond(200, &RunnerView::new(&runner, &files))
 }
 
 pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -383,7 +386,25 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     }
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
-    json_response(200, &runner.to_json(&files)).map_err(ApiError::from)
+    respond(200, &RunnerView::new(&runner, &files))
+}
+
+/// Why the bootstrap token of a runner of `identity_model` in `state` cannot be rotated, if it
+/// cannot: the rule [`rotate`] enforces and the runner view's `actions` offer rotation by.
+pub(crate) fn rotation_refusal(identity_model: &str, state: RunnerState) -> Option<ApiError> {
+    if identity_model != "bootstrap" {
+        return Some(ApiError::conflict(
+            ErrorCode::RotationUnsupported,
+            "key-pair runners have no bootstrap token; revoke and enroll a new identity",
+        ));
+    }
+    if state == RunnerState::Revoked {
+        return Some(ApiError::conflict(
+            ErrorCode::RunnerRevoked,
+            "a revoked runner cannot be rotated; register a new one",
+        ));
+    }
+    None
 }
 
 pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -394,17 +415,8 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let token_expires_at = bootstrap_ttl(&body, ctx.now)?;
     let reason = optional_str(&body, "reason", 1000)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
-    if runner.identity_model != "bootstrap" {
-        return Err(ApiError::conflict(
-            ErrorCode::RotationUnsupported,
-            "key-pair runners have no bootstrap token; revoke and enroll a new identity",
-        ));
-    }
-    if runner.state == RunnerState::Revoked {
-        return Err(ApiError::conflict(
-            ErrorCode::RunnerRevoked,
-            "a revoked runner cannot be rotated; register a new one",
-        ));
+    if let Some(refused) = rotation_refusal(&runner.identity_model, runner.state) {
+        return Err(refused);
     }
     let token = random_secret(BOOTSTRAP_TOKEN_PREFIX)?;
     let token_hash = secret_hash(&token);
@@ -449,7 +461,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let runner = load(ctx, &caller.organization_id, id).await?;
     json_response(
         200,
-        &json!({ "runner": runner.to_json(&[]), "bootstrapToken": token }),
+        &json!({ "runner": RunnerView::new(&runner, &[]), "bootstrapToken": token }),
     )
     .map_err(ApiError::from)
 }
@@ -462,7 +474,7 @@ pub(crate) async fn events(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     let rows = events::for_runner(&ctx.db, &caller.organization_id, id, limit).await?;
     json_response(
         200,
-        &json!({ "events": rows.iter().map(events::EventRow::to_json).collect::<Vec<_>>() }),
+        &json!({ "events": rows.iter().map(EventView::from).collect::<Vec<_>>() }),
     )
     .map_err(ApiError::from)
 }

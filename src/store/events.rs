@@ -84,23 +84,6 @@ pub(crate) async fn for_runner(
     .await
 }
 
-impl EventRow {
-    pub(crate) fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "id": self.id,
-            "jobId": self.job_id,
-            "runnerId": self.runner_id,
-            "claimId": self.claim_id,
-            "actor": self.actor,
-            "type": self.kind.as_str(),
-            "attempt": self.attempt,
-            "reason": self.reason,
-            "detail": self.detail.as_deref().and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()),
-            "at": crate::platform::rfc3339(self.at),
-        })
-    }
-}
-
 pub(crate) async fn for_job(db: &Db, org: &str, job: &str, limit: i64) -> ApiResult<Vec<EventRow>> {
     all(
         db,

@@ -6,27 +6,13 @@
 //! rows changed means "no such run" and never leaves a row behind.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{all, first, run, Arg, Db};
 use crate::error::ApiResult;
-use crate::platform::rfc3339;
 
 /// How many rows of each kind a run read returns (oldest first).
 pub(crate) const MAX_ROWS_PER_KIND: i64 = 1000;
-
-/// The accepted completion a row is attached to, if any, as the LEFT JOIN on
-/// `completion_evidence` returns it.
-fn attachment(completion_id: Option<&str>, job_id: Option<&str>, at: Option<i64>) -> Value {
-    match (completion_id, job_id) {
-        (Some(completion_id), Some(job_id)) => json!({
-            "completionId": completion_id,
-            "jobId": job_id,
-            "attachedAt": at.and_then(rfc3339),
-        }),
-        _ => Value::Null,
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Evaluation runs
@@ -56,31 +42,6 @@ pub(crate) fn run_metadata(name: Option<&str>, metadata: Option<Value>) -> Optio
         map.insert("metadata".to_owned(), metadata);
     }
     (!map.is_empty()).then(|| Value::Object(map).to_string())
-}
-
-impl RunRow {
-    pub(crate) fn to_json(&self) -> Value {
-        // Written by `run_metadata` (and CHECKed json_valid), so this parses.
-        let stored = self
-            .metadata
-            .as_deref()
-            .and_then(|m| serde_json::from_str::<Value>(m).ok())
-            .unwrap_or(Value::Null);
-        json!({
-            "id": self.id,
-            "name": stored.get("name").cloned().unwrap_or(Value::Null),
-            "metadata": stored.get("metadata").cloned().unwrap_or(Value::Null),
-            "evaluationId": self.evaluation_id,
-            "status": self.status,
-            "createdAt": rfc3339(self.created_at),
-            "finishedAt": self.finished_at.and_then(rfc3339),
-            "attachedTo": attachment(
-                self.attached_completion_id.as_deref(),
-                self.attached_job_id.as_deref(),
-                self.attached_at,
-            ),
-        })
-    }
 }
 
 pub(crate) struct NewRun<'a> {
@@ -130,25 +91,6 @@ pub(crate) struct TestResultRow {
     pub(crate) attached_completion_id: Option<String>,
     pub(crate) attached_job_id: Option<String>,
     pub(crate) attached_at: Option<i64>,
-}
-
-impl TestResultRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "evaluationRunId": self.evaluation_run_id,
-            "name": self.name,
-            "passed": self.status == "passed",
-            "status": self.status,
-            "score": self.score,
-            "createdAt": rfc3339(self.created_at),
-            "attachedTo": attachment(
-                self.attached_completion_id.as_deref(),
-                self.attached_job_id.as_deref(),
-                self.attached_at,
-            ),
-        })
-    }
 }
 
 pub(crate) struct NewTestResult<'a> {
@@ -210,25 +152,6 @@ pub(crate) struct CostRecordRow {
     pub(crate) attached_completion_id: Option<String>,
     pub(crate) attached_job_id: Option<String>,
     pub(crate) attached_at: Option<i64>,
-}
-
-impl CostRecordRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "evaluationRunId": self.evaluation_run_id,
-            "category": self.category,
-            "amountMicros": self.amount_micros,
-            "currency": self.currency,
-            "provider": self.description,
-            "createdAt": rfc3339(self.created_at),
-            "attachedTo": attachment(
-                self.attached_completion_id.as_deref(),
-                self.attached_job_id.as_deref(),
-                self.attached_at,
-            ),
-        })
-    }
 }
 
 pub(crate) struct NewCostRecord<'a> {
@@ -294,27 +217,6 @@ pub(crate) struct ModelCallRow {
     pub(crate) attached_at: Option<i64>,
 }
 
-impl ModelCallRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "evaluationRunId": self.evaluation_run_id,
-            "provider": self.provider,
-            "model": self.model,
-            "status": self.status,
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-            "latencyMs": self.latency_ms,
-            "createdAt": rfc3339(self.created_at),
-            "attachedTo": attachment(
-                self.attached_completion_id.as_deref(),
-                self.attached_job_id.as_deref(),
-                self.attached_at,
-            ),
-        })
-    }
-}
-
 pub(crate) struct NewModelCall<'a> {
     pub(crate) id: &'a str,
     pub(crate) organization_id: &'a str,
@@ -376,24 +278,6 @@ pub(crate) struct TraceRow {
     pub(crate) attached_completion_id: Option<String>,
     pub(crate) attached_job_id: Option<String>,
     pub(crate) attached_at: Option<i64>,
-}
-
-impl TraceRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "evaluationRunId": self.evaluation_run_id,
-            "name": self.name,
-            // Written by us from a parsed array (CHECKed json_valid), so this parses.
-            "spans": self.spans.as_deref().and_then(|s| serde_json::from_str::<Value>(s).ok()),
-            "createdAt": rfc3339(self.created_at),
-            "attachedTo": attachment(
-                self.attached_completion_id.as_deref(),
-                self.attached_job_id.as_deref(),
-                self.attached_at,
-            ),
-        })
-    }
 }
 
 pub(crate) struct NewTrace<'a> {

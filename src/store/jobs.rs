@@ -6,12 +6,10 @@
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use edgerunner_protocol::state::{ClaimState, JobState};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
 use super::{all, first, stmt, Arg, Db};
-use crate::error::{ApiError, ApiResult};
-use crate::platform::rfc3339;
+use crate::error::ApiResult;
 
 #[derive(Deserialize, Serialize, Clone)]
 pub(crate) struct JobRow {
@@ -51,44 +49,6 @@ pub(crate) struct JobRow {
 /// Duplicate, conflict and stale decisions stored in full per job; later ones are counted on
 /// the job row (the schema's `job_completions_refusals_are_bounded` holds the same number).
 pub(crate) const MAX_STORED_REFUSALS: i64 = 20;
-
-impl JobRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "organizationId": self.organization_id,
-            "idempotencyKey": self.idempotency_key,
-            "state": self.state,
-            "dispatchAttempt": self.dispatch_attempt,
-            "releasedAttempts": self.released_attempts,
-            "subject": {
-                "kind": self.subject_kind,
-                "artifactId": self.subject_artifact_id,
-                "versionId": self.subject_version_id,
-                "contentHash": self.subject_content_hash,
-                "environment": self.subject_environment,
-            },
-            "inputHash": self.input_hash,
-            "requirements": serde_json::from_str::<Value>(&self.requirements).unwrap_or(Value::Null),
-            "activeClaimId": self.active_claim_id,
-            "leaseExpiresAt": self.lease_expires_at.and_then(rfc3339),
-            "cancelReason": self.cancel_reason,
-            "createdAt": rfc3339(self.created_at),
-            "updatedAt": rfc3339(self.updated_at),
-            "finishedAt": self.finished_at.and_then(rfc3339),
-        })
-    }
-
-    /// The decisions counted but not stored (job detail and custody bundle).
-    pub(crate) fn unstored_json(&self) -> Value {
-        json!({
-            "count": self.unstored_decisions,
-            "lastChecksum": self.last_unstored_checksum,
-            "lastDecision": self.last_unstored_decision,
-            "lastAt": self.last_unstored_at.and_then(rfc3339),
-        })
-    }
-}
 
 pub(crate) fn select_job(db: &Db, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
@@ -186,25 +146,6 @@ pub(crate) struct ChunkWithPayload {
     /// For a page of the stream: how many chunks its range held before the byte budget cut it.
     #[serde(default)]
     pub(crate) page_rows: i64,
-}
-
-impl ChunkWithPayload {
-    /// The chunk exactly as its runner sent it (the fields its checksum covers, and the payload).
-    pub(crate) fn sent_json(&self, job: &str) -> ApiResult<Value> {
-        let payload = serde_json::from_str::<Value>(&self.payload).map_err(ApiError::internal)?;
-        Ok(json!({
-            "jobId": job,
-            "claimId": self.claim_id,
-            "dispatchAttempt": self.dispatch_attempt,
-            "sequence": self.sequence,
-            "kind": self.kind,
-            "previousChecksum": self.previous_checksum,
-            "payload": payload,
-            "payloadHash": self.payload_hash,
-            "checksum": self.checksum,
-            "emittedAt": self.emitted_at,
-        }))
-    }
 }
 
 pub(crate) struct StreamPage<'a> {
@@ -397,24 +338,6 @@ pub(crate) struct ClaimRow {
     pub(crate) end_reason: Option<String>,
     #[serde(default)]
     pub(crate) last_heartbeat_at: Option<i64>,
-}
-
-impl ClaimRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "runnerId": self.runner_id,
-            "dispatchAttempt": self.dispatch_attempt,
-            "state": self.state,
-            "keyId": self.key_id,
-            "issuedAt": rfc3339(self.issued_at),
-            "expiresAt": rfc3339(self.expires_at),
-            "leaseExpiresAt": rfc3339(self.lease_expires_at),
-            "startedAt": self.started_at.and_then(rfc3339),
-            "endedAt": self.ended_at.and_then(rfc3339),
-            "endReason": self.end_reason,
-        })
-    }
 }
 
 pub(crate) fn select_claims(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {

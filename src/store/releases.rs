@@ -5,12 +5,10 @@
 //! content hash a job or a signed envelope names is the hash of what a runner will be served.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
 use super::{all, first, run, stmt, Arg, Db};
 use crate::error::ApiResult;
-use crate::platform::rfc3339;
 
 // ---------------------------------------------------------------------------------------------
 // Artifacts
@@ -22,17 +20,6 @@ pub(crate) struct ArtifactRow {
     pub(crate) kind: String,
     pub(crate) name: String,
     pub(crate) created_at: i64,
-}
-
-impl ArtifactRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "kind": self.kind,
-            "name": self.name,
-            "createdAt": rfc3339(self.created_at),
-        })
-    }
 }
 
 pub(crate) struct NewArtifact<'a> {
@@ -79,18 +66,6 @@ pub(crate) struct ArtifactListRow {
     pub(crate) latest_version_id: Option<i64>,
 }
 
-impl ArtifactListRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "kind": self.kind,
-            "name": self.name,
-            "createdAt": rfc3339(self.created_at),
-            "latestVersionId": self.latest_version_id,
-        })
-    }
-}
-
 /// A page of the organization's artifacts, newest first (`created_at`, then id, descending),
 /// after the keyset cursor `after` when given, only of `kind` when given. The newest version
 /// is read from `release_versions_by_artifact`'s end, one index probe per row.
@@ -127,27 +102,6 @@ pub(crate) struct VersionRow {
     pub(crate) created_at: i64,
     #[serde(default)]
     pub(crate) content: Option<String>,
-}
-
-impl VersionRow {
-    /// `promotions` are this version's environments, in dev, staging, prod order.
-    pub(crate) fn to_json(&self, promotions: &[&PromotionRow]) -> Value {
-        let mut value = json!({
-            "id": self.id,
-            "artifactId": self.artifact_id,
-            "kind": self.kind,
-            "contentHash": self.content_hash,
-            "promotions": promotions.iter().map(|p| p.environment.as_str()).collect::<Vec<_>>(),
-            "createdAt": rfc3339(self.created_at),
-        });
-        if let (Some(text), Value::Object(map)) = (&self.content, &mut value) {
-            // Written by us from a parsed value (and CHECKed json_valid), so this parses; the
-            // lexemes survive the round trip (serde_json `arbitrary_precision`).
-            let content = serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
-            map.insert("content".to_owned(), content);
-        }
-        value
-    }
 }
 
 pub(crate) struct NewVersion<'a> {
@@ -305,24 +259,6 @@ pub(crate) struct TargetRow {
     pub(crate) content_hash: Option<String>,
     pub(crate) created_at: i64,
     pub(crate) updated_at: i64,
-}
-
-impl TargetRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "key": self.target_key,
-            "repository": self.repository,
-            "entrypoint": self.entrypoint,
-            // Canonical requirements written by us (CHECKed json_valid), so this parses.
-            "requirements": serde_json::from_str::<Value>(&self.requirements).unwrap_or(Value::Null),
-            "evaluationId": self.evaluation_id,
-            "versionId": self.version_id,
-            "contentHash": self.content_hash,
-            "createdAt": rfc3339(self.created_at),
-            "updatedAt": rfc3339(self.updated_at),
-        })
-    }
 }
 
 pub(crate) struct NewTarget<'a> {

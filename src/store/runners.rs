@@ -2,14 +2,13 @@
 //! themselves, and the single-use challenges of key-pair runners.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use worker::D1PreparedStatement;
 
 use super::{all, batch, first, run, stmt, Arg, Db};
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 
 use crate::error::ApiResult;
-use crate::platform::rfc3339;
 
 #[derive(Deserialize)]
 pub(crate) struct RunnerRow {
@@ -44,48 +43,6 @@ pub(crate) struct RunnerRow {
     pub(crate) last_seen_at: Option<i64>,
     pub(crate) last_heartbeat_at: Option<i64>,
     pub(crate) completed_jobs: i64,
-}
-
-fn parse_json(text: &str) -> Value {
-    // Written by us as valid JSON (the schema CHECKs json_valid), so this cannot fail in practice.
-    serde_json::from_str(text).unwrap_or(Value::Null)
-}
-
-impl RunnerRow {
-    /// The record as admins and the runner itself see it. Never a secret or a secret's hash.
-    pub(crate) fn to_json(&self, files: &[FileMeta]) -> Value {
-        json!({
-            "id": self.id,
-            "organizationId": self.organization_id,
-            "identityModel": self.identity_model,
-            "name": self.name,
-            "runnerKey": self.runner_key,
-            "state": self.state,
-            "stateReason": self.state_reason,
-            "product": self.product,
-            "version": self.version,
-            "fingerprint": self.fingerprint,
-            "publicKey": self.public_key,
-            "keyId": self.key_id,
-            "address": self.address,
-            "machine": self.machine.as_deref().map(parse_json),
-            "capabilities": parse_json(&self.capabilities),
-            "capabilityHash": self.capabilities_hash,
-            "protocolVersion": self.protocol_version,
-            "problemTypes": parse_json(&self.problem_types),
-            "external": self.external != 0,
-            "tags": parse_json(&self.tags),
-            "maxConcurrentJobs": self.max_concurrent_jobs,
-            "activeClaims": self.active_claims,
-            "completedJobs": self.completed_jobs,
-            "registeredAt": rfc3339(self.registered_at),
-            "approvedAt": self.approved_at.and_then(rfc3339),
-            "revokedAt": self.revoked_at.and_then(rfc3339),
-            "lastSeenAt": self.last_seen_at.and_then(rfc3339),
-            "lastHeartbeatAt": self.last_heartbeat_at.and_then(rfc3339),
-            "files": files.iter().map(FileMeta::to_json).collect::<Vec<_>>(),
-        })
-    }
 }
 
 pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<RunnerRow>> {
@@ -169,22 +126,6 @@ pub(crate) struct RunnerClaimRow {
     pub(crate) started_at: Option<i64>,
     pub(crate) ended_at: Option<i64>,
     pub(crate) end_reason: Option<String>,
-}
-
-impl RunnerClaimRow {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "jobId": self.job_id,
-            "dispatchAttempt": self.dispatch_attempt,
-            "state": self.state,
-            "issuedAt": rfc3339(self.issued_at),
-            "leaseExpiresAt": rfc3339(self.lease_expires_at),
-            "startedAt": self.started_at.and_then(rfc3339),
-            "endedAt": self.ended_at.and_then(rfc3339),
-            "endReason": self.end_reason,
-        })
-    }
 }
 
 /// Which of a runner's claims to read.
@@ -556,17 +497,6 @@ pub(crate) struct FileMeta {
     pub(crate) size: i64,
     pub(crate) content_hash: String,
     pub(crate) uploaded_at: i64,
-}
-
-impl FileMeta {
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "name": self.name,
-            "size": self.size,
-            "contentHash": self.content_hash,
-            "uploadedAt": rfc3339(self.uploaded_at),
-        })
-    }
 }
 
 /// The files one runner may hold. A runner uploads a few small text files about itself (logs,

@@ -21,7 +21,6 @@ import {
 const PANEL = `${BASE_URL}/remote-runners`;
 
 const WRONG_KEY = `erk_${'0'.repeat(64)}`;
-const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'lost']);
 
 // Every CSP violation any page reports during the suite.
 const allViolations = [];
@@ -160,10 +159,11 @@ async function jobDetail(org, jobId) {
   return ok(org.adminKey, 'GET', `/api/remote-runners/jobs/${jobId}`);
 }
 
-async function waitForJob(org, jobId, states, timeout = 60000) {
-  return waitFor(`job ${jobId} to reach ${[...states].join('|')}`, async () => {
+/** Waits until the API says the job is finished (`terminal`), and returns its detail. */
+async function waitForFinished(org, jobId, timeout = 60000) {
+  return waitFor(`job ${jobId} to finish`, async () => {
     const job = await jobDetail(org, jobId);
-    return states.has(job.state) ? job : false;
+    return job.terminal ? job : false;
   }, { timeout, interval: 300 });
 }
 
@@ -434,7 +434,7 @@ test('a job followed live to its end shows its claim, transitions, verified chai
 
     // The page follows the job while a real runner takes it: no reload from here on.
     await runRunner({ runnerId: runner.id, token, exec: 'echo alpha; echo beta >&2; echo gamma' });
-    const done = await waitForJob(org, job.id, TERMINAL);
+    const done = await waitForFinished(org, job.id);
     assert.equal(done.state, 'succeeded', JSON.stringify(done));
     const accepted = done.completions.find((c) => c.decision === 'accepted');
     assert.ok(accepted, 'an accepted completion');
@@ -818,13 +818,27 @@ test('screenshots of the runners list, a finished job and the narrow layout', { 
     token,
     exec: 'echo "loading model"; echo "scoring 3 cases"; echo "warning: slow tokenizer" >&2; echo "score=0.93"',
   });
-  const done = await waitForJob(org, job.id, TERMINAL);
+  const done = await waitForFinished(org, job.id);
   assert.equal(done.state, 'succeeded');
 
   await withPanel('screens', { width: 1440, height: 900 }, async ({ page }) => {
     await signIn(page, org.adminKey);
     await page.waitForSelector(`${sel('runner-row')}[data-runner-id="${runner.id}"]`);
     await page.screenshot({ path: join(ARTIFACTS, 'runners.png') });
+
+    // A draining runner's page: the actions its record offers, in the record's order.
+    await page.goto(`${PANEL}/runners/${second.runner.id}`);
+    await waitFor('the draining runner', async () => (await text(page, sel('runner-detail-state'))) === 'draining');
+    assert.deepEqual(await presentControls(page), ['action-activate', 'action-revoke', 'action-rotate']);
+    assert.deepEqual(
+      await page.$$eval(`${sel('runner-actions')} button`, (els) => els.map((el) => el.dataset.testid)),
+      ['action-activate', 'action-rotate', 'action-revoke'],
+    );
+    await page.screenshot({ path: join(ARTIFACTS, 'runner.png') });
+
+    await page.goto(`${PANEL}/jobs`);
+    await page.waitForSelector(`${sel('job-row')}[data-job-id="${job.id}"]`);
+    await page.screenshot({ path: join(ARTIFACTS, 'jobs.png') });
 
     await page.goto(`${PANEL}/jobs/${job.id}`);
     await waitFor('every link to hold', async () => (await page.$$(sel('link-ok'))).length === done.stream.length);

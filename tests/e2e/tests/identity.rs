@@ -32,13 +32,14 @@ const SKEW_MS: i64 = 5_000;
 const MAX_CREDENTIAL_MS: i64 = 10 * 60 * 1000;
 
 /// The fields of the Runner record (API.md "Runner record").
-const RUNNER_FIELDS: [&str; 29] = [
+const RUNNER_FIELDS: [&str; 30] = [
     "id",
     "organizationId",
     "identityModel",
     "name",
     "runnerKey",
     "state",
+    "actions",
     "stateReason",
     "product",
     "version",
@@ -614,10 +615,9 @@ async fn revoked_runner_is_refused_for_good() {
     rotate(&org.admin_key, &runner_id)
         .await
         .expect_error(409, "RUNNER_REVOKED");
-    assert_eq!(
-        runner_record(&org.admin_key, &runner_id).await["state"],
-        "revoked"
-    );
+    let record = runner_record(&org.admin_key, &runner_id).await;
+    assert_eq!(record["state"], "revoked");
+    assert_eq!(record["actions"], json!([]), "nothing is offered: {record}");
     session(&runner_id, &token)
         .await
         .expect_error(401, "AUTHENTICATION_FAILED");
@@ -819,6 +819,12 @@ async fn keypair_runners_cannot_rotate() {
     rotate(&org.admin_key, &runner_id)
         .await
         .expect_error(409, "ROTATION_UNSUPPORTED");
+    let record = runner_record(&org.admin_key, &runner_id).await;
+    assert_eq!(
+        record["actions"],
+        json!(["drain", "revoke"]),
+        "no rotation is offered: {record}"
+    );
     credential_of(&runner.signed_session().await);
 }
 
@@ -1440,6 +1446,12 @@ async fn drain_and_reactivate_are_audited_with_their_reasons() {
     let record = runner_record(&org.admin_key, &runner_id).await;
     assert_eq!(record["state"], "draining");
     assert_eq!(record["stateReason"], "kernel upgrade on host 7");
+    // Offered: each move the runner machine would make, and the bootstrap token's rotation.
+    assert_eq!(
+        record["actions"],
+        json!(["activate", "rotate", "revoke"]),
+        "{record}"
+    );
 
     // A draining runner may still authenticate, and stays draining.
     let credential = exchange(&runner_id, &token).await;
@@ -1453,9 +1465,12 @@ async fn drain_and_reactivate_are_audited_with_their_reasons() {
     );
 
     set_status(&org.admin_key, &runner_id, "active", "upgrade finished").await;
+    let record = runner_record(&org.admin_key, &runner_id).await;
+    assert_eq!(record["state"], "active");
     assert_eq!(
-        runner_record(&org.admin_key, &runner_id).await["state"],
-        "active"
+        record["actions"],
+        json!(["drain", "rotate", "revoke"]),
+        "{record}"
     );
 
     let reply = patch_runner(

@@ -1518,6 +1518,9 @@ async fn cancellation_queued_at_once_running_through_the_runner() {
     // A queued job cancels at once and is never dispatched.
     let queued = f.enqueue(&json!({ "case": "queued" })).await;
     let queued_id = str_of(&queued, "id").to_owned();
+    // What the job offers is what its object then does: a cancel, until one moves it.
+    assert_eq!(queued["terminal"], false, "{queued}");
+    assert_eq!(queued["actions"], json!(["cancel"]), "{queued}");
     post(
         &format!("/api/remote-runners/jobs/{queued_id}/cancel"),
         Some(&key),
@@ -1535,6 +1538,8 @@ async fn cancellation_queued_at_once_running_through_the_runner() {
     assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
     assert_eq!(cancelled["cancelReason"], "superseded by a newer release");
     assert!(cancelled["finishedAt"].is_string(), "{cancelled}");
+    assert_eq!(cancelled["terminal"], true, "{cancelled}");
+    assert_eq!(cancelled["actions"], json!([]), "{cancelled}");
     let reply = runner.claim().await;
     assert_eq!(
         reply.status, 204,
@@ -1553,6 +1558,9 @@ async fn cancellation_queued_at_once_running_through_the_runner() {
     assert_eq!(requested["state"], "cancel_requested", "{requested}");
     assert_eq!(requested["cancelReason"], reason);
     assert_eq!(requested["activeClaimId"], claimed.claim_id().as_str());
+    // Cancelling already: a second cancel changes nothing, so none is offered.
+    assert_eq!(requested["terminal"], false, "{requested}");
+    assert_eq!(requested["actions"], json!([]), "{requested}");
     let again = cancel_job(&key, &job_id, "a second reason")
         .await
         .expect(200);
@@ -1581,6 +1589,8 @@ async fn cancellation_queued_at_once_running_through_the_runner() {
     assert_eq!(done["cancelReason"], reason);
     assert!(done["finishedAt"].is_string(), "{done}");
     assert_eq!(done["activeClaimId"], Value::Null);
+    assert_eq!(done["terminal"], true, "{done}");
+    assert_eq!(done["actions"], json!([]), "{done}");
     assert_eq!(array_of(&done, "completions")[0]["status"], "cancelled");
     assert_events_ordered(&done);
     let record = runner_record(&key, &runner.id).await;

@@ -1,0 +1,670 @@
+//! The job views: a job (with what it still allows), its claims, timeline, stream and
+//! completions in the detail, the chunks of a stream page, and the custody bundle's parts.
+
+use edgerunner_protocol::state::{JobInput, JobState};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::stored_json;
+use crate::error::{ApiError, ApiResult};
+use crate::platform::rfc3339;
+use crate::store::events::EventRow;
+use crate::store::jobs::{
+    BundleClaim, BundleCompletion, ChunkRow, ChunkWithPayload, ClaimRow, CompletionRow,
+    EvidenceRow, JobRow, StreamTotal,
+};
+
+/// `Job`: a job as enqueue, list, cancel, the detail and the bundle answer it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JobView<'a> {
+    id: &'a str,
+    organization_id: &'a str,
+    idempotency_key: &'a str,
+    state: &'a str,
+    /// No input moves the job on any more ([`JobState::is_terminal`]).
+    terminal: bool,
+    /// What an operator may ask of the job now ([`job_actions`]).
+    actions: Vec<&'static str>,
+    dispatch_attempt: i64,
+    released_attempts: i64,
+    subject: SubjectView<'a>,
+    input_hash: &'a str,
+    requirements: Value,
+    active_claim_id: Option<&'a str>,
+    lease_expires_at: Option<String>,
+    cancel_reason: Option<&'a str>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    finished_at: Option<String>,
+}
+
+/// `JobSubject`: the exact version a job runs.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SubjectView<'a> {
+    kind: &'a str,
+    artifact_id: &'a str,
+    version_id: i64,
+    content_hash: &'a str,
+    environment: &'a str,
+}
+
+/// The operator actions that apply to a job in `state`: `cancel` while a cancel would move it
+/// (the job object refuses one on a finished job, and one on a job already cancelling changes
+/// nothing).
+pub(crate) fn job_actions(state: JobState) -> Vec<&'static str> {
+    let moves = state
+        .transition(JobInput::Cancel)
+        .is_ok_and(|next| next != state);
+    if moves {
+        vec![JobInput::Cancel.as_str()]
+    } else {
+        Vec::new()
+    }
+}
+
+impl<'a> From<&'a JobRow> for JobView<'a> {
+    fn from(job: &'a JobRow) -> Self {
+        JobView {
+            id: &job.id,
+            organization_id: &job.organization_id,
+            idempotency_key: &job.idempotency_key,
+            state: job.state.as_str(),
+            terminal: job.state.is_terminal(),
+            actions: job_actions(job.state),
+            dispatch_attempt: job.dispatch_attempt,
+            released_attempts: job.released_attempts,
+            subject: SubjectView {
+                kind: &job.subject_kind,
+                artifact_id: &job.subject_artifact_id,
+                version_id: job.subject_version_id,
+                content_hash: &job.subject_content_hash,
+                environment: &job.subject_environment,
+            },
+            input_hash: &job.input_hash,
+            requirements: stored_json(&job.requirements),
+            active_claim_id: job.active_claim_id.as_deref(),
+            lease_expires_at: job.lease_expires_at.and_then(rfc3339),
+            cancel_reason: job.cancel_reason.as_deref(),
+            created_at: rfc3339(job.created_at),
+            updated_at: rfc3339(job.updated_at),
+            finished_at: job.finished_at.and_then(rfc3339),
+        }
+    }
+}
+
+/// `JobUnstoredDecisions`: the decisions counted but not stored (job detail and bundle).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UnstoredView<'a> {
+    count: i64,
+    last_checksum: Option<&'a str>,
+    last_decision: Option<&'a str>,
+    last_at: Option<String>,
+}
+
+impl<'a> From<&'a JobRow> for UnstoredView<'a> {
+    fn from(job: &'a JobRow) -> Self {
+        UnstoredView {
+            count: job.unstored_decisions,
+            last_checksum: job.last_unstored_checksum.as_deref(),
+            last_decision: job.last_unstored_decision.as_deref(),
+            last_at: job.last_unstored_at.and_then(rfc3339),
+        }
+    }
+}
+
+/// `JobClaim`: one dispatch of the job, in its detail.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClaimView<'a> {
+    id: &'a str,
+    runner_id: &'a str,
+    dispatch_attempt: i64,
+    state: &'a str,
+    key_id: &'a str,
+    issued_at: Option<String>,
+    expires_at: Option<String>,
+    lease_expires_at: Option<String>,
+    started_at: Option<String>,
+    ended_at: Option<String>,
+    end_reason: Option<&'a str>,
+}
+
+impl<'a> From<&'a ClaimRow> for ClaimView<'a> {
+    fn from(claim: &'a ClaimRow) -> Self {
+        ClaimView {
+            id: &claim.id,
+            runner_id: &claim.runner_id,
+            dispatch_attempt: claim.dispatch_attempt,
+            state: claim.state.as_str(),
+            key_id: &claim.key_id,
+            issued_at: rfc3339(claim.issued_at),
+            expires_at: rfc3339(claim.expires_at),
+            lease_expires_at: rfc3339(claim.lease_expires_at),
+            started_at: claim.started_at.and_then(rfc3339),
+            ended_at: claim.ended_at.and_then(rfc3339),
+            end_reason: claim.end_reason.as_deref(),
+        }
+    }
+}
+
+/// `JobEvent` / `RunnerEvent`: one audit event, in a job's timeline or a runner's.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct EventView<'a> {
+    id: i64,
+    job_id: Option<&'a str>,
+    runner_id: Option<&'a str>,
+    claim_id: Option<&'a str>,
+    actor: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    attempt: Option<i64>,
+    reason: Option<&'a str>,
+    detail: Option<Value>,
+    at: Option<String>,
+}
+
+impl<'a> From<&'a EventRow> for EventView<'a> {
+    fn from(event: &'a EventRow) -> Self {
+        EventView {
+            id: event.id,
+            job_id: event.job_id.as_deref(),
+            runner_id: event.runner_id.as_deref(),
+            claim_id: event.claim_id.as_deref(),
+            actor: &event.actor,
+            kind: event.kind.as_str(),
+            attempt: event.attempt,
+            reason: event.reason.as_deref(),
+            detail: event
+                .detail
+                .as_deref()
+                .and_then(|d| serde_json::from_str(d).ok()),
+            at: rfc3339(event.at),
+        }
+    }
+}
+
+/// `JobDetail`: the job with its whole timeline, bounded whatever the job holds.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JobDetailView<'a> {
+    #[serde(flatten)]
+    pub(crate) job: JobView<'a>,
+    pub(crate) claims: Vec<ClaimView<'a>>,
+    pub(crate) events: Vec<EventView<'a>>,
+    pub(crate) stream: Vec<ChunkHeadView<'a>>,
+    pub(crate) stream_more: bool,
+    pub(crate) stream_cursor: String,
+    pub(crate) stream_totals: Vec<StreamTotalView<'a>>,
+    pub(crate) completions: Vec<CompletionView<'a>>,
+    pub(crate) unstored_decisions: UnstoredView<'a>,
+    pub(crate) evidence: Vec<EvidenceLinkView<'a>>,
+}
+
+/// `JobStreamChunkHead`: a chunk in the detail, without its payload.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ChunkHeadView<'a> {
+    claim_id: &'a str,
+    dispatch_attempt: i64,
+    sequence: i64,
+    kind: &'a str,
+    previous_checksum: Option<&'a str>,
+    payload_hash: &'a str,
+    checksum: &'a str,
+    emitted_at: &'a str,
+    received_at: Option<String>,
+}
+
+impl<'a> From<&'a ChunkRow> for ChunkHeadView<'a> {
+    fn from(chunk: &'a ChunkRow) -> Self {
+        ChunkHeadView {
+            claim_id: &chunk.claim_id,
+            dispatch_attempt: chunk.dispatch_attempt,
+            sequence: chunk.sequence,
+            kind: &chunk.kind,
+            previous_checksum: chunk.previous_checksum.as_deref(),
+            payload_hash: &chunk.payload_hash,
+            checksum: &chunk.checksum,
+            emitted_at: &chunk.emitted_at,
+            received_at: rfc3339(chunk.received_at),
+        }
+    }
+}
+
+/// `JobStreamTotal`: one attempt's whole stream.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StreamTotalView<'a> {
+    dispatch_attempt: i64,
+    chunks: i64,
+    payload_bytes: Option<i64>,
+    last_checksum: &'a str,
+}
+
+impl<'a> From<&'a StreamTotal> for StreamTotalView<'a> {
+    fn from(total: &'a StreamTotal) -> Self {
+        StreamTotalView {
+            dispatch_attempt: total.dispatch_attempt,
+            chunks: total.chunks,
+            payload_bytes: total.stream_bytes,
+            last_checksum: &total.last_checksum,
+        }
+    }
+}
+
+/// `JobCompletion`: one stored completion decision.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CompletionView<'a> {
+    id: &'a str,
+    decision: &'a str,
+    rationale: &'a str,
+    dispatch_attempt: i64,
+    runner_id: &'a str,
+    claim_id: &'a str,
+    status: &'a str,
+    completion_checksum: &'a str,
+    input_hash: &'a str,
+    result_hash: Option<&'a str>,
+    final_stream_checksum: Option<&'a str>,
+    evidence: Value,
+    reported_costs: Option<Value>,
+    completed_at: &'a str,
+    received_at: Option<String>,
+}
+
+impl<'a> From<&'a CompletionRow> for CompletionView<'a> {
+    fn from(c: &'a CompletionRow) -> Self {
+        CompletionView {
+            id: &c.id,
+            decision: &c.decision,
+            rationale: &c.rationale,
+            dispatch_attempt: c.dispatch_attempt,
+            runner_id: &c.runner_id,
+            claim_id: &c.claim_id,
+            status: &c.status,
+            completion_checksum: &c.completion_checksum,
+            input_hash: &c.input_hash,
+            result_hash: c.result_hash.as_deref(),
+            final_stream_checksum: c.final_stream_checksum.as_deref(),
+            evidence: stored_json(&c.evidence),
+            reported_costs: c.reported_costs.as_deref().map(stored_json),
+            completed_at: &c.completed_at,
+            received_at: rfc3339(c.received_at),
+        }
+    }
+}
+
+/// `JobEvidenceLink`: an evidence row attached to one of the job's completions.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct EvidenceLinkView<'a> {
+    kind: &'a str,
+    id: &'a str,
+    completion_id: &'a str,
+}
+
+impl<'a> From<&'a EvidenceRow> for EvidenceLinkView<'a> {
+    fn from(e: &'a EvidenceRow) -> Self {
+        EvidenceLinkView {
+            kind: &e.evidence_kind,
+            id: &e.evidence_id,
+            completion_id: &e.completion_id,
+        }
+    }
+}
+
+/// `JobStreamChunk`: a chunk exactly as its runner sent it (the fields its checksum covers,
+/// and the payload), as the custody bundle holds it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SentChunkView<'a> {
+    job_id: &'a str,
+    claim_id: &'a str,
+    dispatch_attempt: i64,
+    sequence: i64,
+    kind: &'a str,
+    previous_checksum: Option<&'a str>,
+    payload: Value,
+    payload_hash: &'a str,
+    checksum: &'a str,
+    emitted_at: &'a str,
+}
+
+impl<'a> SentChunkView<'a> {
+    /// A payload that is not JSON is an internal error: the chunk's hashes cover its lexemes,
+    /// and no stand-in keeps them.
+    pub(crate) fn new(chunk: &'a ChunkWithPayload, job: &'a str) -> ApiResult<Self> {
+        Ok(SentChunkView {
+            job_id: job,
+            claim_id: &chunk.claim_id,
+            dispatch_attempt: chunk.dispatch_attempt,
+            sequence: chunk.sequence,
+            kind: &chunk.kind,
+            previous_checksum: chunk.previous_checksum.as_deref(),
+            payload: serde_json::from_str(&chunk.payload).map_err(ApiError::internal)?,
+            payload_hash: &chunk.payload_hash,
+            checksum: &chunk.checksum,
+            emitted_at: &chunk.emitted_at,
+        })
+    }
+}
+
+/// `JobStreamChunkReceived`: a chunk of a stream page, as sent and when it was received.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReceivedChunkView<'a> {
+    #[serde(flatten)]
+    sent: SentChunkView<'a>,
+    received_at: Option<String>,
+}
+
+impl<'a> ReceivedChunkView<'a> {
+    pub(crate) fn new(chunk: &'a ChunkWithPayload, job: &'a str) -> ApiResult<Self> {
+        Ok(ReceivedChunkView {
+            sent: SentChunkView::new(chunk, job)?,
+            received_at: rfc3339(chunk.received_at),
+        })
+    }
+}
+
+/// `JobBundleClaim`: a claim with the signed job its runner was handed.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BundleClaimView<'a> {
+    id: &'a str,
+    runner_id: &'a str,
+    dispatch_attempt: i64,
+    state: &'a str,
+    signed_job: Option<Value>,
+}
+
+impl<'a> BundleClaimView<'a> {
+    /// A stored signed job that is not JSON is an internal error: `verify` re-checks its hash.
+    pub(crate) fn new(claim: &'a BundleClaim) -> ApiResult<Self> {
+        Ok(BundleClaimView {
+            id: &claim.id,
+            runner_id: &claim.runner_id,
+            dispatch_attempt: claim.dispatch_attempt,
+            state: claim.state.as_str(),
+            signed_job: claim
+                .signed_job
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(ApiError::internal)?,
+        })
+    }
+}
+
+/// `JobBundleCompletion`: a completion as received, with its decision.
+#[derive(Serialize)]
+pub(crate) struct BundleCompletionView<'a> {
+    id: &'a str,
+    decision: &'a str,
+    rationale: &'a str,
+    completion: Option<Value>,
+}
+
+impl<'a> BundleCompletionView<'a> {
+    /// A stored completion that is not JSON is an internal error: `verify` re-checks its hash.
+    pub(crate) fn new(c: &'a BundleCompletion) -> ApiResult<Self> {
+        Ok(BundleCompletionView {
+            id: &c.id,
+            decision: &c.decision,
+            rationale: &c.rationale,
+            completion: c
+                .received
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(ApiError::internal)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
+
+    use super::*;
+    use crate::routes::views::to_value;
+
+    /// 2026-01-01T00:00:00Z.
+    const NOW: i64 = 1_767_225_600_000;
+
+    /// Stored JSON with a lexeme a re-rendered number would lose.
+    const REQUIREMENTS: &str = r#"{"limits":{"cpuSeconds":60},"ratio":1.50}"#;
+
+    /// A row as D1 answers it: its columns by name.
+    fn row<T: DeserializeOwned>(columns: Value) -> T {
+        serde_json::from_value(columns).unwrap()
+    }
+
+    fn job(state: &str) -> JobRow {
+        row(json!({
+            "id": "job_1", "organization_id": "org_1", "idempotency_key": "idem_1",
+            "intent_hash": "cd".repeat(32), "subject_kind": "prompt", "subject_artifact_id": "art_1",
+            "subject_version_id": 3, "subject_content_hash": "ef".repeat(32),
+            "subject_environment": "prod", "input_hash": "ab".repeat(32),
+            "requirements": REQUIREMENTS, "state": state,
+            "dispatch_attempt": 1, "released_attempts": 0, "active_claim_id": "job_1-a1",
+            "lease_expires_at": NOW + 30_000, "cancel_reason": null, "created_at": NOW - 60_000,
+            "updated_at": NOW, "finished_at": null, "unstored_decisions": 2,
+            "last_unstored_checksum": "aa".repeat(32), "last_unstored_decision": "duplicate",
+            "last_unstored_at": NOW,
+        }))
+    }
+
+    #[test]
+    fn a_job_reads_as_it_always_has_with_its_terminal_flag_and_actions() {
+        let job = job("running");
+        assert_eq!(
+            to_value(&JobView::from(&job)).unwrap().to_string(),
+            json!({
+                "id": "job_1", "organizationId": "org_1", "idempotencyKey": "idem_1",
+                "state": "running", "terminal": false, "actions": ["cancel"],
+                "dispatchAttempt": 1, "releasedAttempts": 0,
+                "subject": {
+                    "kind": "prompt", "artifactId": "art_1", "versionId": 3,
+                    "contentHash": "ef".repeat(32), "environment": "prod",
+                },
+                "inputHash": "ab".repeat(32),
+                "requirements": stored_json(REQUIREMENTS),
+                "activeClaimId": "job_1-a1", "leaseExpiresAt": "2026-01-01T00:00:30.000Z",
+                "cancelReason": null, "createdAt": "2025-12-31T23:59:00.000Z",
+                "updatedAt": "2026-01-01T00:00:00.000Z", "finishedAt": null,
+            })
+            .to_string()
+        );
+        // The stored lexeme, not a re-rendered number.
+        assert!(to_value(&JobView::from(&job))
+            .unwrap()
+            .to_string()
+            .contains(r#""ratio":1.50"#));
+    }
+
+    #[test]
+    fn a_job_offers_cancel_while_a_cancel_would_move_it_and_is_terminal_as_the_protocol_says() {
+        for state in JobState::ALL {
+            let view = to_value(&JobView::from(&job(state.as_str()))).unwrap();
+            assert_eq!(view["terminal"], state.is_terminal(), "{state}");
+            let offered = matches!(
+                state,
+                JobState::Queued | JobState::Claimed | JobState::Running | JobState::Lost
+            );
+            let expected = if offered {
+                json!(["cancel"])
+            } else {
+                json!([])
+            };
+            assert_eq!(view["actions"], expected, "{state}");
+        }
+        // A lost job is not terminal: recovery requeues it, or an operator cancels it.
+        assert!(!JobState::Lost.is_terminal());
+    }
+
+    #[test]
+    fn the_unstored_decisions_read_as_counted() {
+        assert_eq!(
+            to_value(&UnstoredView::from(&job("succeeded"))).unwrap(),
+            json!({
+                "count": 2, "lastChecksum": "aa".repeat(32), "lastDecision": "duplicate",
+                "lastAt": "2026-01-01T00:00:00.000Z",
+            })
+        );
+    }
+
+    #[test]
+    fn a_claim_and_an_event_read_with_their_times() {
+        let claim: ClaimRow = row(json!({
+            "id": "job_1-a1", "runner_id": "run_1", "dispatch_attempt": 1, "state": "active",
+            "key_id": "rk_1", "issued_at": NOW, "expires_at": NOW + 300_000,
+            "lease_expires_at": NOW + 30_000, "started_at": null, "ended_at": null,
+            "end_reason": null,
+        }));
+        assert_eq!(
+            to_value(&ClaimView::from(&claim)).unwrap(),
+            json!({
+                "id": "job_1-a1", "runnerId": "run_1", "dispatchAttempt": 1, "state": "active",
+                "keyId": "rk_1", "issuedAt": "2026-01-01T00:00:00.000Z",
+                "expiresAt": "2026-01-01T00:05:00.000Z",
+                "leaseExpiresAt": "2026-01-01T00:00:30.000Z", "startedAt": null,
+                "endedAt": null, "endReason": null,
+            })
+        );
+        let event: EventRow = row(json!({
+            "id": 7, "job_id": "job_1", "runner_id": null, "claim_id": null, "actor": "key:k1",
+            "type": "job.enqueued", "attempt": 0, "reason": null, "detail": r#"{"n":1}"#,
+            "at": NOW,
+        }));
+        assert_eq!(
+            to_value(&EventView::from(&event)).unwrap(),
+            json!({
+                "id": 7, "jobId": "job_1", "runnerId": null, "claimId": null, "actor": "key:k1",
+                "type": "job.enqueued", "attempt": 0, "reason": null, "detail": {"n": 1},
+                "at": "2026-01-01T00:00:00.000Z",
+            })
+        );
+    }
+
+    #[test]
+    fn the_detail_is_the_job_with_its_timeline_beside_it() {
+        let job = job("succeeded");
+        let chunk: ChunkRow = row(json!({
+            "dispatch_attempt": 1, "sequence": 0, "kind": "log", "previous_checksum": null,
+            "payload_hash": "11".repeat(32), "checksum": "22".repeat(32),
+            "emitted_at": "2026-01-01T00:00:00.123456Z", "received_at": NOW, "claim_id": "job_1-a1",
+        }));
+        let total: StreamTotal = row(json!({
+            "dispatch_attempt": 1, "chunks": 1, "stream_bytes": null, "last_checksum": "22".repeat(32),
+        }));
+        let completion: CompletionRow = row(json!({
+            "id": "cmp_1", "claim_id": "job_1-a1", "runner_id": "run_1", "dispatch_attempt": 1,
+            "decision": "accepted", "rationale": "first", "completion_checksum": "33".repeat(32),
+            "status": "succeeded", "input_hash": "ab".repeat(32), "result_hash": null,
+            "final_stream_checksum": "22".repeat(32), "evidence": r#"{"evaluationRunId":"er_1"}"#,
+            "reported_costs": null, "completed_at": "2026-01-01T00:00:01Z", "received_at": NOW,
+        }));
+        let link: EvidenceRow = row(json!({
+            "evidence_kind": "evaluation_run", "evidence_id": "er_1", "completion_id": "cmp_1",
+        }));
+        let detail = JobDetailView {
+            job: JobView::from(&job),
+            claims: Vec::new(),
+            events: Vec::new(),
+            stream: vec![ChunkHeadView::from(&chunk)],
+            stream_more: false,
+            stream_cursor: "1.0".to_owned(),
+            stream_totals: vec![StreamTotalView::from(&total)],
+            completions: vec![CompletionView::from(&completion)],
+            unstored_decisions: UnstoredView::from(&job),
+            evidence: vec![EvidenceLinkView::from(&link)],
+        };
+        let mut expected = to_value(&JobView::from(&job)).unwrap();
+        let extra = json!({
+            "claims": [], "events": [],
+            "stream": [{
+                "claimId": "job_1-a1", "dispatchAttempt": 1, "sequence": 0, "kind": "log",
+                "previousChecksum": null, "payloadHash": "11".repeat(32),
+                "checksum": "22".repeat(32), "emittedAt": "2026-01-01T00:00:00.123456Z",
+                "receivedAt": "2026-01-01T00:00:00.000Z",
+            }],
+            "streamMore": false, "streamCursor": "1.0",
+            "streamTotals": [{
+                "dispatchAttempt": 1, "chunks": 1, "payloadBytes": null,
+                "lastChecksum": "22".repeat(32),
+            }],
+            "completions": [{
+                "id": "cmp_1", "decision": "accepted", "rationale": "first", "dispatchAttempt": 1,
+                "runnerId": "run_1", "claimId": "job_1-a1", "status": "succeeded",
+                "completionChecksum": "33".repeat(32), "inputHash": "ab".repeat(32),
+                "resultHash": null, "finalStreamChecksum": "22".repeat(32),
+                "evidence": {"evaluationRunId": "er_1"}, "reportedCosts": null,
+                "completedAt": "2026-01-01T00:00:01Z", "receivedAt": "2026-01-01T00:00:00.000Z",
+            }],
+            "unstoredDecisions": to_value(&UnstoredView::from(&job)).unwrap(),
+            "evidence": [{"kind": "evaluation_run", "id": "er_1", "completionId": "cmp_1"}],
+        });
+        for (key, value) in extra.as_object().unwrap() {
+            expected[key] = value.clone();
+        }
+        assert_eq!(to_value(&detail).unwrap(), expected);
+    }
+
+    fn chunk_with_payload(payload: &str) -> ChunkWithPayload {
+        row(json!({
+            "dispatch_attempt": 1, "sequence": 2, "kind": "log", "claim_id": "job_1-a1",
+            "previous_checksum": "11".repeat(32), "payload": payload,
+            "payload_hash": "44".repeat(32), "checksum": "55".repeat(32),
+            "emitted_at": "2026-01-01T00:00:00.1Z", "received_at": NOW,
+        }))
+    }
+
+    #[test]
+    fn a_chunk_reads_as_sent_and_a_page_adds_when_it_was_received() {
+        const PAYLOAD: &str = r#"{"line":"x","score":1e-07}"#;
+        let chunk = chunk_with_payload(PAYLOAD);
+        let sent = json!({
+            "jobId": "job_1", "claimId": "job_1-a1", "dispatchAttempt": 1, "sequence": 2,
+            "kind": "log", "previousChecksum": "11".repeat(32),
+            "payload": stored_json(PAYLOAD), "payloadHash": "44".repeat(32),
+            "checksum": "55".repeat(32), "emittedAt": "2026-01-01T00:00:00.1Z",
+        });
+        let view = to_value(&SentChunkView::new(&chunk, "job_1").unwrap()).unwrap();
+        assert_eq!(view, sent);
+        assert!(view.to_string().contains(r#""score":1e-07"#), "{view}");
+        let mut received = sent;
+        received["receivedAt"] = "2026-01-01T00:00:00.000Z".into();
+        assert_eq!(
+            to_value(&ReceivedChunkView::new(&chunk, "job_1").unwrap()).unwrap(),
+            received
+        );
+    }
+
+    #[test]
+    fn the_bundle_parts_carry_what_was_signed_and_received() {
+        let claim: BundleClaim = row(json!({
+            "id": "job_1-a1", "runner_id": "run_1", "dispatch_attempt": 1, "state": "released",
+            "signed_job": r#"{"payload":{"n":1.0}}"#,
+        }));
+        assert_eq!(
+            to_value(&BundleClaimView::new(&claim).unwrap())
+                .unwrap()
+                .to_string(),
+            r#"{"dispatchAttempt":1,"id":"job_1-a1","runnerId":"run_1","signedJob":{"payload":{"n":1.0}},"state":"released"}"#
+        );
+        let completion: BundleCompletion = row(json!({
+            "id": "cmp_1", "decision": "accepted", "rationale": "first", "received": null,
+        }));
+        assert_eq!(
+            to_value(&BundleCompletionView::new(&completion).unwrap()).unwrap(),
+            json!({"id": "cmp_1", "decision": "accepted", "rationale": "first", "completion": null})
+        );
+    }
+}

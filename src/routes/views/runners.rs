@@ -1,0 +1,309 @@
+//! The runner views: a runner record (with the admin actions its state allows), its files,
+//! and its claims.
+
+use edgerunner_protocol::state::{RunnerInput, RunnerState};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::stored_json;
+use crate::platform::rfc3339;
+use crate::routes::runners::rotation_refusal;
+use crate::store::runners::{FileMeta, RunnerClaimRow, RunnerRow};
+
+/// `RunnerRecord`: a runner as admins (and the runner itself) see it. Never a secret or a
+/// secret's hash.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunnerView<'a> {
+    id: &'a str,
+    organization_id: &'a str,
+    identity_model: &'a str,
+    name: &'a str,
+    runner_key: Option<&'a str>,
+    state: &'a str,
+    /// What an administrator may do to the runner now ([`runner_actions`]).
+    actions: Vec<&'static str>,
+    state_reason: Option<&'a str>,
+    product: Option<&'a str>,
+    version: Option<&'a str>,
+    fingerprint: Option<&'a str>,
+    public_key: Option<&'a str>,
+    key_id: Option<&'a str>,
+    address: Option<&'a str>,
+    machine: Option<Value>,
+    capabilities: Value,
+    #[serde(rename = "capabilityHash")]
+    capabilities_hash: &'a str,
+    protocol_version: &'a str,
+    problem_types: Value,
+    external: bool,
+    tags: Value,
+    max_concurrent_jobs: i64,
+    active_claims: i64,
+    completed_jobs: i64,
+    registered_at: Option<String>,
+    approved_at: Option<String>,
+    revoked_at: Option<String>,
+    last_seen_at: Option<String>,
+    last_heartbeat_at: Option<String>,
+    files: Vec<FileView<'a>>,
+}
+
+/// The administrator's actions, in the order the panel offers them (the permanent one last):
+/// each a command of the runner machine (`PATCH …/{id}` `status`), or the bootstrap token's
+/// rotation (`POST …/{id}/rotate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunnerAction {
+    Command(RunnerInput),
+    Rotate,
+}
+
+const RUNNER_ACTIONS: [RunnerAction; 5] = [
+    RunnerAction::Command(RunnerInput::Approve),
+    RunnerAction::Command(RunnerInput::Activate),
+    RunnerAction::Command(RunnerInput::Drain),
+    RunnerAction::Rotate,
+    RunnerAction::Command(RunnerInput::Revoke),
+];
+
+impl RunnerAction {
+    fn name(self) -> &'static str {
+        match self {
+            RunnerAction::Command(input) => input.as_str(),
+            RunnerAction::Rotate => "rotate",
+        }
+    }
+
+    /// A command applies when the runner machine takes it and it moves the runner (a legal
+    /// no-op, like draining a draining runner, is not offered); rotation by the rotate route's
+    /// own rule.
+    fn applies(self, state: RunnerState, identity_model: &str) -> bool {
+        match self {
+            RunnerAction::Command(input) => state.transition(input).is_ok_and(|next| next != state),
+            RunnerAction::Rotate => rotation_refusal(identity_model, state).is_none(),
+        }
+    }
+}
+
+/// The administrator's actions that apply to a runner in `state`, by name.
+pub(crate) fn runner_actions(state: RunnerState, identity_model: &str) -> Vec<&'static str> {
+    RUNNER_ACTIONS
+        .into_iter()
+        .filter(|action| action.applies(state, identity_model))
+        .map(RunnerAction::name)
+        .collect()
+}
+
+impl<'a> RunnerView<'a> {
+    /// The record with `files` (lists show none).
+    pub(crate) fn new(runner: &'a RunnerRow, files: &'a [FileMeta]) -> Self {
+        let actions = runner_actions(runner.state, &runner.identity_model);
+        RunnerView {
+            id: &runner.id,
+            organization_id: &runner.organization_id,
+            identity_model: &runner.identity_model,
+            name: &runner.name,
+            runner_key: runner.runner_key.as_deref(),
+            state: runner.state.as_str(),
+            actions,
+            state_reason: runner.state_reason.as_deref(),
+            product: runner.product.as_deref(),
+            version: runner.version.as_deref(),
+            fingerprint: runner.fingerprint.as_deref(),
+            public_key: runner.public_key.as_deref(),
+            key_id: runner.key_id.as_deref(),
+            address: runner.address.as_deref(),
+            machine: runner.machine.as_deref().map(stored_json),
+            capabilities: stored_json(&runner.capabilities),
+            capabilities_hash: &runner.capabilities_hash,
+            protocol_version: &runner.protocol_version,
+            problem_types: stored_json(&runner.problem_types),
+            external: runner.external != 0,
+            tags: stored_json(&runner.tags),
+            max_concurrent_jobs: runner.max_concurrent_jobs,
+            active_claims: runner.active_claims,
+            completed_jobs: runner.completed_jobs,
+            registered_at: rfc3339(runner.registered_at),
+            approved_at: runner.approved_at.and_then(rfc3339),
+            revoked_at: runner.revoked_at.and_then(rfc3339),
+            last_seen_at: runner.last_seen_at.and_then(rfc3339),
+            last_heartbeat_at: runner.last_heartbeat_at.and_then(rfc3339),
+            files: files.iter().map(FileView::from).collect(),
+        }
+    }
+}
+
+/// `RunnerFile`: one of the files a runner uploaded about itself, without its content.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FileView<'a> {
+    name: &'a str,
+    size: i64,
+    content_hash: &'a str,
+    uploaded_at: Option<String>,
+}
+
+impl<'a> From<&'a FileMeta> for FileView<'a> {
+    fn from(file: &'a FileMeta) -> Self {
+        FileView {
+            name: &file.name,
+            size: file.size,
+            content_hash: &file.content_hash,
+            uploaded_at: rfc3339(file.uploaded_at),
+        }
+    }
+}
+
+/// `RunnerClaim`: one of a runner's claims, in its history or among the ones it holds.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunnerClaimView<'a> {
+    id: &'a str,
+    job_id: &'a str,
+    dispatch_attempt: i64,
+    state: &'a str,
+    issued_at: Option<String>,
+    lease_expires_at: Option<String>,
+    started_at: Option<String>,
+    ended_at: Option<String>,
+    end_reason: Option<&'a str>,
+}
+
+impl<'a> From<&'a RunnerClaimRow> for RunnerClaimView<'a> {
+    fn from(claim: &'a RunnerClaimRow) -> Self {
+        RunnerClaimView {
+            id: &claim.id,
+            job_id: &claim.job_id,
+            dispatch_attempt: claim.dispatch_attempt,
+            state: claim.state.as_str(),
+            issued_at: rfc3339(claim.issued_at),
+            lease_expires_at: rfc3339(claim.lease_expires_at),
+            started_at: claim.started_at.and_then(rfc3339),
+            ended_at: claim.ended_at.and_then(rfc3339),
+            end_reason: claim.end_reason.as_deref(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
+
+    use super::*;
+    use crate::routes::views::to_value;
+
+    /// 2026-01-01T00:00:00Z.
+    const NOW: i64 = 1_767_225_600_000;
+
+    /// A row as D1 answers it: its columns by name.
+    fn row<T: DeserializeOwned>(columns: Value) -> T {
+        serde_json::from_value(columns).unwrap()
+    }
+
+    fn runner(identity_model: &str, state: &str) -> RunnerRow {
+        row(json!({
+            "id": "run_1", "organization_id": "org_1", "identity_model": identity_model,
+            "name": "gpu-01", "runner_key": "gpu-01", "bootstrap_token_hash": "secret-hash",
+            "bootstrap_token_expires_at": null, "public_key": null, "fingerprint": null,
+            "product": null, "version": null, "machine": r#"{"cpus":8}"#, "address": null,
+            "state": state, "state_reason": "approved by ops", "capabilities": r#"{"runtimes":["python3.12"]}"#,
+            "capabilities_hash": "ab".repeat(32), "protocol_version": "1",
+            "problem_types": "[]", "external": 1, "tags": r#"["eu"]"#, "max_concurrent_jobs": 2,
+            "active_claims": 1, "credential_generation": 3, "key_id": "rk_0123456789abcdef",
+            "registered_at": NOW - 60_000, "approved_at": NOW, "revoked_at": null,
+            "last_seen_at": NOW, "last_heartbeat_at": null, "completed_jobs": 4,
+        }))
+    }
+
+    #[test]
+    fn a_runner_reads_as_it_always_has_with_its_actions_and_no_secret() {
+        let runner = runner("bootstrap", "active");
+        let file: FileMeta = row(json!({
+            "name": "lscpu.txt", "size": 12, "content_hash": "cd".repeat(32), "uploaded_at": NOW,
+        }));
+        let files = [file];
+        let view = to_value(&RunnerView::new(&runner, &files)).unwrap();
+        assert_eq!(
+            view,
+            json!({
+                "id": "run_1", "organizationId": "org_1", "identityModel": "bootstrap",
+                "name": "gpu-01", "runnerKey": "gpu-01", "state": "active",
+                "actions": ["drain", "rotate", "revoke"], "stateReason": "approved by ops",
+                "product": null, "version": null, "fingerprint": null, "publicKey": null,
+                "keyId": "rk_0123456789abcdef", "address": null, "machine": {"cpus": 8},
+                "capabilities": {"runtimes": ["python3.12"]}, "capabilityHash": "ab".repeat(32),
+                "protocolVersion": "1", "problemTypes": [], "external": true, "tags": ["eu"],
+                "maxConcurrentJobs": 2, "activeClaims": 1, "completedJobs": 4,
+                "registeredAt": "2025-12-31T23:59:00.000Z",
+                "approvedAt": "2026-01-01T00:00:00.000Z", "revokedAt": null,
+                "lastSeenAt": "2026-01-01T00:00:00.000Z", "lastHeartbeatAt": null,
+                "files": [{
+                    "name": "lscpu.txt", "size": 12, "contentHash": "cd".repeat(32),
+                    "uploadedAt": "2026-01-01T00:00:00.000Z",
+                }],
+            })
+        );
+        assert!(!view.to_string().contains("secret-hash"));
+    }
+
+    #[test]
+    fn each_state_offers_the_actions_that_move_it() {
+        let offered = |model: &str, state: RunnerState| runner_actions(state, model);
+        use RunnerState as S;
+        assert_eq!(
+            offered("bootstrap", S::PendingApproval),
+            ["approve", "rotate", "revoke"]
+        );
+        assert_eq!(
+            offered("bootstrap", S::Active),
+            ["drain", "rotate", "revoke"]
+        );
+        assert_eq!(
+            offered("bootstrap", S::Draining),
+            ["activate", "rotate", "revoke"]
+        );
+        assert_eq!(
+            offered("bootstrap", S::Lost),
+            ["activate", "drain", "rotate", "revoke"]
+        );
+        assert!(offered("bootstrap", S::Revoked).is_empty());
+        // A key-pair runner has no bootstrap token to rotate.
+        assert_eq!(
+            offered("keypair", S::PendingApproval),
+            ["approve", "revoke"]
+        );
+        assert!(offered("keypair", S::Revoked).is_empty());
+    }
+
+    #[test]
+    fn every_admin_command_is_an_action() {
+        for input in RunnerInput::ALL {
+            let is_command = RunnerInput::from_admin_status(input.as_str()) == Ok(input);
+            assert_eq!(
+                RUNNER_ACTIONS.contains(&RunnerAction::Command(input)),
+                is_command,
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_runner_claim_reads_with_its_job() {
+        let claim: RunnerClaimRow = row(json!({
+            "id": "job_1-a1", "job_id": "job_1", "dispatch_attempt": 1, "state": "lost",
+            "issued_at": NOW, "lease_expires_at": NOW + 30_000, "started_at": NOW,
+            "ended_at": NOW + 60_000, "end_reason": "lease_expired",
+        }));
+        assert_eq!(
+            to_value(&RunnerClaimView::from(&claim)).unwrap(),
+            json!({
+                "id": "job_1-a1", "jobId": "job_1", "dispatchAttempt": 1, "state": "lost",
+                "issuedAt": "2026-01-01T00:00:00.000Z",
+                "leaseExpiresAt": "2026-01-01T00:00:30.000Z",
+                "startedAt": "2026-01-01T00:00:00.000Z", "endedAt": "2026-01-01T00:01:00.000Z",
+                "endReason": "lease_expired",
+            })
+        );
+    }
+}
