@@ -129,44 +129,19 @@ fn pending_max_age_millis(env: &Env) -> i64 {
 pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     let cutoff = now - pending_max_age_millis(env);
-    let stale = "SELECT id FROM runners WHERE state = 'pending_approval' AND registered_at < ?1 \
-                 ORDER BY registered_at, id LIMIT ?2";
-    let changed = store::batch(
+    let mut statements = Vec::from(store::runners::expire_enrollments(
         &db,
-        vec![
-            store::stmt(
-                &db,
-                &format!(
-                    "INSERT INTO job_events (organization_id, runner_id, actor, type, reason, at) \
-                     SELECT organization_id, id, 'system:cron', 'runner.enrollment_expired', \
-                       'not approved in time', ?3 FROM runners WHERE id IN ({stale})"
-                ),
-                &[cutoff.into(), PURGE_LIMIT.into(), now.into()],
-            )?,
-            store::stmt(
-                &db,
-                &format!("DELETE FROM runner_files WHERE runner_id IN ({stale})"),
-                &[cutoff.into(), PURGE_LIMIT.into()],
-            )?,
-            store::stmt(
-                &db,
-                &format!(
-                    "UPDATE runners SET state = 'revoked', revoked_at = ?3, updated_at = ?3, \
-                       state_reason = 'enrollment expired before approval', machine = NULL \
-                     WHERE id IN ({stale})"
-                ),
-                &[cutoff.into(), PURGE_LIMIT.into(), now.into()],
-            )?,
-            store::stmt(
-                &db,
-                "DELETE FROM runner_challenges WHERE rowid IN (SELECT rowid FROM runner_challenges \
-                   WHERE expires_at <= ?1 OR consumed_at IS NOT NULL LIMIT ?2)",
-                &[now.into(), PURGE_LIMIT.into()],
-            )?,
-            store::enrollment::purge(&db, now - UNUSED_TOKEN_KEPT_MILLIS, PURGE_LIMIT)?,
-        ],
-    )
-    .await?;
+        cutoff,
+        PURGE_LIMIT,
+        now,
+    )?);
+    statements.push(store::runners::purge_challenges(&db, now, PURGE_LIMIT)?);
+    statements.push(store::enrollment::purge(
+        &db,
+        now - UNUSED_TOKEN_KEPT_MILLIS,
+        PURGE_LIMIT,
+    )?);
+    let changed = store::batch(&db, statements).await?;
     Ok(json!({
         "expiredEnrollments": changed.get(2).copied().unwrap_or(0),
         "deletedChallenges": changed.get(3).copied().unwrap_or(0),

@@ -482,6 +482,60 @@ pub(crate) fn claiming_states() -> String {
     states_where(RunnerState::can_claim)
 }
 
+/// What an enrollment that waited too long for approval does to its runner, by state
+/// (`runners/expire_enrollments.sql`): the protocol's `enrollment_expired` move.
+pub(crate) fn enrollment_expired_moves() -> String {
+    moves(RunnerInput::EnrollmentExpired)
+}
+
+/// The cron pass's expiry of at most `limit` enrollments registered before `cutoff` and never
+/// approved, at `now`: their audit events, their files deleted, and the protocol's
+/// `enrollment_expired` move (three statements, in that order, for one batch).
+pub(crate) fn expire_enrollments(
+    db: &Db,
+    cutoff: i64,
+    limit: i64,
+    now: i64,
+) -> ApiResult<[D1PreparedStatement; 3]> {
+    let moves = enrollment_expired_moves();
+    Ok([
+        stmt(
+            db,
+            include_str!("queries/runners/expired_enrollment_events.sql"),
+            &[
+                cutoff.into(),
+                limit.into(),
+                now.into(),
+                moves.as_str().into(),
+            ],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/runners/expired_enrollment_files.sql"),
+            &[cutoff.into(), limit.into(), moves.as_str().into()],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/runners/expire_enrollments.sql"),
+            &[
+                cutoff.into(),
+                limit.into(),
+                now.into(),
+                moves.as_str().into(),
+            ],
+        )?,
+    ])
+}
+
+/// Deletes at most `limit` challenges that were used or expired by `now`.
+pub(crate) fn purge_challenges(db: &Db, now: i64, limit: i64) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/runners/purge_challenges.sql"),
+        &[now.into(), limit.into()],
+    )
+}
+
 /// What a fresh session does to its runner, by the runner's state (`record_session.sql`).
 pub(crate) fn session_proven_moves() -> String {
     moves(RunnerInput::SessionProven)
@@ -656,8 +710,8 @@ mod tests {
     use edgerunner_protocol::state::{RunnerInput, RunnerState};
 
     use super::{
-        authenticating_states, claiming_states, lease_lost_moves, lease_lost_retiring,
-        session_proven_moves, MoveEffects, StateChange,
+        authenticating_states, claiming_states, enrollment_expired_moves, lease_lost_moves,
+        lease_lost_retiring, session_proven_moves, MoveEffects, StateChange,
     };
 
     /// Every admin move that changes the state, with what it stamps: (from, input, to,
@@ -776,6 +830,10 @@ mod tests {
     #[test]
     fn a_fresh_session_moves_only_a_lost_runner_back_to_active() {
         assert_eq!(session_proven_moves(), r#"{"lost":"active"}"#);
+        assert_eq!(
+            enrollment_expired_moves(),
+            r#"{"pending_approval":"revoked"}"#
+        );
         assert_schema_tests_bind("SESSION_PROVEN_MOVES", &session_proven_moves());
     }
 

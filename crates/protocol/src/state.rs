@@ -118,6 +118,9 @@ pub enum RunnerInput {
     LeaseLost,
     /// The runner completed a fresh session exchange (bootstrap token or key-pair challenge).
     SessionProven,
+    /// A key-pair enrollment waited for approval longer than its organization allows: the
+    /// cron pass retires it, as a revocation nobody asked for.
+    EnrollmentExpired,
 }
 
 wire_names! {
@@ -377,6 +380,7 @@ impl RunnerState {
             (S::Draining, I::LeaseLost) => S::Draining,
             (S::Active | S::Lost, I::SessionProven) => S::Active,
             (S::Draining, I::SessionProven) => S::Draining,
+            (S::PendingApproval, I::EnrollmentExpired) => S::Revoked,
             _ => return Err(StateError::IllegalRunnerTransition { from: self, input }),
         };
         Ok(next)
@@ -390,13 +394,14 @@ impl fmt::Display for RunnerState {
 }
 
 impl RunnerInput {
-    pub const ALL: [RunnerInput; 6] = [
+    pub const ALL: [RunnerInput; 7] = [
         RunnerInput::Approve,
         RunnerInput::Activate,
         RunnerInput::Drain,
         RunnerInput::Revoke,
         RunnerInput::LeaseLost,
         RunnerInput::SessionProven,
+        RunnerInput::EnrollmentExpired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -407,6 +412,7 @@ impl RunnerInput {
             RunnerInput::Revoke => "revoke",
             RunnerInput::LeaseLost => "lease_lost",
             RunnerInput::SessionProven => "session_proven",
+            RunnerInput::EnrollmentExpired => "enrollment_expired",
         }
     }
 
@@ -639,12 +645,22 @@ mod tests {
 
     /// Rows: [`RunnerState::ALL`]; columns: [`RunnerInput::ALL`] (approve, activate, drain,
     /// revoke, lease_lost, session_proven).
-    const RUNNER_TABLE: [(RunnerState, [Option<RunnerState>; 6]); 5] = {
+    const RUNNER_TABLE: [(RunnerState, [Option<RunnerState>; 7]); 5] = {
         use RunnerState as R;
+        // Inputs in RunnerInput::ALL order: approve, activate, drain, revoke, lease_lost,
+        // session_proven, enrollment_expired.
         [
             (
                 R::PendingApproval,
-                [Some(R::Active), None, None, Some(R::Revoked), None, None],
+                [
+                    Some(R::Active),
+                    None,
+                    None,
+                    Some(R::Revoked),
+                    None,
+                    None,
+                    Some(R::Revoked),
+                ],
             ),
             (
                 R::Active,
@@ -655,6 +671,7 @@ mod tests {
                     Some(R::Revoked),
                     Some(R::Lost),
                     Some(R::Active),
+                    None,
                 ],
             ),
             (
@@ -666,6 +683,7 @@ mod tests {
                     Some(R::Revoked),
                     Some(R::Draining),
                     Some(R::Draining),
+                    None,
                 ],
             ),
             (
@@ -677,9 +695,13 @@ mod tests {
                     Some(R::Revoked),
                     Some(R::Lost),
                     Some(R::Active),
+                    None,
                 ],
             ),
-            (R::Revoked, [None, None, None, Some(R::Revoked), None, None]),
+            (
+                R::Revoked,
+                [None, None, None, Some(R::Revoked), None, None, None],
+            ),
         ]
     };
 
@@ -1033,6 +1055,7 @@ mod tests {
             retiring,
             [
                 (R::PendingApproval, RI::Revoke),
+                (R::PendingApproval, RI::EnrollmentExpired),
                 (R::Active, RI::Revoke),
                 (R::Active, RI::LeaseLost),
                 (R::Draining, RI::Revoke),
