@@ -9,7 +9,6 @@ use edgerunner_protocol::state::{ClaimState, JobState};
 use serde_json::Value;
 use worker::{D1PreparedStatement, D1Result};
 
-use super::commit::OpResult;
 use crate::error::{ApiError, ApiResult};
 use crate::objects::job::{Holder, JobRefusal};
 use crate::store::{self, jobs, runners, Db};
@@ -33,7 +32,11 @@ impl Snapshot {
     /// The job read fresh, in one round trip; with a `holder`, that runner's credential
     /// generation is checked in the same read (`401` when it moved on, or the runner is
     /// revoked or not approved), as the edge once did before every runner request.
-    pub(super) async fn load(db: &Db, job_id: &str, holder: Option<&Holder>) -> OpResult<Self> {
+    pub(super) async fn load(
+        db: &Db,
+        job_id: &str,
+        holder: Option<&Holder>,
+    ) -> Result<Self, JobRefusal> {
         let mut statements = Self::reads(db, job_id)?;
         if let Some(holder) = holder {
             statements.push(runners::credential_check(
@@ -67,7 +70,7 @@ impl Snapshot {
     }
 
     /// The snapshot from the first [`SNAPSHOT_READS`] results of `results`.
-    pub(super) fn from_reads(results: &[D1Result]) -> OpResult<Self> {
+    pub(super) fn from_reads(results: &[D1Result]) -> Result<Self, JobRefusal> {
         let [job, claims, head, accepted, refusals, ..] = results else {
             return Err(JobRefusal::internal(
                 "job snapshot batch returned too few results",
@@ -95,7 +98,7 @@ impl Snapshot {
     }
 
     /// What recovery and hand-back decide from.
-    pub(super) fn lease(&self) -> OpResult<JobLease> {
+    pub(super) fn lease(&self) -> Result<JobLease, JobRefusal> {
         let count = |n: i64, what: &str| {
             u32::try_from(n)
                 .map_err(|_| ApiError::internal(format!("job {} has {what} {n}", self.job.id)))
@@ -131,7 +134,11 @@ impl Snapshot {
     /// The claim a runner names must be this job's active one and the runner's own. A claim that
     /// exists but is over is a conflict the runner should hear about (it lost the job); anything
     /// else is "not found", so a runner learns nothing about jobs it does not hold.
-    pub(super) fn held_claim(&self, runner: &str, claim_id: &str) -> OpResult<&jobs::ClaimRow> {
+    pub(super) fn held_claim(
+        &self,
+        runner: &str,
+        claim_id: &str,
+    ) -> Result<&jobs::ClaimRow, JobRefusal> {
         let claim = self
             .claims
             .iter()

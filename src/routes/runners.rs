@@ -9,7 +9,7 @@ use worker::{Request, Response};
 
 use super::views::jobs::EventView;
 use super::views::respond;
-use super::views::runners::{RunnerClaimView, RunnerView};
+use super::views::runners::{rotation_refusal, RunnerClaimView, RunnerView};
 use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
@@ -387,24 +387,6 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
     respond(200, &RunnerView::new(&runner, &files))
-}
-
-/// Why the bootstrap token of a runner of `identity_model` in `state` cannot be rotated, if it
-/// cannot: the rule [`rotate`] enforces and the runner view's `actions` offer rotation by.
-pub(crate) fn rotation_refusal(identity_model: &str, state: RunnerState) -> Option<ApiError> {
-    if identity_model != "bootstrap" {
-        return Some(ApiError::conflict(
-            ErrorCode::RotationUnsupported,
-            "key-pair runners have no bootstrap token; revoke and enroll a new identity",
-        ));
-    }
-    if state == RunnerState::Revoked {
-        return Some(ApiError::conflict(
-            ErrorCode::RunnerRevoked,
-            "a revoked runner cannot be rotated; register a new one",
-        ));
-    }
-    None
 }
 
 pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {

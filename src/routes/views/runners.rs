@@ -1,13 +1,14 @@
 //! The runner views: a runner record (with the admin actions its state allows), its files,
 //! and its claims.
 
+use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::stored_json;
+use crate::error::ApiError;
 use crate::platform::rfc3339;
-use crate::routes::runners::rotation_refusal;
 use crate::store::runners::{FileMeta, RunnerClaimRow, RunnerRow};
 
 /// `RunnerRecord`: a runner as admins (and the runner itself) see it. Never a secret or a
@@ -183,6 +184,24 @@ impl<'a> From<&'a RunnerClaimRow> for RunnerClaimView<'a> {
             end_reason: claim.end_reason.as_deref(),
         }
     }
+}
+
+/// Why the bootstrap token of a runner of `identity_model` in `state` cannot be rotated, if it
+/// cannot: the rule `routes::runners::rotate` enforces and the runner view's `actions` offer rotation by.
+pub(crate) fn rotation_refusal(identity_model: &str, state: RunnerState) -> Option<ApiError> {
+    if identity_model != "bootstrap" {
+        return Some(ApiError::conflict(
+            ErrorCode::RotationUnsupported,
+            "key-pair runners have no bootstrap token; revoke and enroll a new identity",
+        ));
+    }
+    if state == RunnerState::Revoked {
+        return Some(ApiError::conflict(
+            ErrorCode::RunnerRevoked,
+            "a revoked runner cannot be rotated; register a new one",
+        ));
+    }
+    None
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 use serde_json::{json, Value};
 
 use super::parse::{parse_set, unknown_kind, CapabilityError, Doc, Obj, Problem};
-use super::routing::{IndexFilter, IndexKey};
-use super::values::{ExecutionKind, Limits, Network, ProblemType, RuntimeId, Tag};
+use super::values::{
+    ExecutionKind, IndexFilter, IndexKey, Limits, Network, ProblemType, RuntimeId, Tag,
+};
 use super::{
     MAX_CONCURRENT_JOBS, MAX_PROBLEM_TYPES, MAX_RUNTIMES, MAX_SERVED_TARGETS, MAX_TAGS,
     PROTOCOL_VERSION,

@@ -8,9 +8,9 @@
 //! never looks at capacity: how many claims a runner holds against its `maxConcurrentJobs` is
 //! live state that the runner object owns and checks before it asks for candidates.
 //!
-//! The parts: `values` (kinds, runtime ids, tags, origins, limits, network policies), `document`
-//! (the capability document, the requirements, tag and served-target lists), `routing` (the
-//! match and its reasons, the index a candidate query filters on), `parse` (the field reader
+//! The parts: `values` (kinds, runtime ids, tags, origins, limits, network policies, the index a
+//! candidate query filters on), `document` (the capability document, the requirements, tag and
+//! served-target lists), `routing` (the match and its reasons), `parse` (the field reader
 //! and [`CapabilityError`]). Everything public is re-exported here.
 //!
 //! # Decisions the wire contract leaves open
@@ -57,8 +57,11 @@ pub use document::{
     ServedTarget, SubjectRef,
 };
 pub use parse::{CapabilityError, FieldError, Problem};
-pub use routing::{match_job, tags_share, IndexFilter, IndexKey, Mismatch};
-pub use values::{ExecutionKind, LimitKind, Limits, Network, Origin, ProblemType, RuntimeId, Tag};
+pub use routing::{match_job, tags_share, Mismatch};
+pub use values::{
+    ExecutionKind, IndexFilter, IndexKey, LimitKind, Limits, Network, Origin, ProblemType,
+    RuntimeId, Tag,
+};
 
 use crate::stable_json;
 

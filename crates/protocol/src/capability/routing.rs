@@ -1,49 +1,9 @@
-//! The routing rule: [`match_job`] and every reason a job does not fit a runner, and the
-//! indexed columns a runner's candidate query filters on first.
+//! The routing rule: [`match_job`] and every reason a job does not fit a runner.
 
 use std::fmt;
 
 use super::document::{Requirements, RunnerProfile, ServedTarget, SubjectRef};
 use super::values::{ExecutionKind, LimitKind, Network, Origin, ProblemType, RuntimeId, Tag};
-
-/// The indexed columns of a queued job: execution kind, runtime, external, problem type.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct IndexKey {
-    pub execution_kind: ExecutionKind,
-    pub runtime: RuntimeId,
-    pub external: bool,
-    pub problem_type: Option<ProblemType>,
-}
-
-/// The part of matching an index can answer for one runner. In SQL:
-///
-/// ```sql
-/// execution_kind IN (…kinds) AND runtime IN (…runtimes) AND external = ?
-///   AND (problem_type IS NULL OR problem_type IN (…problem types))
-/// ```
-///
-/// It is necessary, not sufficient: query with it, then keep only the candidates for which
-/// [`match_job`] returns `Ok` (limits, network, streaming, cancellation, tags and served targets
-/// are not indexable). It never excludes a job that `match_job` would accept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexFilter {
-    pub execution_kinds: Vec<ExecutionKind>,
-    pub runtimes: Vec<RuntimeId>,
-    pub external: bool,
-    pub problem_types: Vec<ProblemType>,
-}
-
-impl IndexFilter {
-    pub fn admits(&self, key: &IndexKey) -> bool {
-        self.execution_kinds.contains(&key.execution_kind)
-            && self.runtimes.contains(&key.runtime)
-            && self.external == key.external
-            && key
-                .problem_type
-                .as_ref()
-                .is_none_or(|p| self.problem_types.contains(p))
-    }
-}
 
 /// One reason a runner cannot take a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
