@@ -4,9 +4,11 @@
 //! - `lib.rs`: the fetch and scheduled entry points and the route table.
 //! - [`auth`]: API keys and runner credentials, as proof types handlers require.
 //! - [`routes`]: one module per HTTP surface: API keys, enrollment policy and tokens, evidence,
-//!   runner identity (enroll, challenge, session, self), jobs (enqueue, claim, heartbeat,
-//!   stream, completion, hand-back, cancel, reap, reads), the release registry, runner
-//!   administration, and a runner's files.
+//!   runner identity (enroll, challenge, session, self), a runner's files, runner
+//!   administration, the release registry, jobs as admins see them (enqueue, list, inspect,
+//!   cancel, reap), jobs as runners work them (`runner_jobs`: claim, held-job reads, heartbeat,
+//!   stream, complete, hand-back), and the custody reads (`custody`: stream pages, bundle); the
+//!   JSON every surface answers with are serde views in `routes::views`.
 //! - [`objects`]: what each Durable Object is asked and answers, one module per object (its
 //!   operations, its typed reply and refusal with the refusal's one HTTP mapping, and the typed
 //!   stub the edge calls it through), and the wire they share.
