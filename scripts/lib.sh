@@ -37,6 +37,10 @@ export WRANGLER_LOG_PATH="$ROOT/.cache/wrangler-logs"
 # wrangler writes a debug log per command (a full bench run: over 500 MB); a day's are kept.
 find "$WRANGLER_LOG_PATH" -maxdepth 1 -name 'wrangler-*.log' -mtime +0 -delete 2>/dev/null || true
 
+# scripts/dev records each server it starts here, one file per port (its pid and the state dir
+# it serves), so that scripts/bootstrap-admin writes to the state that a running server reads.
+RUN_DIR="${EDGERUNNER_RUN_DIR:-$ROOT/.cache/run}"
+
 # The published EvalGate SDK (tests/interop) and schemathesis (tests/contract), one venv.
 PYTHON_REQUIREMENTS=("$ROOT/tests/interop/requirements.txt" "$ROOT/tests/contract/requirements.txt")
 
@@ -177,7 +181,7 @@ free_port() {
 # answers. Sets SERVER_PID, SERVER_LOG and BASE_URL. The worker must already be built (into
 # build/, or $EDGERUNNER_BUILD_DIR when set).
 start_local_server() {
-  local state_dir="$1" port="$2" attempt env_args=()
+  local state_dir="$1" port="$2" env_args=()
   if [ -n "${EDGERUNNER_DEV_VARS:-}" ]; then env_args=(--env-file "$EDGERUNNER_DEV_VARS"); fi
   SERVER_LOG="$state_dir/wrangler-dev.log"
   mkdir -p "$state_dir"
@@ -201,6 +205,13 @@ start_local_server() {
     </dev/null >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   BASE_URL="http://127.0.0.1:$port"
+  wait_for_server
+}
+
+# Waits until the server started in the background (SERVER_PID, logging to SERVER_LOG) answers
+# BASE_URL/healthz; dies with its log when it exits first or does not answer in time.
+wait_for_server() {
+  local attempt
   # Bounded wait: 120 polls of up to 1 s each.
   for attempt in $(seq 1 120); do
     if curl -fsS --max-time 1 "$BASE_URL/healthz" >/dev/null 2>&1; then
