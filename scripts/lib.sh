@@ -37,6 +37,10 @@ export WRANGLER_LOG_PATH="$ROOT/.cache/wrangler-logs"
 # wrangler writes a debug log per command (a full bench run: over 500 MB); a day's are kept.
 find "$WRANGLER_LOG_PATH" -maxdepth 1 -name 'wrangler-*.log' -mtime +0 -delete 2>/dev/null || true
 
+# scripts/dev records each server it starts here, one file per port (its pid and the state dir
+# it serves), so that scripts/bootstrap-admin writes to the state that a running server reads.
+RUN_DIR="${EDGERUNNER_RUN_DIR:-$ROOT/.cache/run}"
+
 # The published EvalGate SDK (tests/interop) and schemathesis (tests/contract), one venv.
 PYTHON_REQUIREMENTS=("$ROOT/tests/interop/requirements.txt" "$ROOT/tests/contract/requirements.txt")
 
@@ -53,29 +57,59 @@ ensure_rust_target() {
   fi
 }
 
-ensure_cargo_tools() {
-  local want have
-  if [ "$(worker-build --version 2>/dev/null || true)" != "$WORKER_BUILD_VERSION" ]; then
-    log "installing worker-build $WORKER_BUILD_VERSION into $WORKER_BUILD_ROOT (takes a few minutes once per machine)"
-    cargo install --quiet --root "$WORKER_BUILD_ROOT" worker-build --version "$WORKER_BUILD_VERSION" --locked
+# The two cargo tools are built without optimisation (opt-level 0, no debug info), but for the
+# four crates of wasm-bindgen that do its work: they run a few times per build, and a release
+# build of them costs three times the CPU. Measured on this 2-core machine from an empty cargo
+# home, user+system CPU seconds: worker-build 397 optimised, 121 not; wasm-bindgen-cli 263
+# optimised, 89 not, 143 as here. What it costs when they run: the worker build as long (its
+# time is rustc and wasm-opt); the protocol's wasm32 tests 1 s more (7 s with all of
+# wasm-bindgen at opt-level 0, reading the test module). Each installs as its own job.
+tool_install() {
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_LTO=false \
+    CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo install --quiet "$@"
+}
+
+worker_build_current() { [ "$(worker-build --version 2>/dev/null || true)" = "$WORKER_BUILD_VERSION" ]; }
+
+wasm_bindgen_current() {
+  [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)" = "$(wasm_bindgen_version)" ]
+}
+
+ensure_worker_build() {
+  if ! worker_build_current; then
+    log "installing worker-build $WORKER_BUILD_VERSION into $WORKER_BUILD_ROOT (a few minutes, once per machine)"
+    tool_install --root "$WORKER_BUILD_ROOT" worker-build --version "$WORKER_BUILD_VERSION" --locked
   fi
+}
+
+ensure_wasm_bindgen() {
+  local want
   want="$(wasm_bindgen_version)"
   [ -n "$want" ] || die "no wasm-bindgen in Cargo.lock"
-  have="$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)"
-  if [ "$have" != "$want" ]; then
+  if ! wasm_bindgen_current; then
     log "installing wasm-bindgen-cli $want into $WASM_BINDGEN_ROOT (Cargo.lock pins wasm-bindgen $want)"
     # Not --locked: the CLI's own lockfile pins crates the registry index no longer has.
-    cargo install --quiet --root "$WASM_BINDGEN_ROOT" wasm-bindgen-cli --version "$want" \
+    tool_install --root "$WASM_BINDGEN_ROOT" wasm-bindgen-cli --version "$want" \
+      --config 'profile.release.package.wasm-bindgen-cli.opt-level=2' \
+      --config 'profile.release.package.wasm-bindgen-cli-support.opt-level=2' \
+      --config 'profile.release.package.walrus.opt-level=2' \
+      --config 'profile.release.package.wasmparser.opt-level=2' \
       || die "could not install wasm-bindgen-cli $want; run: cargo install --root $WASM_BINDGEN_ROOT wasm-bindgen-cli --version $want"
   fi
 }
 
+ensure_cargo_tools() {
+  ensure_worker_build
+  ensure_wasm_bindgen
+}
+
+node_modules_current() { cmp -s "$ROOT/package-lock.json" "$ROOT/node_modules/.edgerunner-lock" 2>/dev/null; }
+
 ensure_node_modules() {
-  local stamp="$ROOT/node_modules/.edgerunner-lock"
-  if [ ! -f "$stamp" ] || ! cmp -s "$ROOT/package-lock.json" "$stamp"; then
+  if ! node_modules_current; then
     log "npm ci (wrangler, workerd, binaryen, playwright-core)"
     npm ci --no-audit --no-fund --loglevel=error
-    cp "$ROOT/package-lock.json" "$stamp"
+    cp "$ROOT/package-lock.json" "$ROOT/node_modules/.edgerunner-lock"
   fi
 }
 
@@ -162,10 +196,80 @@ save_target() {
   fi
 }
 
+# Background jobs, for steps that need neither each other nor the CPU-bound step in front (a
+# tool install beside clippy, npm beside cargo): `start_job NAME COMMAND...` runs COMMAND (a
+# function too, under `set -e` as here) with its output in .cache/jobs/NAME.log; `wait_job NAME`
+# waits for it, prints its output and how long it ran, and fails the script when it failed.
+# `stop_jobs` (in an EXIT trap) stops those still running.
+declare -A JOB_PIDS=() JOB_T0=()
+JOBS_DIR="$ROOT/.cache/jobs"
+start_job() {
+  local name="$1"; shift
+  mkdir -p "$JOBS_DIR"
+  rm -f "$JOBS_DIR/$name.end"
+  # The EXIT trap records when it ended, failed or not (set -e ends the subshell at a failure).
+  ( trap 'date +%s >"$JOBS_DIR/'"$name"'.end"' EXIT; "$@" ) >"$JOBS_DIR/$name.log" 2>&1 </dev/null &
+  JOB_PIDS[$name]=$!
+  JOB_T0[$name]=$(date +%s)
+  log "$name: started in the background"
+}
+
+wait_job() {
+  local name="$1" rc=0 took
+  wait "${JOB_PIDS[$name]}" || rc=$?
+  unset "JOB_PIDS[$name]"
+  took=$(( $(cat "$JOBS_DIR/$name.end" 2>/dev/null || date +%s) - JOB_T0[$name] ))
+  sed 's/^/    /' "$JOBS_DIR/$name.log" >&2
+  [ "$rc" = 0 ] || die "$name failed after $took s (its output is above)"
+  log "$name: done in $took s (background)"
+}
+
+# A process and every process under it, children first (by process id, never by name).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill -TERM "$1" 2>/dev/null || true
+}
+
+stop_jobs() {
+  local name
+  for name in "${!JOB_PIDS[@]}"; do kill_tree "${JOB_PIDS[$name]}"; done
+  JOB_PIDS=()
+}
+
+# Steps of a script, each logged with the time it took when the next one starts (or at
+# `step_done`), so that a log says where its time went.
+STEP_NAME='' STEP_T0=''
+step() {
+  step_done
+  STEP_NAME="$1" STEP_T0=$(date +%s)
+  log "$1"
+}
+
+step_done() {
+  if [ -n "$STEP_NAME" ]; then log "${STEP_NAME%% *}: done in $(( $(date +%s) - STEP_T0 )) s"; fi
+  STEP_NAME=
+}
+
+# What every script needs to build and serve the worker. What is missing installs at once, each
+# in the background (two compiles and a download), rather than one after the other.
 ensure_all() {
   ensure_rust_target
-  ensure_cargo_tools
-  ensure_node_modules
+  start_missing_installs
+  wait_installs
+}
+
+start_missing_installs() {
+  if ! worker_build_current; then start_job worker-build ensure_worker_build; fi
+  if ! wasm_bindgen_current; then start_job wasm-bindgen-cli ensure_wasm_bindgen; fi
+  if ! node_modules_current; then start_job npm-ci ensure_node_modules; fi
+}
+
+wait_installs() {
+  local name
+  for name in worker-build wasm-bindgen-cli npm-ci; do
+    if [ -n "${JOB_PIDS[$name]:-}" ]; then wait_job "$name"; fi
+  done
 }
 
 # A TCP port nothing listens on right now.
@@ -177,7 +281,7 @@ free_port() {
 # answers. Sets SERVER_PID, SERVER_LOG and BASE_URL. The worker must already be built (into
 # build/, or $EDGERUNNER_BUILD_DIR when set).
 start_local_server() {
-  local state_dir="$1" port="$2" attempt env_args=()
+  local state_dir="$1" port="$2" env_args=()
   if [ -n "${EDGERUNNER_DEV_VARS:-}" ]; then env_args=(--env-file "$EDGERUNNER_DEV_VARS"); fi
   SERVER_LOG="$state_dir/wrangler-dev.log"
   mkdir -p "$state_dir"
@@ -201,6 +305,13 @@ start_local_server() {
     </dev/null >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   BASE_URL="http://127.0.0.1:$port"
+  wait_for_server
+}
+
+# Waits until the server started in the background (SERVER_PID, logging to SERVER_LOG) answers
+# BASE_URL/healthz; dies with its log when it exits first or does not answer in time.
+wait_for_server() {
+  local attempt
   # Bounded wait: 120 polls of up to 1 s each.
   for attempt in $(seq 1 120); do
     if curl -fsS --max-time 1 "$BASE_URL/healthz" >/dev/null 2>&1; then
