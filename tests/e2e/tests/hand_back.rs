@@ -16,33 +16,6 @@ use edgerunner_e2e::*;
 use edgerunner_protocol::chunk::ChunkKind;
 use serde_json::{json, Value};
 
-struct Fixture {
-    org: Org,
-    release: Release,
-}
-
-impl Fixture {
-    async fn new(name: &str) -> Self {
-        let org = bootstrap_org(name);
-        let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
-        Self { org, release }
-    }
-
-    fn key(&self) -> &str {
-        &self.org.admin_key
-    }
-
-    async fn enqueue(&self) -> String {
-        let input = json!({ "question": unique("release") });
-        let job = enqueue_job(self.key(), &self.release, &input, &requirements("prompt")).await;
-        job["id"].as_str().expect("a job id").to_owned()
-    }
-
-    async fn runner(&self, capacity: u32) -> Runner {
-        Runner::simple(&self.org, &["prompt"], capacity).await
-    }
-}
-
 async fn hand_back(runner: &Runner, claim_id: &str, reason: &str) -> Reply {
     post(
         "/api/remote-runners/release",
@@ -61,8 +34,8 @@ fn events<'a>(job: &'a Value, kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test]
 async fn a_released_claim_is_requeued_at_once_and_its_runner_stays_active() {
-    let f = Fixture::new("release-requeue").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(bootstrap_org("release-requeue")).await;
+    let job_id = f.new_job("hand-back").await;
     let mut first = f.runner(1).await;
     let claimed = first.claim_job().await;
     assert_eq!(claimed.job_id(), job_id);
@@ -140,8 +113,8 @@ async fn a_released_claim_is_requeued_at_once_and_its_runner_stays_active() {
 
 #[tokio::test]
 async fn only_the_holder_releases_and_bad_requests_are_refused() {
-    let f = Fixture::new("release-holder").await;
-    f.enqueue().await;
+    let f = StagedPrompt::new(bootstrap_org("release-holder")).await;
+    f.new_job("hand-back").await;
     let mut holder = f.runner(1).await;
     let other = f.runner(1).await;
     let claimed = holder.claim_job().await;
@@ -208,8 +181,8 @@ async fn only_the_holder_releases_and_bad_requests_are_refused() {
 
 #[tokio::test]
 async fn five_hand_backs_are_free_then_they_count_and_the_job_ends_after_eight_dispatches() {
-    let f = Fixture::new("release-budget").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(bootstrap_org("release-budget")).await;
+    let job_id = f.new_job("hand-back").await;
     let mut runner = f.runner(1).await;
     for attempt in 1..=8u32 {
         let claimed = runner.claim_job().await;
@@ -345,8 +318,8 @@ async fn five_hand_backs_are_free_then_they_count_and_the_job_ends_after_eight_d
 
 #[tokio::test]
 async fn a_hand_back_after_a_cancel_request_ends_the_job() {
-    let f = Fixture::new("release-cancel").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(bootstrap_org("release-cancel")).await;
+    let job_id = f.new_job("hand-back").await;
     let mut runner = f.runner(1).await;
     let claimed = runner.claim_job().await;
     runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
@@ -367,9 +340,9 @@ async fn a_hand_back_after_a_cancel_request_ends_the_job() {
 
 #[tokio::test]
 async fn self_claims_lists_what_the_runner_holds_for_a_restart_to_hand_back() {
-    let f = Fixture::new("release-self-claims").await;
-    f.enqueue().await;
-    f.enqueue().await;
+    let f = StagedPrompt::new(bootstrap_org("release-self-claims")).await;
+    f.new_job("hand-back").await;
+    f.new_job("hand-back").await;
     let mut runner = f.runner(2).await;
     let a = runner.claim_job().await;
     let b = runner.claim_job().await;
@@ -404,14 +377,14 @@ async fn self_claims_lists_what_the_runner_holds_for_a_restart_to_hand_back() {
         .await
         .expect_error_status(401);
     // Capacity is back at once: the runner claims again without waiting for a lease.
-    f.enqueue().await;
+    f.new_job("hand-back").await;
     assert_eq!(runner.claim().await.status, 200);
 }
 
 #[tokio::test]
 async fn a_lapsed_lease_says_when_its_last_heartbeat_was() {
-    let f = Fixture::new("release-lapse-words").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(bootstrap_org("release-lapse-words")).await;
+    let job_id = f.new_job("hand-back").await;
     let mut runner = f.runner(1).await;
     let claimed = runner.claim_job().await;
     // The shortest lease a heartbeat may set; the job's alarm recovers it when it lapses.

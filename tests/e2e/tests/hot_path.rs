@@ -14,43 +14,6 @@ use edgerunner_protocol::chunk::{ChainHead, ChunkKind};
 use edgerunner_protocol::stable_json::Sha256Hex;
 use serde_json::{json, Value};
 
-/// One organization with a prompt release promoted to `staging`.
-struct Fixture {
-    org: Org,
-    release: Release,
-}
-
-impl Fixture {
-    async fn new(name: &str) -> Self {
-        let org = bootstrap_org(name);
-        let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
-        Self { org, release }
-    }
-
-    fn key(&self) -> &str {
-        &self.org.admin_key
-    }
-
-    /// A fresh job, claimed by a fresh runner, with two heartbeats sent: the first moves it to
-    /// running, the second is answered by a warm object.
-    async fn warm_job(&self) -> (Runner, Claimed) {
-        let input = json!({ "hot": unique("job") });
-        let job = enqueue_job(self.key(), &self.release, &input, &requirements("prompt")).await;
-        let mut runner = Runner::simple(&self.org, &["prompt"], 1).await;
-        let claimed = runner.claim_job().await;
-        assert_eq!(claimed.job_id(), job["id"].as_str().unwrap_or_default());
-        for expected in ["running", "running"] {
-            let beat = runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
-            assert_eq!(beat["state"], expected, "{beat}");
-        }
-        (runner, claimed)
-    }
-
-    async fn lease_of(&self, job_id: &str) -> Value {
-        get_job(self.key(), job_id).await.expect(200)["leaseExpiresAt"].clone()
-    }
-}
-
 fn text<'a>(value: &'a Value, key: &str) -> &'a str {
     value[key]
         .as_str()
@@ -75,9 +38,9 @@ fn chunk(head: &ChainHead, claimed: &Claimed, line: &str) -> Value {
 
 #[tokio::test]
 async fn a_rotation_between_two_heartbeats_of_a_warm_object_refuses_the_second() {
-    let f = Fixture::new("hot-rotation").await;
-    let (runner, claimed) = f.warm_job().await;
-    let lease = f.lease_of(&claimed.job_id()).await;
+    let f = StagedPrompt::new(bootstrap_org("hot-rotation")).await;
+    let (runner, claimed) = f.claimed_job(2).await;
+    let lease = lease_of(&f, &claimed.job_id()).await;
 
     rotate(f.key(), &runner.id).await.expect(200);
     runner
@@ -85,7 +48,7 @@ async fn a_rotation_between_two_heartbeats_of_a_warm_object_refuses_the_second()
         .await
         .expect_error(401, "AUTHENTICATION_FAILED");
     // Refused whole: the lease did not move.
-    assert_eq!(f.lease_of(&claimed.job_id()).await, lease);
+    assert_eq!(lease_of(&f, &claimed.job_id()).await, lease);
 
     // Control: the rotated runner's new credential holds the claim still, and beats.
     let rotated = rotate(f.key(), &runner.id).await.expect(200);
@@ -96,8 +59,8 @@ async fn a_rotation_between_two_heartbeats_of_a_warm_object_refuses_the_second()
 
 #[tokio::test]
 async fn a_revocation_between_two_chunks_of_a_warm_object_refuses_the_second_and_stores_nothing() {
-    let f = Fixture::new("hot-revocation").await;
-    let (runner, claimed) = f.warm_job().await;
+    let f = StagedPrompt::new(bootstrap_org("hot-revocation")).await;
+    let (runner, claimed) = f.claimed_job(2).await;
     let first = chunk(&ChainHead::empty(), &claimed, "before\n");
     runner.stream(&first).await.expect(200);
 
@@ -118,8 +81,8 @@ async fn a_revocation_between_two_chunks_of_a_warm_object_refuses_the_second_and
 
 #[tokio::test]
 async fn a_lease_moved_into_the_past_behind_a_warm_object_refuses_its_heartbeat() {
-    let f = Fixture::new("hot-lease").await;
-    let (runner, claimed) = f.warm_job().await;
+    let f = StagedPrompt::new(bootstrap_org("hot-lease")).await;
+    let (runner, claimed) = f.claimed_job(2).await;
     // Only D1 knows: the object last saw a lease a minute away.
     recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() - 1_000);
     runner
@@ -136,7 +99,7 @@ async fn a_lease_moved_into_the_past_behind_a_warm_object_refuses_its_heartbeat(
 // one write asserts all of it; each test below breaks one part before that first heartbeat.
 
 /// A fresh job claimed by a fresh runner, nothing sent since: its object has not run yet.
-async fn cold_claim(f: &Fixture) -> (Runner, Claimed) {
+async fn cold_claim(f: &StagedPrompt) -> (Runner, Claimed) {
     let input = json!({ "cold": unique("job") });
     let job = enqueue_job(f.key(), &f.release, &input, &requirements("prompt")).await;
     let mut runner = Runner::simple(&f.org, &["prompt"], 1).await;
@@ -155,9 +118,9 @@ fn started_events(job: &Value) -> usize {
 
 #[tokio::test]
 async fn a_first_heartbeat_naming_another_runners_claim_is_refused_and_changes_nothing() {
-    let f = Fixture::new("hot-first-foreign").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-first-foreign")).await;
     let (holder, claimed) = cold_claim(&f).await;
-    let lease = f.lease_of(&claimed.job_id()).await;
+    let lease = lease_of(&f, &claimed.job_id()).await;
     let stranger = Runner::simple(&f.org, &["prompt"], 1).await;
 
     stranger
@@ -180,9 +143,9 @@ async fn a_first_heartbeat_naming_another_runners_claim_is_refused_and_changes_n
 
 #[tokio::test]
 async fn a_rotation_between_the_claim_and_its_first_heartbeat_refuses_the_heartbeat() {
-    let f = Fixture::new("hot-first-rotation").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-first-rotation")).await;
     let (runner, claimed) = cold_claim(&f).await;
-    let lease = f.lease_of(&claimed.job_id()).await;
+    let lease = lease_of(&f, &claimed.job_id()).await;
 
     rotate(f.key(), &runner.id).await.expect(200);
     runner
@@ -202,7 +165,7 @@ async fn a_rotation_between_the_claim_and_its_first_heartbeat_refuses_the_heartb
 
 #[tokio::test]
 async fn a_first_heartbeat_after_the_claims_lease_lapsed_in_d1_is_refused() {
-    let f = Fixture::new("hot-first-lapsed").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-first-lapsed")).await;
     let (runner, claimed) = cold_claim(&f).await;
     recovery::set_lease(&claimed.job_id(), &claimed.claim_id(), now_ms() - 1_000);
     runner
@@ -293,7 +256,7 @@ fn claim_and_hang_up(token: &str, body: &Value) {
 
 #[tokio::test]
 async fn a_claim_whose_answer_is_lost_is_recovered_by_asking_again_with_its_request_id() {
-    let f = Fixture::new("hot-request-id").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-request-id")).await;
     let first = enqueue_job(
         f.key(),
         &f.release,
@@ -342,7 +305,7 @@ async fn a_claim_whose_answer_is_lost_is_recovered_by_asking_again_with_its_requ
 
 #[tokio::test]
 async fn a_request_id_must_be_a_short_plain_token() {
-    let f = Fixture::new("hot-request-id-shape").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-request-id-shape")).await;
     let runner = Runner::simple(&f.org, &["prompt"], 1).await;
     for bad in [
         json!(""),
@@ -372,7 +335,7 @@ async fn a_request_id_must_be_a_short_plain_token() {
 
 #[tokio::test]
 async fn two_concurrent_claims_of_one_runner_get_two_jobs_or_meet_its_capacity() {
-    let f = Fixture::new("hot-two-claims").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-two-claims")).await;
     let mut ids = Vec::new();
     for n in 0..3 {
         let job = enqueue_job(
@@ -409,8 +372,8 @@ async fn two_concurrent_claims_of_one_runner_get_two_jobs_or_meet_its_capacity()
 
 #[tokio::test]
 async fn a_cancel_racing_a_completion_ends_the_job_once() {
-    let f = Fixture::new("hot-cancel-race").await;
-    let (runner, claimed) = f.warm_job().await;
+    let f = StagedPrompt::new(bootstrap_org("hot-cancel-race")).await;
+    let (runner, claimed) = f.claimed_job(2).await;
     let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
     let job_id = claimed.job_id();
     let (cancelled, completed) = tokio::join!(
@@ -473,7 +436,7 @@ async fn waiting_claim<'a>(
 
 #[tokio::test]
 async fn a_long_poll_answers_204_when_its_wait_ends_and_wait_seconds_is_bounded() {
-    let f = Fixture::new("hot-long-poll-empty").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-long-poll-empty")).await;
     let runner = idle_runner(&f.org, 1).await;
     for bad in [json!(26), json!(-1), json!("5"), json!(1.5), json!(true)] {
         runner
@@ -496,7 +459,7 @@ async fn a_long_poll_answers_204_when_its_wait_ends_and_wait_seconds_is_bounded(
         "a 2 s long poll answered after {waited:?}"
     );
     // Another organization's work does not end it: a job queued elsewhere leaves it waiting.
-    let other = Fixture::new("hot-long-poll-other").await;
+    let other = StagedPrompt::new(bootstrap_org("hot-long-poll-other")).await;
     let claim = waiting_claim(&runner, 3).await;
     enqueue_job(
         other.key(),
@@ -510,7 +473,7 @@ async fn a_long_poll_answers_204_when_its_wait_ends_and_wait_seconds_is_bounded(
 
 /// Enqueues a prompt job while `runner` long-polls (20 s), and checks that the poll got that job
 /// before its wait ended: it was woken, not answered at the end of its wait.
-async fn enqueue_while_waiting(f: &Fixture, runner: &mut Runner, woken_by: &str) {
+async fn enqueue_while_waiting(f: &StagedPrompt, runner: &mut Runner, woken_by: &str) {
     let started = std::time::Instant::now();
     let claim = waiting_claim(runner, 20).await;
     let job = enqueue_job(
@@ -534,14 +497,14 @@ async fn enqueue_while_waiting(f: &Fixture, runner: &mut Runner, woken_by: &str)
 
 #[tokio::test]
 async fn a_long_poll_wakes_when_a_job_is_enqueued() {
-    let f = Fixture::new("hot-long-poll-enqueue").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-long-poll-enqueue")).await;
     let mut runner = idle_runner(&f.org, 1).await;
     enqueue_while_waiting(&f, &mut runner, "the enqueue").await;
 }
 
 #[tokio::test]
 async fn a_long_poll_wakes_when_a_job_is_handed_back() {
-    let f = Fixture::new("hot-long-poll-requeue").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-long-poll-requeue")).await;
     let job = enqueue_job(
         f.key(),
         &f.release,
@@ -580,7 +543,7 @@ async fn a_long_poll_wakes_when_a_job_is_handed_back() {
 /// it before that runner's own wait ends.
 #[tokio::test]
 async fn a_wake_passes_on_past_a_runner_that_cannot_take_the_job() {
-    let f = Fixture::new("hot-long-poll-pass").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-long-poll-pass")).await;
     // It waits first, so the touch wakes it first; it runs no prompt jobs.
     let scorer = Runner::simple(&f.org, &["scorer"], 1).await;
     for _ in 0..3 {
@@ -597,7 +560,7 @@ async fn a_wake_passes_on_past_a_runner_that_cannot_take_the_job() {
 /// waiting runners, neither of them at the end of its wait.
 #[tokio::test]
 async fn two_jobs_queued_together_wake_two_waiting_runners() {
-    let f = Fixture::new("hot-long-poll-two").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-long-poll-two")).await;
     let mut first = idle_runner(&f.org, 1).await;
     let mut second = idle_runner(&f.org, 1).await;
     let started = std::time::Instant::now();
@@ -634,7 +597,7 @@ async fn two_jobs_queued_together_wake_two_waiting_runners() {
 /// runner itself (drained, active again, rotated) is answered as D1 would answer it.
 #[tokio::test]
 async fn an_idle_runner_that_changes_is_answered_from_its_row() {
-    let f = Fixture::new("hot-idle-change").await;
+    let f = StagedPrompt::new(bootstrap_org("hot-idle-change")).await;
     let runner = idle_runner(&f.org, 1).await;
     set_status(f.key(), &runner.id, "draining", "maintenance").await;
     runner.claim().await.expect_error(503, "RUNNER_NOT_ACTIVE");
@@ -658,4 +621,9 @@ async fn an_idle_runner_that_changes_is_answered_from_its_row() {
     .await;
     let reply = fresh.claim().await.expect(200);
     assert_eq!(reply["claim"]["jobId"], job["id"], "{reply}");
+}
+
+/// The job's `leaseExpiresAt` as the admin API shows it.
+async fn lease_of(f: &StagedPrompt, job_id: &str) -> Value {
+    get_job(f.key(), job_id).await.expect(200)["leaseExpiresAt"].clone()
 }

@@ -37,36 +37,6 @@ async fn turn() -> MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-/// One organization with a prompt release promoted to `staging`.
-struct Fixture {
-    org: Org,
-    release: Release,
-}
-
-impl Fixture {
-    async fn new(name: &str) -> Self {
-        let org = bootstrap_org(name);
-        let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
-        Self { org, release }
-    }
-
-    fn key(&self) -> &str {
-        &self.org.admin_key
-    }
-
-    /// A fresh job, claimed by a fresh runner and running (first heartbeat sent).
-    async fn running_job(&self) -> (Runner, Claimed) {
-        let input = json!({ "bounds": unique("job") });
-        let job = enqueue_job(self.key(), &self.release, &input, &requirements("prompt")).await;
-        let mut runner = Runner::simple(&self.org, &["prompt"], 1).await;
-        let claimed = runner.claim_job().await;
-        assert_eq!(claimed.job_id(), job["id"].as_str().unwrap_or_default());
-        let beat = runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
-        assert_eq!(beat["state"], "running", "{beat}");
-        (runner, claimed)
-    }
-}
-
 /// The made-up checksum of laid-down chunk `sequence` (distinct, 64 lowercase hex).
 fn laid_checksum(sequence: u64) -> Sha256Hex {
     Sha256Hex::parse(&format!("{:064x}", sequence + 1)).expect("64 hex digits")
@@ -146,8 +116,8 @@ async fn totals(key: &str, job_id: &str) -> (u64, u64) {
 #[tokio::test]
 async fn a_chunk_past_the_per_attempt_chunk_limit_is_refused() {
     let _turn = turn().await;
-    let f = Fixture::new("bounds-chunks").await;
-    let (runner, claimed) = f.running_job().await;
+    let f = StagedPrompt::new(bootstrap_org("bounds-chunks")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
     let head = lay_down_stream(&claimed, &f.org.id, MAX_CHUNKS_PER_ATTEMPT - 1, 2);
 
     // The last chunk the attempt may hold is taken; the one after it is refused.
@@ -177,8 +147,8 @@ async fn a_chunk_past_the_per_attempt_chunk_limit_is_refused() {
 #[tokio::test]
 async fn a_chunk_past_the_per_attempt_byte_limit_is_refused() {
     let _turn = turn().await;
-    let f = Fixture::new("bounds-bytes").await;
-    let (runner, claimed) = f.running_job().await;
+    let f = StagedPrompt::new(bootstrap_org("bounds-bytes")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
     let full_chunks = MAX_STREAM_BYTES_PER_ATTEMPT / MAX_PAYLOAD_BYTES as u64;
     let head = lay_down_stream(&claimed, &f.org.id, full_chunks - 1, MAX_PAYLOAD_BYTES);
 
@@ -210,8 +180,8 @@ async fn a_chunk_past_the_per_attempt_byte_limit_is_refused() {
 #[tokio::test]
 async fn a_completion_naming_more_evidence_ids_than_the_limit_is_refused() {
     let _turn = turn().await;
-    let f = Fixture::new("bounds-evidence").await;
-    let (runner, claimed) = f.running_job().await;
+    let f = StagedPrompt::new(bootstrap_org("bounds-evidence")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
     let mut evidence = bare_evidence(f.key()).await;
     evidence.test_result_ids = (1..=MAX_EVIDENCE_IDS as u64 / 2)
         .map(EvidenceId::Integer)
@@ -232,8 +202,8 @@ async fn a_completion_naming_more_evidence_ids_than_the_limit_is_refused() {
 #[tokio::test]
 async fn refused_completions_past_the_cap_are_counted_not_stored() {
     let _turn = turn().await;
-    let f = Fixture::new("bounds-decisions").await;
-    let (runner, claimed) = f.running_job().await;
+    let f = StagedPrompt::new(bootstrap_org("bounds-decisions")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
     let accepted = claimed.succeeded(None, bare_evidence(f.key()).await);
     let answer = runner.complete(&accepted).await.expect(200);
     assert_eq!(answer["decision"], "accepted");
@@ -337,8 +307,8 @@ async fn refused_completions_past_the_cap_are_counted_not_stored() {
 #[tokio::test]
 async fn a_completion_after_its_lease_expiry_is_refused_before_recovery_runs() {
     let _turn = turn().await;
-    let f = Fixture::new("bounds-lease").await;
-    let (runner, claimed) = f.running_job().await;
+    let f = StagedPrompt::new(bootstrap_org("bounds-lease")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
     let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
 
     // The lease lapses in D1; the job's alarm is still a minute away, and nothing here fires
@@ -371,8 +341,8 @@ async fn a_completion_after_its_lease_expiry_is_refused_before_recovery_runs() {
 #[tokio::test]
 async fn evidence_added_to_a_run_in_custody_is_refused() {
     let _turn = turn().await;
-    let f = Fixture::new("bounds-custody").await;
-    let (runner, claimed) = f.running_job().await;
+    let f = StagedPrompt::new(bootstrap_org("bounds-custody")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
     let run = evaluation_run(f.key()).await;
     // Before custody, rows can be added.
     let result = test_result(f.key(), &run).await;
@@ -421,8 +391,8 @@ async fn evidence_added_to_a_run_in_custody_is_refused() {
 #[tokio::test]
 async fn the_bundle_of_a_job_at_its_stream_byte_limit_is_streamed_and_verifies() {
     let _turn = turn().await;
-    let f = Fixture::new("bounds-bundle").await;
-    let (runner, claimed) = f.running_job().await;
+    let f = StagedPrompt::new(bootstrap_org("bounds-bundle")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
     // 64 MiB in 256 KiB chunks, for real: every hash must hold for `verify`.
     let mut writer = claimed.writer();
     let chunks = MAX_STREAM_BYTES_PER_ATTEMPT / MAX_PAYLOAD_BYTES as u64;

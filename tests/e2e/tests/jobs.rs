@@ -53,33 +53,6 @@ async fn org(name: &str) -> Org {
     bootstrap_org(name)
 }
 
-/// One organization with a prompt release promoted to `staging` (and nowhere else).
-struct Fixture {
-    org: Org,
-    release: Release,
-}
-
-impl Fixture {
-    async fn new(name: &str) -> Self {
-        let org = org(name).await;
-        let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
-        Self { org, release }
-    }
-
-    fn key(&self) -> &str {
-        &self.org.admin_key
-    }
-
-    /// Enqueues `input` with the fixture requirements; returns the job.
-    async fn enqueue(&self, input: &Value) -> Value {
-        enqueue_job(self.key(), &self.release, input, &requirements("prompt")).await
-    }
-
-    async fn runner(&self, max_concurrent_jobs: u32) -> Runner {
-        Runner::simple(&self.org, &["prompt"], max_concurrent_jobs).await
-    }
-}
-
 fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
     value[key]
         .as_str()
@@ -197,7 +170,7 @@ async fn claim_running(runner: &mut Runner) -> Claimed {
 
 #[tokio::test]
 async fn full_lifecycle_from_enqueue_to_accepted_completion() {
-    let f = Fixture::new("jobs-lifecycle").await;
+    let f = StagedPrompt::new(org("jobs-lifecycle").await).await;
     let mut runner = f.runner(1).await;
     let other = f.runner(1).await;
 
@@ -602,7 +575,7 @@ async fn full_lifecycle_from_enqueue_to_accepted_completion() {
 
 #[tokio::test]
 async fn enqueue_is_idempotent_and_refuses_what_it_cannot_bind() {
-    let f = Fixture::new("jobs-enqueue").await;
+    let f = StagedPrompt::new(org("jobs-enqueue").await).await;
     let reqs = requirements("prompt");
     // `1.50` hashes as written, not as 1.5.
     let input = lexical(r#"{"prompt": "hi", "temperature": 1.50}"#);
@@ -701,7 +674,7 @@ async fn enqueue_is_idempotent_and_refuses_what_it_cannot_bind() {
     );
 
     // Another organization's version is not found; that organization can use it.
-    let foreign = Fixture::new("jobs-enqueue-foreign").await;
+    let foreign = StagedPrompt::new(org("jobs-enqueue-foreign").await).await;
     let body = enqueue_body(
         &unique("foreign"),
         &foreign.release,
@@ -1043,7 +1016,7 @@ async fn claim_negotiation_is_never_relaxed() {
 
 #[tokio::test]
 async fn stream_refusals_each_have_their_code() {
-    let f = Fixture::new("jobs-stream").await;
+    let f = StagedPrompt::new(org("jobs-stream").await).await;
     let mut runner = f.runner(1).await;
     let stranger = f.runner(1).await;
     f.enqueue(&json!({ "case": "stream" })).await;
@@ -1352,7 +1325,7 @@ impl Refusals {
 
 #[tokio::test]
 async fn completion_refusals_store_nothing() {
-    let f = Fixture::new("jobs-complete").await;
+    let f = StagedPrompt::new(org("jobs-complete").await).await;
     let key = f.key().to_owned();
     let mut first_runner = f.runner(1).await;
     let mut second_runner = f.runner(1).await;
@@ -1511,7 +1484,7 @@ async fn completion_refusals_store_nothing() {
 
 #[tokio::test]
 async fn cancellation_queued_at_once_running_through_the_runner() {
-    let f = Fixture::new("jobs-cancel").await;
+    let f = StagedPrompt::new(org("jobs-cancel").await).await;
     let key = f.key().to_owned();
     let mut runner = f.runner(1).await;
 
@@ -1607,7 +1580,7 @@ async fn cancellation_queued_at_once_running_through_the_runner() {
 
 #[tokio::test]
 async fn heartbeat_lease_bounds_and_ownership() {
-    let f = Fixture::new("jobs-heartbeat").await;
+    let f = StagedPrompt::new(org("jobs-heartbeat").await).await;
     let mut runner = f.runner(1).await;
     let other = f.runner(1).await;
     f.enqueue(&json!({ "case": "heartbeat" })).await;
@@ -1756,7 +1729,7 @@ async fn complete_all(results: Vec<RoundResult>, runs: &mut Vec<Evidence>) -> Ve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn claim_race_dispatches_each_job_once_within_capacity() {
-    let f = Fixture::new("jobs-race").await;
+    let f = StagedPrompt::new(org("jobs-race").await).await;
     let key = f.key().to_owned();
     let _exclusive = OPERATOR_WRITES.write().await;
 
@@ -1885,7 +1858,7 @@ async fn claim_race_dispatches_each_job_once_within_capacity() {
 /// incompatible jobs is claimed on the way.
 #[tokio::test]
 async fn compatible_job_behind_many_incompatible_ones_is_found() {
-    let f = Fixture::new("jobs-head-of-line").await;
+    let f = StagedPrompt::new(org("jobs-head-of-line").await).await;
     let mut small = Runner::register(
         &f.org,
         json!({
@@ -1930,7 +1903,7 @@ async fn compatible_job_behind_many_incompatible_ones_is_found() {
 /// minute away and nothing in this test binary fires cron, so recovery cannot intervene.)
 #[tokio::test]
 async fn an_expired_lease_refuses_appends_and_heartbeats() {
-    let f = Fixture::new("jobs-lease-expired").await;
+    let f = StagedPrompt::new(org("jobs-lease-expired").await).await;
     let job = f.enqueue(&json!({ "lease": "expires" })).await;
     let mut runner = f.runner(1).await;
     let claimed = claim_running(&mut runner).await;
@@ -1973,7 +1946,7 @@ async fn an_expired_lease_refuses_appends_and_heartbeats() {
 /// complete with them, without an API key; nobody else can add to that run.
 #[tokio::test]
 async fn the_holder_of_a_job_makes_its_evidence_and_completes_with_it() {
-    let f = Fixture::new("jobs-runner-evidence").await;
+    let f = StagedPrompt::new(org("jobs-runner-evidence").await).await;
     let job = f.enqueue(&json!({ "evidence": "by the runner" })).await;
     let other_job = f.enqueue(&json!({ "evidence": "elsewhere" })).await;
     let mut holder = f.runner(2).await;

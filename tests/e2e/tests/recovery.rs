@@ -73,44 +73,14 @@ async fn no_global_passes() -> RwLockWriteGuard<'static, ()> {
     SWEEPS.write().await
 }
 
-/// One organization with a prompt release promoted to `staging`.
-struct Fixture {
-    org: Org,
-    release: Release,
+/// The job with its timeline (a read, retried through a locked local D1 file).
+async fn job_of(f: &StagedPrompt, job_id: &str) -> Value {
+    read(&format!("/api/remote-runners/jobs/{job_id}"), f.key()).await
 }
 
-impl Fixture {
-    async fn new(name: &str) -> Self {
-        let org = d1_write(|| bootstrap_org(name)).await;
-        let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
-        Self { org, release }
-    }
-
-    fn key(&self) -> &str {
-        &self.org.admin_key
-    }
-
-    /// Enqueues a fresh job every fixture runner can take; returns its id.
-    async fn enqueue(&self) -> String {
-        let input = json!({ "question": unique("recovery"), "weight": lexical("0.25") });
-        let job = enqueue_job(self.key(), &self.release, &input, &requirements("prompt")).await;
-        assert_eq!(job["state"], "queued", "{job}");
-        str_of(&job, "id").to_owned()
-    }
-
-    async fn runner(&self, max_concurrent_jobs: u32) -> Runner {
-        Runner::simple(&self.org, &["prompt"], max_concurrent_jobs).await
-    }
-
-    /// The job with its timeline (a read, retried through a locked local D1 file).
-    async fn job(&self, job_id: &str) -> Value {
-        read(&format!("/api/remote-runners/jobs/{job_id}"), self.key()).await
-    }
-
-    /// The runner record (a read, retried through a locked local D1 file).
-    async fn runner_record(&self, runner_id: &str) -> Value {
-        read(&format!("/api/remote-runners/{runner_id}"), self.key()).await
-    }
+/// The runner record (a read, retried through a locked local D1 file).
+async fn runner_of(f: &StagedPrompt, runner_id: &str) -> Value {
+    read(&format!("/api/remote-runners/{runner_id}"), f.key()).await
 }
 
 /// Whether `reply` is the `500` local D1 answers when it finds its SQLite file locked by a
@@ -280,8 +250,8 @@ async fn expire(claimed: &Claimed) {
 
 #[tokio::test]
 async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
-    let f = Fixture::new("recovery-alarm").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-alarm")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut a = f.runner(1).await;
     let mut b = f.runner(1).await;
 
@@ -307,7 +277,7 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
         if quiet_window.is_none() && now_ms() >= lease - 5_000 {
             quiet_window = Some(quiet().await);
         }
-        let view = f.job(&job_id).await;
+        let view = job_of(&f, &job_id).await;
         let now = now_ms();
         match str_of(&view, "state") {
             "queued" => break view,
@@ -347,7 +317,7 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
         "{recovered}"
     );
     assert_requeued(&recovered, 1);
-    assert_runner_lost(&f.runner_record(&a.id).await);
+    assert_runner_lost(&runner_of(&f, &a.id).await);
 
     // B takes attempt 2 with a fresh nonce; A's old credential is dead (generation moved).
     let claimed_b = b.claim_job().await;
@@ -379,7 +349,7 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
 
     // A fresh session: A is alive and active again, but its attempt is over.
     a.token = exchange(&a.id, &a.bootstrap_token).await;
-    let record = f.runner_record(&a.id).await;
+    let record = runner_of(&f, &a.id).await;
     assert_eq!(record["state"], "active", "{record}");
     assert_eq!(record["activeClaims"], 0, "{record}");
     let nothing = a.claim().await;
@@ -405,7 +375,7 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
     reply.expect_error(409, "COMPLETION_STALE");
     assert_eq!(reply.json()["decision"]["decision"], "stale", "{reply:?}");
 
-    let done = f.job(&job_id).await;
+    let done = job_of(&f, &job_id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["dispatchAttempt"], 2, "{done}");
     let completions = array_of(&done, "completions");
@@ -447,11 +417,11 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
     assert_eq!(events_of(&done, "job.requeued").len(), 1, "{done}");
     assert_eq!(events_of(&done, "job.completion_stale").len(), 1, "{done}");
 
-    let record = f.runner_record(&a.id).await;
+    let record = runner_of(&f, &a.id).await;
     assert_eq!(record["state"], "active", "{record}");
     assert_eq!(record["activeClaims"], 0, "{record}");
     assert_eq!(record["completedJobs"], 0, "{record}");
-    let record = f.runner_record(&b.id).await;
+    let record = runner_of(&f, &b.id).await;
     assert_eq!(record["state"], "active", "{record}");
     assert_eq!(record["activeClaims"], 0, "{record}");
     assert_eq!(record["completedJobs"], 1, "{record}");
@@ -463,8 +433,8 @@ async fn alarm_requeues_a_silent_runners_job_at_lease_expiry() {
 /// job's object, which watches nothing, and recovery takes the lease.
 #[tokio::test]
 async fn a_claim_never_heard_from_again_is_recovered_at_its_first_lease_by_an_alarm() {
-    let f = Fixture::new("recovery-first-lease").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-first-lease")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut a = f.runner(1).await;
     let claimed = a.claim_job().await;
     assert_eq!(claimed.job_id(), job_id);
@@ -480,7 +450,7 @@ async fn a_claim_never_heard_from_again_is_recovered_at_its_first_lease_by_an_al
         if windows.is_none() && now_ms() >= lease - 5_000 {
             windows = Some((no_global_passes().await, quiet().await));
         }
-        let view = f.job(&job_id).await;
+        let view = job_of(&f, &job_id).await;
         match str_of(&view, "state") {
             "queued" => break view,
             "claimed" => assert!(
@@ -513,7 +483,7 @@ async fn a_claim_never_heard_from_again_is_recovered_at_its_first_lease_by_an_al
         "recovered before the lease lapsed ({lost_at} < {lease}): {recovered}"
     );
     assert_requeued(&recovered, 1);
-    assert_runner_lost(&f.runner_record(&a.id).await);
+    assert_runner_lost(&runner_of(&f, &a.id).await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -522,8 +492,8 @@ async fn a_claim_never_heard_from_again_is_recovered_at_its_first_lease_by_an_al
 
 #[tokio::test]
 async fn cron_alone_recovers_an_expired_lease() {
-    let f = Fixture::new("recovery-cron").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-cron")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut a = f.runner(1).await;
     let mut b = f.runner(1).await;
 
@@ -532,7 +502,7 @@ async fn cron_alone_recovers_an_expired_lease() {
     // The lease lapses in D1 only: the job's alarm is still a minute away.
     expire(&claimed_a).await;
     fire_cron().await;
-    let recovered = f.job(&job_id).await;
+    let recovered = job_of(&f, &job_id).await;
     drop(passes);
 
     let lost = assert_one_loss(
@@ -554,7 +524,7 @@ async fn cron_alone_recovers_an_expired_lease() {
         ["job.lease_lost", "job.requeued"],
         "{recovered}"
     );
-    assert_runner_lost(&f.runner_record(&a.id).await);
+    assert_runner_lost(&runner_of(&f, &a.id).await);
 
     // A second runner finishes the job.
     let (claimed_b, _) = claim_running(&mut b, 60).await;
@@ -569,7 +539,7 @@ async fn cron_alone_recovers_an_expired_lease() {
         .await;
     assert_eq!(reply.expect(200)["decision"], "accepted", "{reply:?}");
 
-    let done = f.job(&job_id).await;
+    let done = job_of(&f, &job_id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["dispatchAttempt"], 2, "{done}");
     let claims = array_of(&done, "claims");
@@ -577,7 +547,7 @@ async fn cron_alone_recovers_an_expired_lease() {
     assert_eq!(claims[0]["state"], "lost", "{done}");
     assert_eq!(claims[1]["state"], "released", "{done}");
     assert_eq!(events_of(&done, "job.lease_lost").len(), 1, "{done}");
-    let record = f.runner_record(&b.id).await;
+    let record = runner_of(&f, &b.id).await;
     assert_eq!(record["activeClaims"], 0, "{record}");
     assert_eq!(record["completedJobs"], 1, "{record}");
 }
@@ -588,7 +558,7 @@ async fn cron_alone_recovers_an_expired_lease() {
 
 #[tokio::test]
 async fn reap_endpoint_is_bounded_and_reports_what_remains() {
-    let f = Fixture::new("recovery-reap").await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-reap")).await).await;
     let other = d1_write(|| bootstrap_org("recovery-reap-other")).await;
     let key_body = |role: &str, scopes: &[&str]| json!({ "name": unique("reap-key"), "scopes": scopes, "role": role });
     let member = new_api_key(
@@ -602,7 +572,7 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
     let without_admin_scope = str_of(&without_admin_scope, "apiKey").to_owned();
     let mut job_ids = Vec::new();
     for _ in 0..4 {
-        job_ids.push(f.enqueue().await);
+        job_ids.push(f.new_job("recovery").await);
     }
     let mut runner = f.runner(4).await;
 
@@ -665,7 +635,7 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
         false,
     );
     for (job_id, _) in &ids {
-        let view = f.job(job_id).await;
+        let view = job_of(&f, job_id).await;
         assert_eq!(view["state"], "running", "a refused reap changed {view}");
     }
 
@@ -679,7 +649,7 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
     );
     let mut actors = Vec::new();
     for (i, claimed) in held.iter().enumerate() {
-        let view = f.job(&claimed.job_id()).await;
+        let view = job_of(&f, &claimed.job_id()).await;
         if i < 2 {
             assert_requeued(&view, 1);
             let actor = str_of(single_event(&view, "job.lease_lost"), "actor").to_owned();
@@ -714,11 +684,11 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
         0,
         false,
     );
-    assert_requeued(&f.job(&ids[2].0).await, 1);
+    assert_requeued(&job_of(&f, &ids[2].0).await, 1);
     expect_report(&reap(Some(f.key()), &json!({})).await, 0, 0, 0, false);
-    let live = f.job(&ids[3].0).await;
+    let live = job_of(&f, &ids[3].0).await;
     assert_eq!(live["state"], "running", "a live lease was reaped: {live}");
-    let record = f.runner_record(&runner.id).await;
+    let record = runner_of(&f, &runner.id).await;
     assert_eq!(record["state"], "lost", "{record}");
     assert_eq!(record["activeClaims"], 1, "{record}");
 
@@ -740,7 +710,7 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
         "{reply:?}"
     );
     assert_eq!(report["more"], false, "{reply:?}");
-    let view = f.job(&ids[3].0).await;
+    let view = job_of(&f, &ids[3].0).await;
     drop(exclusive);
     assert_requeued(&view, 1);
     assert_one_loss(
@@ -751,10 +721,10 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
         "job.requeued",
         "LEASE_LOST_REQUEUED",
     );
-    assert_runner_lost(&f.runner_record(&runner.id).await);
+    assert_runner_lost(&runner_of(&f, &runner.id).await);
     // Every lease was lost exactly once.
     for (job_id, _) in &ids {
-        let view = f.job(job_id).await;
+        let view = job_of(&f, job_id).await;
         assert_eq!(events_of(&view, "job.lease_lost").len(), 1, "{view}");
         assert_eq!(events_of(&view, "job.requeued").len(), 1, "{view}");
     }
@@ -768,8 +738,8 @@ async fn reap_endpoint_is_bounded_and_reports_what_remains() {
 /// leases still end the job, at attempt 4.
 #[tokio::test]
 async fn a_hand_back_does_not_use_one_of_the_three_attempts() {
-    let f = Fixture::new("recovery-hand-back").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-hand-back")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut runner = f.runner(1).await;
     let (first, _) = claim_running(&mut runner, 60).await;
     post(
@@ -789,11 +759,11 @@ async fn a_hand_back_does_not_use_one_of_the_three_attempts() {
         expire(&claimed).await;
         fire_cron().await;
         drop(passes);
-        let view = f.job(&job_id).await;
+        let view = job_of(&f, &job_id).await;
         let expected = if attempt < 4 { "queued" } else { "cancelled" };
         assert_eq!(view["state"], expected, "after attempt {attempt}: {view}");
     }
-    let done = f.job(&job_id).await;
+    let done = job_of(&f, &job_id).await;
     assert_eq!(done["dispatchAttempt"], 4, "{done}");
     assert_eq!(done["releasedAttempts"], 1, "{done}");
     assert!(
@@ -814,8 +784,8 @@ async fn a_hand_back_does_not_use_one_of_the_three_attempts() {
 
 #[tokio::test]
 async fn three_lost_attempts_end_the_job() {
-    let f = Fixture::new("recovery-exhausted").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-exhausted")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut runners = Vec::new();
     for _ in 0..4 {
         runners.push(f.runner(1).await);
@@ -830,7 +800,7 @@ async fn three_lost_attempts_end_the_job() {
         assert_eq!(claimed.attempt().get(), attempt, "{:?}", claimed.assignment);
         expire(&claimed).await;
         fire_cron().await;
-        let view = f.job(&job_id).await;
+        let view = job_of(&f, &job_id).await;
         drop(passes);
         if attempt < 3 {
             assert_requeued(&view, attempt);
@@ -852,7 +822,7 @@ async fn three_lost_attempts_end_the_job() {
                 "DISPATCH_ATTEMPTS_EXHAUSTED",
             );
         }
-        assert_runner_lost(&f.runner_record(&runner.id).await);
+        assert_runner_lost(&runner_of(&f, &runner.id).await);
         held.push(claimed);
     }
 
@@ -860,7 +830,7 @@ async fn three_lost_attempts_end_the_job() {
     let fourth = runners[3].claim().await;
     assert_eq!(fourth.status, 204, "a fourth dispatch: {fourth:?}");
 
-    let done = f.job(&job_id).await;
+    let done = job_of(&f, &job_id).await;
     assert_eq!(done["state"], "cancelled", "{done}");
     assert_eq!(done["dispatchAttempt"], 3, "{done}");
     assert_eq!(done["activeClaimId"], Value::Null, "{done}");
@@ -896,7 +866,7 @@ async fn three_lost_attempts_end_the_job() {
     cancel_job(f.key(), &job_id, "too late")
         .await
         .expect_error(409, "JOB_FINISHED");
-    let record = f.runner_record(&runners[3].id).await;
+    let record = runner_of(&f, &runners[3].id).await;
     assert_eq!(record["state"], "active", "{record}");
     assert_eq!(record["activeClaims"], 0, "{record}");
 }
@@ -907,8 +877,8 @@ async fn three_lost_attempts_end_the_job() {
 
 #[tokio::test]
 async fn cron_alarm_and_admin_reap_racing_on_one_lease_lose_it_once() {
-    let f = Fixture::new("recovery-race").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-race")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut a = f.runner(1).await;
 
     let passes = global_passes_allowed().await;
@@ -919,7 +889,7 @@ async fn cron_alarm_and_admin_reap_racing_on_one_lease_lose_it_once() {
 
     // Wait for the lease to near its end; nothing recovers a live lease meanwhile.
     while now_ms() < lease - 1_500 {
-        let view = f.job(&job_id).await;
+        let view = job_of(&f, &job_id).await;
         assert_eq!(
             view["state"], "running",
             "a live lease was recovered: {view}"
@@ -937,7 +907,7 @@ async fn cron_alarm_and_admin_reap_racing_on_one_lease_lose_it_once() {
         let (cron, reaped, view) = tokio::join!(
             fire_cron(),
             reap(Some(f.key()), &everything),
-            f.job(&job_id)
+            job_of(&f, &job_id)
         );
         assert_eq!(cron.status, 200, "{cron:?}");
         reports.push(reaped.expect(200));
@@ -966,7 +936,7 @@ async fn cron_alarm_and_admin_reap_racing_on_one_lease_lose_it_once() {
         .sum();
     assert!(by_admin <= 1, "the admin reap requeued twice: {reports:?}");
 
-    let done = f.job(&job_id).await;
+    let done = job_of(&f, &job_id).await;
     let actor = str_of(single_event(&done, "job.lease_lost"), "actor").to_owned();
     assert!(
         actor == "system:alarm" || actor == "system:cron" || actor.starts_with("api_key:"),
@@ -990,7 +960,7 @@ async fn cron_alarm_and_admin_reap_racing_on_one_lease_lose_it_once() {
     assert_eq!(array_of(&done, "claims").len(), 1, "{done}");
     assert_requeued(&done, 1);
     assert_eq!(recovered["dispatchAttempt"], 1, "{recovered}");
-    assert_runner_lost(&f.runner_record(&a.id).await);
+    assert_runner_lost(&runner_of(&f, &a.id).await);
     let seen: Vec<&Value> = reports.iter().filter(|r| r["examined"] != 0).collect();
     println!(
         "the lease was lost to {actor} after {} rounds; admin passes that saw it: {seen:?}",
@@ -1004,8 +974,8 @@ async fn cron_alarm_and_admin_reap_racing_on_one_lease_lose_it_once() {
 
 #[tokio::test]
 async fn cancel_requested_job_whose_lease_is_lost_ends_cancelled() {
-    let f = Fixture::new("recovery-cancel").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-cancel")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut a = f.runner(1).await;
     let b = f.runner(1).await;
     let why = "operator stopped it during an incident";
@@ -1019,7 +989,7 @@ async fn cancel_requested_job_whose_lease_is_lost_ends_cancelled() {
     assert_eq!(beat["cancelReason"], why, "{beat}");
     expire(&claimed).await;
     fire_cron().await;
-    let done = f.job(&job_id).await;
+    let done = job_of(&f, &job_id).await;
     drop(passes);
 
     assert_one_loss(
@@ -1046,7 +1016,7 @@ async fn cancel_requested_job_whose_lease_is_lost_ends_cancelled() {
         Some("job.cancelled"),
         "{done}"
     );
-    assert_runner_lost(&f.runner_record(&a.id).await);
+    assert_runner_lost(&runner_of(&f, &a.id).await);
     let nothing = b.claim().await;
     assert_eq!(
         nothing.status, 204,
@@ -1063,8 +1033,8 @@ async fn cancel_requested_job_whose_lease_is_lost_ends_cancelled() {
 
 #[tokio::test]
 async fn a_live_runner_keeps_its_job() {
-    let f = Fixture::new("recovery-live").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-live")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut a = f.runner(1).await;
 
     let passes = global_passes_allowed().await;
@@ -1072,7 +1042,7 @@ async fn a_live_runner_keeps_its_job() {
     // Heartbeat before the first lease lapses, then let that first lease's instant pass: the
     // alarm follows the lease, and cron finds nothing expired.
     while now_ms() < first_lease - 7_000 {
-        let view = f.job(&job_id).await;
+        let view = job_of(&f, &job_id).await;
         assert_eq!(
             view["state"], "running",
             "a live lease was recovered: {view}"
@@ -1097,7 +1067,7 @@ async fn a_live_runner_keeps_its_job() {
     let lease = parse_time(str_of(&beat, "leaseExpiresAt"));
     assert!(lease > first_lease + 30_000, "{reply:?}");
     while now_ms() < first_lease + 1_000 {
-        let view = f.job(&job_id).await;
+        let view = job_of(&f, &job_id).await;
         assert_eq!(
             view["state"], "running",
             "a heartbeating runner lost its job: {view}"
@@ -1108,7 +1078,7 @@ async fn a_live_runner_keeps_its_job() {
     fire_cron().await;
     expect_report(&reap(Some(f.key()), &json!({})).await, 0, 0, 0, false);
     drop(quiet_window);
-    let view = f.job(&job_id).await;
+    let view = job_of(&f, &job_id).await;
     drop(passes);
 
     assert_eq!(view["state"], "running", "{view}");
@@ -1119,7 +1089,7 @@ async fn a_live_runner_keeps_its_job() {
     let claims = array_of(&view, "claims");
     assert_eq!(claims.len(), 1, "{view}");
     assert_eq!(claims[0]["state"], "active", "{view}");
-    let record = f.runner_record(&a.id).await;
+    let record = runner_of(&f, &a.id).await;
     assert_eq!(record["state"], "active", "{record}");
     assert_eq!(record["activeClaims"], 1, "{record}");
 
@@ -1133,7 +1103,7 @@ async fn a_live_runner_keeps_its_job() {
         .complete(&claimed.succeeded(chain.final_checksum(), bare_evidence(f.key()).await))
         .await;
     assert_eq!(reply.expect(200)["decision"], "accepted", "{reply:?}");
-    let done = f.job(&job_id).await;
+    let done = job_of(&f, &job_id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
     assert!(events_of(&done, "job.lease_lost").is_empty(), "{done}");
 }
@@ -1146,8 +1116,8 @@ async fn a_live_runner_keeps_its_job() {
 /// not at the end of its wait.
 #[tokio::test]
 async fn a_long_polling_claim_wakes_when_recovery_requeues_a_job() {
-    let f = Fixture::new("recovery-long-poll").await;
-    let job_id = f.enqueue().await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-long-poll")).await).await;
+    let job_id = f.new_job("recovery").await;
     let mut a = f.runner(1).await;
     let mut b = f.runner(1).await;
     let passes = global_passes_allowed().await;
@@ -1191,10 +1161,10 @@ async fn a_long_polling_claim_wakes_when_recovery_requeues_a_job() {
 /// its credential on, so its next call exchanges a new one (the SDK does so at once).
 #[tokio::test]
 async fn a_completion_at_the_lease_instant_is_decided_once() {
-    let f = Fixture::new("recovery-instant").await;
+    let f = StagedPrompt::new(d1_write(|| bootstrap_org("recovery-instant")).await).await;
     let mut cases = Vec::new();
     for offset in [-20i64, 0, 20] {
-        f.enqueue().await;
+        f.new_job("recovery").await;
         let mut runner = f.runner(1).await;
         let (claimed, lease) = claim_running(&mut runner, 15).await;
         let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
@@ -1237,7 +1207,7 @@ async fn a_completion_at_the_lease_instant_is_decided_once() {
         // Recovery (the alarm, or cron) settles a refused one; a bounded wait for it.
         let deadline = lease + RECOVERY_GRACE_MS;
         let settled = loop {
-            let view = f.job(&job_id).await;
+            let view = job_of(&f, &job_id).await;
             if view["state"] != "running" {
                 break view;
             }
@@ -1253,7 +1223,7 @@ async fn a_completion_at_the_lease_instant_is_decided_once() {
             assert_eq!(settled["state"], "succeeded", "{offset} ms: {settled}");
             assert_eq!(lost, 0, "accepted and lost ({offset} ms): {settled}");
             assert_eq!(accepted_completions, 1, "{offset} ms: {settled}");
-            assert_eq!(f.runner_record(&runner.id).await["state"], "active");
+            assert_eq!(runner_of(&f, &runner.id).await["state"], "active");
         } else {
             assert_eq!(lost, 1, "refused and not lost ({offset} ms): {settled}");
             assert_eq!(accepted_completions, 0, "{offset} ms: {settled}");
