@@ -1,5 +1,6 @@
-//! The environment a suite runs in: the server's address, its state directory, the clock, names no
-//! other test uses, scratch directories and child processes with a time limit.
+//! The environment a suite runs in: the server's address and an HTTP client for it, its state
+//! directory, the clock, names no other test uses, scratch directories and child processes with
+//! a time limit.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
