@@ -44,22 +44,6 @@ pub(crate) async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
     // Claiming thousands of jobs here takes longer than a first lease (60 s): every 15 s the
     // leases granted so far move an hour ahead, so none lapses before the measurement (their
     // alarms, finding them alive, re-arm there).
-    // The UPDATE shares the local database file with the server, which may hold its lock
-    // (SQLITE_BUSY): it is tried again, a bounded number of times.
-    let keep_alive = |bench: &Bench| -> Res<()> {
-        let ahead = now_ms() + 3_600_000;
-        let mut tries = 0;
-        loop {
-            match bench.db.move_leases(ahead) {
-                Ok(_) => return Ok(()),
-                Err(error) if tries < 20 && error.is_database_busy() => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    };
     let mut claim_errors = 0;
     let mut tick = tokio::time::interval(Duration::from_secs(15));
     tick.tick().await;
@@ -69,7 +53,7 @@ pub(crate) async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
                 None => break,
                 Some(done) => claim_errors += done.map_err(BenchError::task("task"))??,
             },
-            _ = tick.tick() => keep_alive(bench)?,
+            _ = tick.tick() => keep_alive(bench).await?,
         }
     }
     let claim_seconds = claim_phase.elapsed().as_secs_f64();
@@ -125,4 +109,22 @@ pub(crate) async fn recovery(bench: &Bench, n: usize) -> Res<Value> {
         "leasesPerSecond": round(requeued as f64 / wall),
         "clientCpu": round(cpu),
     }))
+}
+
+/// Moves every lease granted so far an hour ahead. The UPDATE shares the local database file
+/// with the server, which may hold its lock (SQLITE_BUSY): it is tried again, at most 20 times,
+/// a quarter second apart, without holding up the claim tasks meanwhile.
+async fn keep_alive(bench: &Bench) -> Res<()> {
+    let ahead = now_ms() + 3_600_000;
+    let mut tries = 0;
+    loop {
+        match bench.db.move_leases(ahead) {
+            Ok(_) => return Ok(()),
+            Err(error) if tries < 20 && error.is_database_busy() => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
