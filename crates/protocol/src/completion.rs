@@ -39,7 +39,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::envelope::{ClaimId, DispatchAttempt, JobId, OrganizationId, RunnerId};
+use crate::envelope::{ClaimId, DispatchAttempt, JobEnvelope, JobId, OrganizationId, RunnerId};
 use crate::error_code::ErrorCode;
 use crate::recovery::lease_expired;
 use crate::stable_json::{self, canonical_u64, FieldError, Fields, Sha256Hex};
@@ -262,6 +262,33 @@ const COMPLETION_FIELDS: [&str; 12] = [
 ];
 
 impl CompletionFields {
+    /// The completion of `envelope`'s claim: its job, claim, runner, organization, attempt and
+    /// input hash exactly as the envelope signed them (the server refuses any other), with the
+    /// outcome given here.
+    pub fn for_claim(
+        envelope: &JobEnvelope,
+        status: CompletionStatus,
+        result_hash: Option<Sha256Hex>,
+        final_stream_checksum: Option<Sha256Hex>,
+        evidence: Evidence,
+        completed_at: Timestamp,
+    ) -> Self {
+        CompletionFields {
+            job_id: envelope.job_id.clone(),
+            claim_id: envelope.claim_id.clone(),
+            runner_id: envelope.runner_id.clone(),
+            organization_id: envelope.organization_id.clone(),
+            dispatch_attempt: envelope.dispatch_attempt,
+            status,
+            input_hash: envelope.input_hash.clone(),
+            result_hash,
+            final_stream_checksum,
+            evidence,
+            completed_at,
+            extra: Map::new(),
+        }
+    }
+
     /// The fields as the SDK sends them, without `completionChecksum`.
     pub fn to_map(&self) -> Map<String, Value> {
         let optional = |hash: &Option<Sha256Hex>| hash.clone().map_or(Value::Null, Value::from);

@@ -524,21 +524,14 @@ impl Assignment {
         final_stream_checksum: Option<Sha256Hex>,
         evidence: Evidence,
     ) -> Completion {
-        let envelope = self.envelope();
-        Completion::seal(CompletionFields {
-            job_id: envelope.job_id.clone(),
-            claim_id: envelope.claim_id.clone(),
-            runner_id: envelope.runner_id.clone(),
-            organization_id: envelope.organization_id.clone(),
-            dispatch_attempt: envelope.dispatch_attempt,
+        Completion::seal(CompletionFields::for_claim(
+            self.envelope(),
             status,
-            input_hash: envelope.input_hash.clone(),
             result_hash,
             final_stream_checksum,
             evidence,
-            completed_at: timestamp_now(),
-            extra: serde_json::Map::new(),
-        })
+            timestamp_now(),
+        ))
     }
 
     /// Whether `input` is the input the envelope signed (`H(input) = inputHash`).

@@ -663,17 +663,12 @@ mod tests {
                     .to_json()
             })
             .collect();
-        let completion = Completion::seal(CompletionFields {
-            job_id: envelope.job_id.clone(),
-            claim_id: envelope.claim_id.clone(),
-            runner_id: envelope.runner_id.clone(),
-            organization_id: envelope.organization_id.clone(),
-            dispatch_attempt: envelope.dispatch_attempt,
-            status: CompletionStatus::Succeeded,
-            input_hash: envelope.input_hash.clone(),
-            result_hash: Some(stable_json::hash(&json!({"exitCode": 0}))),
-            final_stream_checksum: writer.final_checksum().cloned(),
-            evidence: Evidence {
+        let completion = Completion::seal(CompletionFields::for_claim(
+            &envelope,
+            CompletionStatus::Succeeded,
+            Some(stable_json::hash(&json!({"exitCode": 0}))),
+            writer.final_checksum().cloned(),
+            Evidence {
                 evaluation_run_id: EvidenceId::Text("evr_1".into()),
                 test_result_ids: vec![],
                 cost_record_ids: vec![],
@@ -681,9 +676,8 @@ mod tests {
                 trace_id: None,
                 extra: Map::new(),
             },
-            completed_at: at("2026-11-30T01:00:09.000001Z"),
-            extra: Map::new(),
-        });
+            at("2026-11-30T01:00:09.000001Z"),
+        ));
         json!({
             "bundleVersion": 1,
             "job": {

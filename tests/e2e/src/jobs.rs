@@ -617,21 +617,14 @@ impl Claimed {
         final_stream_checksum: Option<Sha256Hex>,
         evidence: Evidence,
     ) -> CompletionFields {
-        let envelope = self.verified.envelope();
-        CompletionFields {
-            job_id: envelope.job_id.clone(),
-            claim_id: envelope.claim_id.clone(),
-            runner_id: envelope.runner_id.clone(),
-            organization_id: envelope.organization_id.clone(),
-            dispatch_attempt: envelope.dispatch_attempt,
+        CompletionFields::for_claim(
+            self.verified.envelope(),
             status,
-            input_hash: envelope.input_hash.clone(),
             result_hash,
             final_stream_checksum,
             evidence,
-            completed_at: timestamp_now(),
-            extra: Map::new(),
-        }
+            timestamp_now(),
+        )
     }
 
     /// A sealed `succeeded` completion closing `final_stream_checksum`.

@@ -55,6 +55,25 @@ fn job_artifact_content() -> Value {
     json!({"template": "t"})
 }
 
+/// The artifact read's answer the envelope signs: version 1 with the content its hash names.
+fn genuine_artifact() -> Value {
+    json!({
+        "versionId": 1,
+        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
+        "content": job_artifact_content(),
+    })
+}
+
+/// Every log line the runner streamed to `double`, in order.
+fn printed_lines(double: &Double) -> Vec<String> {
+    streamed(double)
+        .iter()
+        .filter_map(log_lines)
+        .flatten()
+        .map(|line| line.line)
+        .collect()
+}
+
 /// A server double with one genuine job whose artifact read is answered with `artifact`;
 /// everything else a job needs is answered as the server would.
 fn job_double(artifact: (u16, Value)) -> Double {
@@ -158,11 +177,7 @@ fn a_job_whose_artifact_cannot_be_read_fails_and_its_command_never_runs() {
 
 #[test]
 fn a_job_runs_only_with_the_artifact_its_envelope_signs() {
-    let genuine = json!({
-        "versionId": 1,
-        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
-        "content": job_artifact_content(),
-    });
+    let genuine = genuine_artifact();
     let mut spoiled = genuine.clone();
     spoiled["content"]["template"] = "other".into();
 
@@ -195,11 +210,7 @@ fn a_job_runs_only_with_the_artifact_its_envelope_signs() {
 fn job_files_live_in_a_fresh_private_runner_directory() {
     use std::os::unix::fs::PermissionsExt;
 
-    let genuine = json!({
-        "versionId": 1,
-        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
-        "content": job_artifact_content(),
-    });
+    let genuine = genuine_artifact();
     let double = job_double((200, genuine));
     let dir = scratch();
     let seen = dir.join("workdir-seen");
@@ -282,11 +293,7 @@ fn a_job_gets_a_clean_environment_and_exactly_what_pass_env_names() {
         ("PASSED_MARKER", "passed-value"),
         ("UNNAMED_MARKER", "unnamed-value"),
     ];
-    let genuine = json!({
-        "versionId": 1,
-        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
-        "content": job_artifact_content(),
-    });
+    let genuine = genuine_artifact();
     let dir = scratch();
     let env = job_env_after(
         &job_double((200, genuine.clone())),
@@ -424,11 +431,7 @@ fn a_config_file_inside_the_directory_jobs_run_in_is_refused() {
 fn a_job_cannot_read_the_runners_environment_through_proc() {
     use std::os::unix::process::CommandExt;
 
-    let genuine = json!({
-        "versionId": 1,
-        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
-        "content": job_artifact_content(),
-    });
+    let genuine = genuine_artifact();
     let double = job_double((200, genuine));
     let dir = scratch();
     let command = "echo \"parent=$PPID\"; \
@@ -453,12 +456,7 @@ fn a_job_cannot_read_the_runners_environment_through_proc() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert_eq!(completions(&double)[0]["status"], "succeeded", "{stderr}");
-    let printed: Vec<String> = streamed(&double)
-        .iter()
-        .filter_map(log_lines)
-        .flatten()
-        .map(|line| line.line)
-        .collect();
+    let printed = printed_lines(&double);
     assert!(
         !printed.iter().any(|l| l.contains("erb_double")),
         "{printed:?}"
@@ -483,11 +481,7 @@ fn a_job_cannot_read_the_runners_environment_through_proc() {
 /// the job's directory handed over; anywhere else it is refused before anything is sent.
 #[test]
 fn run_as_runs_the_command_as_another_user_only_for_a_root_runner() {
-    let genuine = json!({
-        "versionId": 1,
-        "contentHash": stable_json::hash(&job_artifact_content()).as_str(),
-        "content": job_artifact_content(),
-    });
+    let genuine = genuine_artifact();
     let double = job_double((200, genuine));
     let dir = scratch();
     let command = "echo \"uid=$(id -u) gid=$(id -g) groups=$(id -G) home=$HOME\"; \
@@ -533,12 +527,7 @@ fn run_as_runs_the_command_as_another_user_only_for_a_root_runner() {
     let nobody = nix::unistd::User::from_name("nobody")
         .expect("passwd")
         .expect("a user nobody");
-    let printed: Vec<String> = streamed(&double)
-        .iter()
-        .filter_map(log_lines)
-        .flatten()
-        .map(|line| line.line)
-        .collect();
+    let printed = printed_lines(&double);
     let gid = nobody.gid.as_raw();
     assert!(
         printed.contains(&format!(

@@ -8,9 +8,9 @@ use edgerunner::heartbeat::{ClaimStatus, Heartbeat, HeartbeatConfig};
 use edgerunner::http::Http;
 use edgerunner::log_payload::log_lines;
 use edgerunner::stream::{pump_lines, BatchLimits, ChunkStream, LogLine, OutputStream};
-use edgerunner_protocol::chunk::{ChunkIdentity, ChunkKind};
+use edgerunner_protocol::chunk::ChunkKind;
 use edgerunner_protocol::completion::{Evidence, EvidenceId};
-use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, JobId};
+use edgerunner_protocol::envelope::ClaimId;
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::stable_json;
 use edgerunner_protocol::state::CompletionStatus;
@@ -31,11 +31,7 @@ async fn a_chunk_whose_answer_was_lost_is_resent_identically_and_counts_as_store
         _ => (200, Some(json!({"accepted": true}))),
     }));
     let client = Arc::new(client(&double));
-    let identity = ChunkIdentity {
-        job_id: JobId::parse("job_double").expect("id"),
-        claim_id: ClaimId::parse("clm_double").expect("id"),
-        dispatch_attempt: DispatchAttempt::FIRST,
-    };
+    let identity = stream_identity();
     let mut stream = ChunkStream::new(Arc::clone(&client), identity);
     let first = stream
         .send(
@@ -199,11 +195,7 @@ async fn chunks_of_unknown_fate_are_kept_in_order_and_refused_ones_leave_the_cha
         _ => (200, Some(json!({"accepted": true}))),
     }));
     let client = Arc::new(client(&double));
-    let identity = ChunkIdentity {
-        job_id: JobId::parse("job_double").expect("id"),
-        claim_id: ClaimId::parse("clm_double").expect("id"),
-        dispatch_attempt: DispatchAttempt::FIRST,
-    };
+    let identity = stream_identity();
     let mut stream = ChunkStream::new(Arc::clone(&client), identity);
     let error = stream
         .send(ChunkKind::Log, json!({"n": 0}))
