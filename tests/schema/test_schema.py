@@ -567,6 +567,11 @@ class World:
                 (org, job_id, runner_id, claim_id, "runner:" + runner_id, row["dispatch_attempt"], NOW),
             )
         )
+        # As the service does (job_do/complete.rs, `attachments`): an accepted completion takes
+        # its evaluation run into custody first, then the rows it names.
+        run = ("evaluation_run", row["evaluation_run_id"])
+        if row["decision"] == "accepted" and run[1] is not None and run not in evidence:
+            evidence = [run, *evidence]
         for kind, evidence_id in evidence:
             statements.append(
                 (
@@ -719,6 +724,8 @@ class EnumCheckTests(SchemaTest):
         queued_job = w.job(org)
         run = w.evaluation_run(org)
         _, _, accepted_job, accepted_claim = self.claimed_job(org=org, runner=runner)
+        # A row of the run its completion did not name: the enum case below attaches it.
+        unnamed_result = w.test_result(org, run)
         accepted = w.complete(accepted_job, accepted_claim, runner, 1, evaluation_run_id=run)
 
         def insert_runner(**kw):
@@ -741,7 +748,7 @@ class EnumCheckTests(SchemaTest):
             self.execute(
                 "INSERT INTO completion_evidence (evidence_kind, evidence_id, completion_id, job_id,"
                 " organization_id, attached_at) VALUES (?, ?, ?, ?, ?, ?)",
-                value, run, accepted, accepted_job, org, NOW,
+                value, unnamed_result, accepted, accepted_job, org, NOW,
             )
 
         return [
@@ -766,7 +773,7 @@ class EnumCheckTests(SchemaTest):
             ("stream_chunks", "kind", "trajectory", chunk_kind),
             ("job_completions", "decision", "stale", completion("decision")),
             ("job_completions", "status", "failed", completion("status")),
-            ("completion_evidence", "evidence_kind", "evaluation_run", evidence_kind),
+            ("completion_evidence", "evidence_kind", "test_result", evidence_kind),
             ("evaluation_runs", "status", "completed", lambda v: w.evaluation_run(org, status=v)),
             ("test_results", "status", "skipped", lambda v: w.test_result(org, open_run, status=v)),
             ("cost_records", "category", "sandbox", lambda v: w.cost_record(org, open_run, category=v)),
@@ -1718,21 +1725,25 @@ class EvidenceTests(SchemaTest):
                         evidence=[("test_result", tr), ("cost_record", cost)])
         before_b = self.w.job_row(job_b)
         capacity = self.w.active_claims(self.runner)
-        # Job B names its own test result and A's cost record: the whole batch rolls back,
-        # including B's finalization, claim release and capacity decrement.
+        # Job B names A's run (the service attaches the run first) with a row of it A did not
+        # name: the whole batch rolls back, including B's finalization, claim release and
+        # capacity decrement.
         self.assertRefused(self.w.complete, job_b, claim_b, self.runner, 1, evaluation_run_id=self.run,
-                           evidence=[("test_result", own), ("cost_record", cost)],
+                           evidence=[("test_result", own)],
                            message="UNIQUE constraint failed: completion_evidence.evidence_kind")
         self.assertEqual(self.w.job_row(job_b), before_b)
         self.assertEqual(self.w.one("SELECT state FROM job_claims WHERE id = ?", claim_b)[0], "active")
         self.assertEqual(self.w.active_claims(self.runner), capacity)
         self.assertEqual(self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job_b)[0], 0)
-        self.assertEqual(self.w.one("SELECT count(*) FROM completion_evidence WHERE evidence_id = ?", own)[0], 0)
-        # With its own evidence only, B completes.
-        self.w.complete(job_b, claim_b, self.runner, 1, evaluation_run_id=self.run,
-                        evidence=[("test_result", own)])
+        self.assertEqual(self.w.one("SELECT count(*) FROM completion_evidence WHERE job_id = ?", job_b)[0], 0)
+        # With a run of its own and that run's row, B completes.
+        run_b = self.w.evaluation_run(self.org)
+        own_b = self.w.test_result(self.org, run_b)
+        self.w.complete(job_b, claim_b, self.runner, 1, evaluation_run_id=run_b,
+                        evidence=[("test_result", own_b)])
         owners = self.conn.execute("SELECT evidence_id, job_id FROM completion_evidence ORDER BY job_id").fetchall()
-        self.assertEqual(sorted(owners), sorted([(tr, job_a), (cost, job_a), (own, job_b)]))
+        self.assertEqual(sorted(owners), sorted([(self.run, job_a), (tr, job_a), (cost, job_a),
+                                                 (run_b, job_b), (own_b, job_b)]))
 
     def test_a_run_in_custody_takes_no_new_rows(self):
         # Before any accepted completion names the run, rows are added freely.
@@ -1846,13 +1857,16 @@ class BoundaryTests(SchemaTest):
             ("cost record in their run", lambda: w.cost_record(mine, their_run)),
             ("model call in their run", lambda: w.model_call(mine, their_run)),
             ("trace in their run", lambda: w.trace(mine, their_run)),
-            ("evidence filed under another job", lambda: w.insert("completion_evidence", {
-                "evidence_kind": "test_result", "evidence_id": my_result, "completion_id": done,
-                "job_id": my_job, "organization_id": mine, "attached_at": NOW})),
         ]
         for name, write in cases:
             with self.subTest(name):
                 self.assertRefused(write, message="FOREIGN KEY constraint failed")
+        # Custody names its completion's own job (a trigger since migration 0010: the custody
+        # row outlives the completion row, so no foreign key can name it).
+        self.assertRefused(lambda: w.insert("completion_evidence", {
+            "evidence_kind": "test_result", "evidence_id": my_result, "completion_id": done,
+            "job_id": my_job, "organization_id": mine, "attached_at": NOW}),
+            message="evidence_needs_accepted_completion")
 
     def test_time_windows_and_end_times_are_recorded_in_order(self):
         w = self.w
@@ -2817,3 +2831,280 @@ class RunnerMachineStatementTests(SchemaTest):
         self.assertEqual(self.row(runner)["key_id"], "kid-approved")
         self.change(runner, ADMIN_MOVES[2])  # active → draining, no key id
         self.assertEqual(self.row(runner)["key_id"], "kid-approved")
+
+
+# =============================================================================================
+# Archive on finish (migration 0010): a finished job's rows go only once its archive is
+# stored, in bounded batches, down to the job row and its evidence custody
+# =============================================================================================
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+# A prune batch, in its order (store::archive::prune_batch).
+PRUNE_STATEMENTS = (query("archive_prune_chunks"), query("archive_prune_completions"),
+                    query("archive_prune_events"), query("archive_prune_claims"))
+
+
+class ArchiveTests(SchemaTest):
+    def setUp(self):
+        super().setUp()
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.run = self.w.evaluation_run(self.org)
+
+    def finished_job(self, chunks=3, lost_attempt=True, run=None):
+        """A job as the service leaves it: a first attempt lost with a stream, a second that
+        streamed and completed with its evaluation run (`run`, or a new one) and a test result
+        of it, and a duplicate completion after."""
+        w = self.w
+        run = run or w.evaluation_run(self.org)
+        job = w.job(self.org)
+        if lost_attempt:
+            first = w.grant(job, self.runner)
+            w.stream(job, first, 1, 2)
+            w.reap(job, self.runner)
+        claim = w.grant(job, self.runner)
+        attempt = 2 if lost_attempt else 1
+        head = w.stream(job, claim, attempt, chunks)
+        result = w.test_result(self.org, run)
+        w.complete(job, claim, self.runner, attempt, final_stream_checksum=head,
+                   evaluation_run_id=run, evidence=[("test_result", result)])
+        w.complete(job, claim, self.runner, attempt, decision="duplicate", final_stream_checksum=head)
+        return job, head
+
+    def counts(self, job):
+        return {t: self.w.one(f"SELECT count(*) FROM {t} WHERE job_id = ?", job)[0]
+                for t in ("stream_chunks", "job_completions", "job_events", "job_claims", "completion_evidence")}
+
+    def store(self, job, head, completions=None, unstored=0, **overrides):
+        chunks, stream_bytes = self.w.one(
+            "SELECT count(*), coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM stream_chunks WHERE job_id = ?", job)
+        if completions is None:
+            completions = self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job)[0]
+        params = {"bundle": sha("bundle " + job), "bytes": 4096, "record": sha("record " + job),
+                  "chunks": chunks, "stream_bytes": stream_bytes, "head": head, "at": NOW + 1}
+        params.update(overrides)
+        return self.execute(query("archive_store"), job, self.org, params["bundle"], params["bytes"],
+                            params["record"], params["chunks"], params["stream_bytes"], params["head"],
+                            params["at"], completions, unstored).rowcount
+
+    def prune_batch(self, job, limit):
+        statements = [(sql, (job, self.org, limit)) for sql in PRUNE_STATEMENTS]
+        self.conn.execute("BEGIN")
+        try:
+            deleted = [self.conn.execute(sql, params).rowcount for sql, params in statements]
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return deleted
+
+    def test_no_row_of_a_job_goes_before_its_archive_is_stored(self):
+        _, _, live, live_claim = self.claimed_job(org=self.org, runner=self.runner)
+        self.w.stream(live, live_claim, 1, 2)
+        finished, _ = self.finished_job()
+        for job in (live, finished):
+            for table, message in (("stream_chunks", "stream_chunks_are_immutable"),
+                                   ("job_completions", "job_completions_are_append_only"),
+                                   ("job_events", "job_events_are_append_only"),
+                                   ("job_claims", "claim_is_over")):
+                if not self.w.one(f"SELECT count(*) FROM {table} WHERE job_id = ?", job)[0]:
+                    continue
+                with self.subTest(job=job, table=table):
+                    self.assertRefused(self.execute, f"DELETE FROM {table} WHERE job_id = ?", job, message=message)
+            with self.subTest(job=job, batch="prune"):
+                self.assertRefused(self.prune_batch, job, 500)
+        # Custody never goes, archived or not.
+        self.assertRefused(self.execute, "DELETE FROM completion_evidence WHERE job_id = ?", finished,
+                           message="evidence_custody_is_permanent")
+
+    def test_only_a_finished_job_is_stored_and_only_with_its_whole_summary(self):
+        _, _, live, claim = self.claimed_job(org=self.org, runner=self.runner)
+        self.assertEqual(self.store(live, None), 0)  # the statement's guard: not finished
+        self.assertRefused(self.execute, "UPDATE jobs SET archive_state = 'stored', bundle_sha256 = ?,"
+                           " bundle_bytes = 1, record_sha256 = ?, stream_chunks = 0, stream_bytes = 0,"
+                           " archived_at = ? WHERE id = ?", sha("b"), sha("r"), NOW, live,
+                           message="job_archive_incomplete")
+        job, head = self.finished_job()
+        for missing in ("bundle_sha256", "bundle_bytes", "record_sha256", "stream_chunks", "stream_bytes",
+                        "archived_at"):
+            with self.subTest(missing=missing):
+                self.assertRefused(self.execute, f"UPDATE jobs SET archive_state = 'stored', {missing} = NULL"
+                                   " WHERE id = ?", job, message="job_archive_incomplete")
+        # A stream head exactly when the stream has chunks.
+        self.assertRefused(self.store, job, None, message="job_archive_incomplete")
+        self.assertRefused(self.store, job, head, chunks=0, message="job_archive_incomplete")
+        # A summary without its stage is refused too; a stage the schema does not know is.
+        self.assertRefused(self.execute, "UPDATE jobs SET bundle_sha256 = ? WHERE id = ?", sha("b"), job,
+                           message="job_archive_is_final")
+        self.assertRefused(self.execute, "UPDATE jobs SET archive_state = 'archived', bundle_sha256 = ?,"
+                           " bundle_bytes = 1, record_sha256 = ?, stream_chunks = 5, stream_bytes = 1,"
+                           " stream_head = ?, archived_at = ? WHERE id = ?", sha("b"), sha("r"), head, NOW, job,
+                           message="CHECK constraint failed")
+        for column, bad, stream_head in (("bundle", "ABC", head), ("record", sha("r").upper(), head),
+                                         ("bytes", 0, head), ("chunks", -1, None), ("stream_bytes", -1, head)):
+            with self.subTest(column=column):
+                self.assertRefused(self.store, job, stream_head, **{column: bad}, message="CHECK constraint failed")
+        self.assertRefused(self.store, job, "x" * 64, message="CHECK constraint failed")
+        self.assertEqual(self.store(job, head), 1)
+        self.assertEqual(self.w.one("SELECT archive_state, stream_head FROM jobs WHERE id = ?", job),
+                         ("stored", head))
+
+    def test_the_store_is_guarded_by_the_decisions_its_bundle_was_read_with(self):
+        job, head = self.finished_job()
+        stored = self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job)[0]
+        # A decision recorded after the bundle was read (stored, or counted on the row).
+        self.assertEqual(self.store(job, head, completions=stored - 1), 0)
+        self.assertEqual(self.store(job, head, unstored=1), 0)
+        self.assertEqual(self.w.one("SELECT archive_state FROM jobs WHERE id = ?", job)[0], None)
+        self.assertEqual(self.store(job, head), 1)
+        # Storing again changes nothing (the stage guard), and the summary is final.
+        self.assertEqual(self.store(job, head), 0)
+        self.assertRefused(self.execute, "UPDATE jobs SET bundle_bytes = 1 WHERE id = ?", job,
+                           message="job_archive_is_final")
+        self.assertRefused(self.execute, "UPDATE jobs SET archive_state = NULL WHERE id = ?", job,
+                           message="job_archive_is_final")
+
+    def test_a_stored_job_is_pruned_in_bounded_batches_down_to_its_row_and_custody(self):
+        job, head = self.finished_job(chunks=7)
+        other, _ = self.finished_job()
+        other_before = self.counts(other)
+        before = self.counts(job)
+        self.assertEqual(before, {"stream_chunks": 9, "job_completions": 2, "job_events": before["job_events"],
+                                  "job_claims": 2, "completion_evidence": 2})
+        self.assertGreater(before["job_events"], 3)
+        self.assertEqual(self.store(job, head), 1)
+        # Not pruned while anything is left.
+        self.assertRefused(self.execute, query("archive_mark_pruned"), job, self.org, message="job_rows_remain")
+        limit = 3
+        batches = []
+        for _ in range(20):  # bounded: 9 chunks at 3 a batch need 3 full batches and a short one
+            deleted = self.prune_batch(job, limit)
+            batches.append(deleted)
+            if all(n < limit for n in deleted):  # archive::after_prune_batch
+                break
+        self.assertTrue(all(n <= limit for b in batches for n in b), batches)
+        self.assertEqual(batches[0], [3, 2, 3, 0])  # claims wait for what names them
+        self.assertEqual(sum(b[0] for b in batches), 9)
+        self.assertEqual(sum(b[3] for b in batches), 2)
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        self.assertEqual(self.counts(job), {"stream_chunks": 0, "job_completions": 0, "job_events": 0,
+                                            "job_claims": 0, "completion_evidence": 2})
+        # Running a step twice changes nothing: a batch finds nothing, the stage is pruned.
+        self.assertEqual(self.prune_batch(job, limit), [0, 0, 0, 0])
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 0)
+        self.assertEqual(self.store(job, head, completions=0), 0)
+        self.assertEqual(self.w.one("SELECT archive_state FROM jobs WHERE id = ?", job)[0], "pruned")
+        self.assertRefused(self.execute, "UPDATE jobs SET archive_state = 'stored' WHERE id = ?", job,
+                           message="job_archive_is_final")
+        # Another job of the organization is untouched, and every key still holds.
+        self.assertEqual(self.counts(other), other_before)
+        self.assertEqual(self.conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+
+    def test_statements_are_scoped_to_the_jobs_organization(self):
+        job, head = self.finished_job()
+        stranger = self.w.org()
+        completions = self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job)[0]
+        self.assertEqual(self.execute(query("archive_store"), job, stranger, sha("b"), 1, sha("r"), 5,
+                                      10, head, NOW, completions, 0).rowcount, 0)
+        self.assertEqual(self.store(job, head), 1)
+        for sql in PRUNE_STATEMENTS:
+            with self.subTest(sql=sql):
+                self.assertEqual(self.execute(sql, job, stranger, 500).rowcount, 0)
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, stranger).rowcount, 0)
+
+    def test_an_archived_job_takes_no_new_rows_but_counts_late_decisions(self):
+        job, head = self.finished_job()
+        claim = self.w.one("SELECT id FROM job_claims WHERE job_id = ? AND dispatch_attempt = 2", job)[0]
+        self.assertEqual(self.store(job, head), 1)
+        late = self.w.completion_row(job, claim, self.runner, 2, decision="duplicate", final_stream_checksum=head)
+        self.assertRefused(self.w.insert, "job_completions", late, message="job_is_archived")
+        self.assertRefused(self.w.insert, "job_events", {
+            "organization_id": self.org, "job_id": job, "actor": "runner:" + self.runner,
+            "type": "job.completion_duplicate", "at": NOW}, message="job_is_archived")
+        # The row's counters still move: that is how a late decision is recorded.
+        self.execute("UPDATE jobs SET unstored_decisions = unstored_decisions + 1, last_unstored_checksum = ?,"
+                     " last_unstored_decision = 'duplicate', last_unstored_at = ? WHERE id = ?",
+                     late["completion_checksum"], NOW + 5, job)
+        self.assertEqual(self.w.one("SELECT unstored_decisions, archive_state FROM jobs WHERE id = ?", job),
+                         (1, "stored"))
+        # Events without a job (the audit trail) are still written.
+        self.w.insert("job_events", {"organization_id": self.org, "runner_id": self.runner,
+                                     "actor": "system:reaper", "type": "runner.drained", "at": NOW})
+
+    def test_custody_outlives_the_completion_row(self):
+        job, head = self.finished_job(run=self.run)
+        self.assertEqual(self.store(job, head), 1)
+        for _ in range(10):
+            if all(n < 500 for n in self.prune_batch(job, 500)):
+                break
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        self.assertEqual(self.w.one("SELECT count(*) FROM job_completions WHERE evaluation_run_id = ?",
+                                    self.run)[0], 0)
+        # The run is still in custody: no row joins it, and no other completion takes it.
+        for add in (self.w.test_result, self.w.cost_record, self.w.model_call, self.w.trace):
+            with self.subTest(add=add.__name__):
+                self.assertRefused(add, self.org, self.run, message="evidence_run_in_custody")
+        _, _, other, other_claim = self.claimed_job(org=self.org, runner=self.runner)
+        self.assertRefused(self.w.complete, other, other_claim, self.runner, 1, evaluation_run_id=self.run,
+                           message="UNIQUE constraint failed: completion_evidence")
+        held = self.conn.execute(query("evidence_holder"),
+                                 (self.org, json.dumps([["evaluation_run", self.run]]))).fetchall()
+        self.assertEqual(held, [("evaluation_run", self.run, job)])
+
+    def test_the_archive_pass_finds_due_jobs_oldest_first_through_its_index(self):
+        first, head_first = self.finished_job(lost_attempt=False)
+        second, _ = self.finished_job(lost_attempt=False)
+        self.execute("UPDATE jobs SET finished_at = ? WHERE id = ?", NOW - 10, second)
+        _, _, live, _ = self.claimed_job(org=self.org, runner=self.runner)
+        due = self.execute(query("archive_due"), NOW, 10).fetchall()
+        self.assertEqual([row[0] for row in due], [second, first])
+        self.assertEqual(due[0][1:], (self.org, "succeeded", NOW - 10, None))
+        self.assertEqual([r[0] for r in self.execute(query("archive_due"), NOW - 1, 10).fetchall()], [second])
+        self.assertEqual(len(self.execute(query("archive_due"), NOW, 1).fetchall()), 1)
+        # A stored job stays due until it is pruned.
+        self.assertEqual(self.store(first, head_first), 1)
+        self.assertEqual([r[4] for r in self.execute(query("archive_due"), NOW, 10).fetchall()],
+                         [None, "stored"])
+        plan = " ".join(query_plan(self.conn, query("archive_due"), (NOW, 10)))
+        self.assertIn("jobs_to_archive", plan)
+        self.assertNotIn("TEMP B-TREE", plan)
+
+    def test_deleting_a_claim_looks_up_what_names_it_by_index(self):
+        # SQLite checks each foreign key naming a deleted claim with these lookups.
+        for sql, index in (("SELECT 1 FROM job_events WHERE claim_id = ?", "job_events_by_claim"),
+                           ("SELECT 1 FROM jobs WHERE active_claim_id = ?", "jobs_by_active_claim"),
+                           ("SELECT 1 FROM stream_chunks WHERE claim_id = ? AND job_id = ? AND dispatch_attempt = ?",
+                            "sqlite_autoindex_stream_chunks_1"),
+                           ("SELECT 1 FROM job_completions WHERE claim_id = ? AND job_id = ? AND dispatch_attempt = ?"
+                            " AND runner_id = ?", "job_completions_by_job")):
+            with self.subTest(index=index):
+                params = (None,) * sql.count("?")
+                self.assertIn(index, " ".join(query_plan(self.conn, sql, params)))
+        for sql in PRUNE_STATEMENTS:
+            with self.subTest(statement=sql):
+                self.assertNotIn("SCAN", " ".join(query_plan(self.conn, sql, ("j", "o", 500))))
+
+    def test_migration_0010_keeps_every_custody_row_and_the_runs_in_custody(self):
+        before = [p for p in MIGRATIONS if os.path.basename(p) < "0010"]
+        archive = next(p for p in MIGRATIONS if os.path.basename(p).startswith("0010"))
+        conn = open_database(before)
+        w = World(conn)
+        org = w.org()
+        runner = w.runner(org, max_concurrent_jobs=5)
+        run = w.evaluation_run(org)
+        job = w.job(org)
+        claim = w.grant(job, runner)
+        head = w.stream(job, claim, 1, 2)
+        w.complete(job, claim, runner, 1, final_stream_checksum=head, evaluation_run_id=run,
+                   evidence=[("test_result", w.test_result(org, run)), ("cost_record", w.cost_record(org, run))])
+        custody = conn.execute("SELECT * FROM completion_evidence ORDER BY rowid").fetchall()
+        self.assertEqual(len(custody), 3)
+
+        apply_migration(conn, archive)
+
+        self.assertEqual(conn.execute("SELECT * FROM completion_evidence ORDER BY rowid").fetchall(), custody)
+        self.assertEqual(conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+        self.assertEqual(conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'kept_%'").fetchall(), [])
+        self.assertRaises(sqlite3.IntegrityError, w.test_result, org, run)
+        self.assertEqual(conn.execute("SELECT archive_state FROM jobs WHERE id = ?", (job,)).fetchone(), (None,))
+        conn.close()

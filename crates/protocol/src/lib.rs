@@ -12,12 +12,14 @@
 //! - [`state`]: job and runner state machines as transition functions, and claim states.
 //! - [`kind`]: evidence kinds and event kinds, by their stored names.
 //! - [`recovery`]: the lease-loss decision the reaper and job alarms apply.
+//! - [`archive`]: a finished job's archive to object storage, its stages and their checks.
 //! - [`time`]: RFC 3339 timestamps from Unix milliseconds (no clock inside this crate).
 //! - `wire_name` (private): the one declaration of a closed set of names (`ErrorCode`,
 //!   `ClaimState`, `EvidenceKind`, `EventKind`): its parsing, display and serde.
 //!
 //! Nothing here reads a clock or a random source: callers pass `now` and random bytes in.
 
+pub mod archive;
 pub mod capability;
 pub mod chunk;
 pub mod completion;

@@ -1,0 +1,14 @@
+-- A job's archive, stored (store::archive::store): its summary, written once its bundle and
+-- record were read back from R2 and checked. Guarded by the stage and by what the bundle was
+-- written from: the job is finished and not archived, and holds exactly the completion
+-- decisions (stored and counted) it held when its bundle was read, so a decision recorded
+-- since cannot be pruned away unarchived.
+-- ?1 job id, ?2 organization id, ?3 bundle SHA-256, ?4 bundle bytes, ?5 record SHA-256, ?6
+-- stream chunks, ?7 stream bytes, ?8 stream head (NULL without a stream), ?9 archived at, ?10
+-- completions stored when the bundle was read, ?11 unstored decisions then
+UPDATE jobs SET archive_state = 'stored', bundle_sha256 = ?3, bundle_bytes = ?4, record_sha256 = ?5,
+    stream_chunks = ?6, stream_bytes = ?7, stream_head = ?8, archived_at = ?9
+    WHERE id = ?1 AND organization_id = ?2 AND archive_state IS NULL
+    AND state IN ('succeeded', 'failed', 'cancelled')
+    AND unstored_decisions = ?11
+    AND (SELECT count(*) FROM job_completions WHERE job_id = ?1) = ?10
