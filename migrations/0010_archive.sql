@@ -4,8 +4,8 @@
 --
 --   (not archived) --store--> stored --prune--> pruned
 --
--- * stored: the bundle and the job's record are in R2 under their SHA-256, read back and
---   checked, and the summary below is on the job row. Only from here on may the job's claims,
+-- * stored: the bundle is in R2 under its SHA-256 and the job's record beside it, both read
+--   back and checked, and the summary below is on the job row. Only from here on may the job's claims,
 --   chunks, completions and events be deleted.
 -- * pruned: none of them is left (checked when the stage is written).
 --
@@ -24,10 +24,8 @@ ALTER TABLE jobs ADD COLUMN archive_state TEXT
 ALTER TABLE jobs ADD COLUMN bundle_sha256 TEXT
     CHECK (bundle_sha256 IS NULL OR (length(bundle_sha256) = 64 AND bundle_sha256 NOT GLOB '*[^0-9a-f]*'));
 ALTER TABLE jobs ADD COLUMN bundle_bytes INTEGER CHECK (bundle_bytes IS NULL OR bundle_bytes > 0);
--- The record's SHA-256 (records/<sha256>): the job's timeline and where each chunk sits in the
--- bundle, for the reads that are not the bundle.
-ALTER TABLE jobs ADD COLUMN record_sha256 TEXT
-    CHECK (record_sha256 IS NULL OR (length(record_sha256) = 64 AND record_sha256 NOT GLOB '*[^0-9a-f]*'));
+-- (The job's record, what the reads that are not the bundle need, is kept beside the bundle
+-- under records/<bundle sha256>: it costs the row nothing.)
 -- The stream in sum, over every attempt: chunks, payload bytes, and the last chunk's checksum
 -- of the last attempt that streamed (NULL without a stream).
 ALTER TABLE jobs ADD COLUMN stream_chunks INTEGER CHECK (stream_chunks IS NULL OR stream_chunks >= 0);
@@ -41,7 +39,7 @@ CREATE TRIGGER jobs_archive_needs_a_finished_job
 BEFORE UPDATE OF archive_state ON jobs
 WHEN NEW.archive_state IS NOT NULL
  AND (NEW.state NOT IN ('succeeded', 'failed', 'cancelled')
-      OR NEW.bundle_sha256 IS NULL OR NEW.bundle_bytes IS NULL OR NEW.record_sha256 IS NULL
+      OR NEW.bundle_sha256 IS NULL OR NEW.bundle_bytes IS NULL
       OR NEW.stream_chunks IS NULL OR NEW.stream_bytes IS NULL OR NEW.archived_at IS NULL
       OR (NEW.stream_chunks > 0) = (NEW.stream_head IS NULL))
 BEGIN
@@ -50,17 +48,17 @@ END;
 
 -- The stage only moves forward (stored → pruned), and the summary, once written, is final.
 CREATE TRIGGER jobs_archive_is_final
-BEFORE UPDATE OF archive_state, bundle_sha256, bundle_bytes, record_sha256, stream_chunks,
-                 stream_bytes, stream_head, archived_at ON jobs
+BEFORE UPDATE OF archive_state, bundle_sha256, bundle_bytes, stream_chunks, stream_bytes,
+                 stream_head, archived_at ON jobs
 WHEN (OLD.archive_state IS NULL AND NEW.archive_state IS NULL
-      AND (NEW.bundle_sha256 IS NOT NULL OR NEW.bundle_bytes IS NOT NULL OR NEW.record_sha256 IS NOT NULL
+      AND (NEW.bundle_sha256 IS NOT NULL OR NEW.bundle_bytes IS NOT NULL
            OR NEW.stream_chunks IS NOT NULL OR NEW.stream_bytes IS NOT NULL OR NEW.stream_head IS NOT NULL
            OR NEW.archived_at IS NOT NULL))
   OR (OLD.archive_state IS NOT NULL
       AND (NEW.archive_state IS NULL
            OR (OLD.archive_state = 'pruned' AND NEW.archive_state <> 'pruned')
            OR NEW.bundle_sha256 IS NOT OLD.bundle_sha256 OR NEW.bundle_bytes IS NOT OLD.bundle_bytes
-           OR NEW.record_sha256 IS NOT OLD.record_sha256 OR NEW.stream_chunks IS NOT OLD.stream_chunks
+           OR NEW.stream_chunks IS NOT OLD.stream_chunks
            OR NEW.stream_bytes IS NOT OLD.stream_bytes OR NEW.stream_head IS NOT OLD.stream_head
            OR NEW.archived_at IS NOT OLD.archived_at))
 BEGIN

@@ -22,6 +22,9 @@
 //!   table group (and `lifecycle`: a job's writes from its grant on); rows decoded once, into
 //!   the protocol's types; guarded writes with checked row counts.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
+//! - [`archive`]: a finished job's bundle and record to R2, checked, then its rows pruned from
+//!   D1 (its job object's alarm, the cron pass, an operator's `POST …/jobs/{id}/archive`);
+//!   every read of the job from D1 or from R2 (`archive::reads`).
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
 //!   path, which the router enforces (`405`) before the route table.
@@ -31,13 +34,15 @@
 //!   (small bounded per-isolate memories that skip safe work, never authorities).
 //!
 //! Protocol rules (hashing, envelopes, chains, matching, state machines) live in the
-//! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects and D1.
+//! `edgerunner-protocol` crate; this crate only moves bytes between HTTP, Durable Objects, D1
+//! and R2.
 
 use edgerunner_protocol::error_code::ErrorCode;
 use worker::{
     event, Context, Env, Method, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
+mod archive;
 mod auth;
 mod dispatch_do;
 mod error;
@@ -222,6 +227,9 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         (Post, ["api", "remote-runners", "jobs", id, "cancel"]) => {
             routes::jobs::cancel(req, &ctx, id).await
         }
+        (Post, ["api", "remote-runners", "jobs", id, "archive"]) => {
+            routes::jobs::archive(req, &ctx, id).await
+        }
         (Get, ["api", "remote-runners", "jobs", id, "stream"]) => {
             routes::custody::stream_read(req, &ctx, id).await
         }
@@ -322,8 +330,9 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
     }
 }
 
-/// The cron trigger: one bounded recovery pass across every organization, then one bounded
-/// purge of expired enrollments and spent challenges (see [`reaper`]).
+/// The cron trigger: one bounded recovery pass across every organization, one bounded purge of
+/// expired enrollments and spent challenges (see [`reaper`]), then one bounded archive pass
+/// over finished jobs (see [`archive`]).
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     let limit = reaper::DEFAULT_PASS_LIMIT;
@@ -334,5 +343,10 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match reaper::purge(&env, platform::now_ms()).await {
         Ok(report) => worker::console_log!("purge pass: {report}"),
         Err(err) => worker::console_error!("purge pass failed: {err:?}"),
+    }
+    let limit = edgerunner_protocol::archive::JOBS_PER_PASS;
+    match archive::pass(&env, platform::now_ms(), limit).await {
+        Ok(report) => worker::console_log!("archive pass: {report}"),
+        Err(err) => worker::console_error!("archive pass failed: {err:?}"),
     }
 }

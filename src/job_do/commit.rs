@@ -42,6 +42,8 @@ pub(super) enum AlarmChange {
 
 pub(super) struct OpCtx<'a> {
     pub(super) db: &'a Db,
+    /// The Worker's bindings (the archive's R2 bucket, for a job archived already).
+    pub(super) env: &'a worker::Env,
     pub(super) now: i64,
     /// The runner a runner's operation comes from.
     pub(super) holder: Option<&'a Holder>,
@@ -57,9 +59,10 @@ pub(super) struct OpCtx<'a> {
 }
 
 impl<'a> OpCtx<'a> {
-    pub(super) fn new(db: &'a Db, holder: Option<&'a Holder>) -> Self {
+    pub(super) fn new(db: &'a Db, env: &'a worker::Env, holder: Option<&'a Holder>) -> Self {
         Self {
             db,
+            env,
             now: now_ms(),
             holder,
             alarm: Cell::new(AlarmChange::Keep),

@@ -10,16 +10,18 @@ use edgerunner_protocol::completion::{
 use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, OrganizationId, RunnerId};
 use edgerunner_protocol::kind::{EventKind, EvidenceKind};
 use edgerunner_protocol::stable_json::Sha256Hex;
-use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::state::{ClaimState, JobState};
 use edgerunner_protocol::time::UnixMillis;
 use serde_json::{json, Value};
 
 use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
+use crate::archive::reads::Archived;
 use crate::error::ApiError;
 use crate::objects::job::{CompletionDecision, JobRefusal, JobReply};
+use crate::store::archive::StoredSummary;
 use crate::store::lifecycle::{self, Attachment, NewCompletion};
-use crate::store::{events, guards, jobs};
+use crate::store::{self, events, guards, jobs};
 
 /// What a completion is, decided: the completion as parsed, the claim it names, and what
 /// reconciliation made of it.
@@ -140,6 +142,14 @@ fn refused_event_kind(outcome: Outcome) -> EventKind {
 /// Decides a completion and writes what it decided.
 pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer {
     let runner = ctx.runner()?;
+    // A finished job may be archived: then its rows are (or are being) pruned, and the
+    // decision is made from its archive (one read more, for a completion after the finish).
+    if snap.state().is_terminal() {
+        let row = store::archive::row(ctx.db, &snap.job.id).await?;
+        if let Some(summary) = row.and_then(|row| row.summary) {
+            return archived(ctx, snap, &summary, raw).await;
+        }
+    }
     let decided = decide(&snap, runner, raw, ctx.now)?;
     let Decided {
         completion,
@@ -304,6 +314,101 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         rationale: decided.rationale,
         completion_id: Some(completion_id),
         job_state,
+    }))
+}
+
+/// A completion for a job whose archive is stored: decided from the archive's record (the
+/// job's claims and accepted completion as they were archived) and counted on the job row (the
+/// job's one row that still takes writes), so that nothing is added beside what the archive
+/// holds and nothing of it is lost. The runner's answer is the one it would have had before.
+async fn archived(
+    ctx: &OpCtx<'_>,
+    mut snap: Snapshot,
+    summary: &StoredSummary,
+    raw: &Value,
+) -> Answer {
+    let runner = ctx.runner()?;
+    let record = Archived::open(ctx.env, summary)?.record().await?;
+    snap.claims = record_claims(&record.detail.claims)?;
+    snap.accepted = record_accepted(&record.detail.completions)?;
+    snap.head.clear();
+    let decided = decide(&snap, runner, raw, ctx.now)?;
+    let (outcome, checksum) = (decided.outcome, decided.completion.checksum().clone());
+    if matches!(outcome, Outcome::Accepted { .. }) {
+        return Err(JobRefusal::internal(format!(
+            "a completion of archived job {} was decided accepted",
+            snap.job.id
+        )));
+    }
+    let answer = CompletionDecision {
+        decision: outcome.as_str().to_owned(),
+        rationale: decided.rationale,
+        completion_id: None,
+        job_state: decided.state,
+    };
+    let count = jobs::count_unstored_decision(
+        ctx.db,
+        &snap.job.id,
+        outcome.as_str(),
+        checksum.as_str(),
+        ctx.now,
+    )?;
+    ctx.commit(&snap, false, vec![count]).await?;
+    match outcome {
+        Outcome::Duplicate => Ok(JobReply::Completed(answer)),
+        Outcome::Conflict => Err(JobRefusal::CompletionConflict(answer)),
+        _ => Err(JobRefusal::CompletionStale(answer)),
+    }
+}
+
+/// The claims of an archived job as its record shows them (the detail's `JobClaim`s), with
+/// what a completion's decision reads of them.
+fn record_claims(claims: &[Value]) -> Result<Vec<jobs::ClaimRow>, JobRefusal> {
+    let field = |claim: &Value, name: &str| -> Result<String, JobRefusal> {
+        claim[name]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| JobRefusal::internal(format!("an archived claim without {name}")))
+    };
+    claims
+        .iter()
+        .map(|claim| {
+            let state = field(claim, "state")?;
+            Ok(jobs::ClaimRow {
+                id: field(claim, "id")?,
+                runner_id: field(claim, "runnerId")?,
+                dispatch_attempt: claim["dispatchAttempt"]
+                    .as_i64()
+                    .ok_or_else(|| JobRefusal::internal("an archived claim without its attempt"))?,
+                state: ClaimState::parse(&state).ok_or_else(|| {
+                    JobRefusal::internal(format!("archived claim state {state:?}"))
+                })?,
+                key_id: field(claim, "keyId")?,
+                issued_at: 0,
+                expires_at: 0,
+                lease_expires_at: 0,
+                started_at: None,
+                ended_at: None,
+                end_reason: None,
+                last_heartbeat_at: None,
+            })
+        })
+        .collect()
+}
+
+/// The accepted completion of an archived job, from its record's completions.
+fn record_accepted(completions: &[Value]) -> Result<Option<jobs::AcceptedRow>, JobRefusal> {
+    let Some(accepted) = completions.iter().find(|c| c["decision"] == "accepted") else {
+        return Ok(None);
+    };
+    Ok(Some(jobs::AcceptedRow {
+        dispatch_attempt: accepted["dispatchAttempt"]
+            .as_i64()
+            .ok_or_else(|| JobRefusal::internal("an archived completion without its attempt"))?,
+        completion_checksum: accepted["completionChecksum"]
+            .as_str()
+            .ok_or_else(|| JobRefusal::internal("an archived completion without its checksum"))?
+            .to_owned(),
     }))
 }
 

@@ -15,8 +15,10 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use edgerunner_protocol::archive::ARCHIVE_GRACE_MILLIS;
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State, Storage};
 
+use crate::archive;
 use crate::objects::job::{JobOp, JobRefusal, JobReply};
 use crate::objects::{answer, read_op};
 use crate::platform::{alarm_delay, now_ms};
@@ -92,12 +94,30 @@ impl DurableObject for JobObject {
             job_id: job_id.clone(),
             actor: "system:alarm".to_owned(),
         };
-        match self.run(op, &RoundTrips::default()).await {
-            Ok(reply) => Response::ok(serde_json::to_string(&reply).unwrap_or_default()),
+        let finished = match self.run(op, &RoundTrips::default()).await {
+            Ok(JobReply::Recovered(recovered)) => recovered.state.is_terminal(),
+            Ok(reply) => {
+                return Response::ok(serde_json::to_string(&reply).unwrap_or_default());
+            }
             Err(err) => {
                 worker::console_error!("alarm recovery of {job_id} failed: {err:?}");
                 // A failed alarm is retried by the runtime; cron catches anything it still misses.
-                Err(worker::Error::RustError("alarm recovery failed".into()))
+                return Err(worker::Error::RustError("alarm recovery failed".into()));
+            }
+        };
+        if !finished {
+            return Response::ok("recovered");
+        }
+        // A finished job's alarm is its archive's.
+        match self
+            .archive(&job_id, archive::Mode::Due, &RoundTrips::default())
+            .await
+        {
+            Ok(reply) => Response::ok(serde_json::to_string(&reply).unwrap_or_default()),
+            Err(err) => {
+                worker::console_error!("alarm archive of {job_id} failed: {err:?}");
+                // Retried by the runtime; the cron pass finds the job due all the same.
+                Err(worker::Error::RustError("alarm archive failed".into()))
             }
         }
     }
@@ -119,6 +139,9 @@ impl JobObject {
     /// alive and re-arms at it (see `recover`). So nothing after the commit can fail the
     /// operation.
     async fn run(&self, op: JobOp, trips: &RoundTrips) -> Answer {
+        if let JobOp::Archive { job_id, mode } = &op {
+            return self.archive(job_id, *mode, trips).await;
+        }
         let op = match op {
             JobOp::Watch { job_id, attempt } => {
                 if self.watching(&job_id, attempt).await {
@@ -144,12 +167,22 @@ impl JobObject {
             )
             .await
             .map_err(JobRefusal::internal)??;
-        let move_to = match (outcome.alarm_at, outcome.clear_alarm) {
-            (Some(at), _) if keeps(self.alarm.get(), at, now_ms()) => None,
-            (Some(at), _) => Some(Some(at)),
-            (None, true) if self.alarm.get() == Some(None) => None,
-            (None, true) => Some(None),
-            (None, false) => None,
+        // A finished job's alarm is its archive's: at the end of its grace period.
+        let archive_at = self
+            .known
+            .borrow()
+            .as_ref()
+            .filter(|known| known.job.id == job_id && known.job.state.is_terminal())
+            .and_then(|known| known.job.finished_at)
+            .map(|finished| finished.saturating_add(ARCHIVE_GRACE_MILLIS));
+        let move_to = match (outcome.alarm_at, outcome.clear_alarm, archive_at) {
+            (Some(at), _, _) if keeps(self.alarm.get(), at, now_ms()) => None,
+            (Some(at), _, _) => Some(Some(at)),
+            (None, _, Some(at)) if self.alarm.get() == Some(Some(at)) => None,
+            (None, _, Some(at)) => Some(Some(at)),
+            (None, true, None) if self.alarm.get() == Some(None) => None,
+            (None, true, None) => Some(None),
+            (None, false, None) => None,
         };
         let moved = match move_to {
             None => Ok(()),
@@ -191,6 +224,61 @@ impl JobObject {
             crate::objects::dispatch::touch(&self.env, org).await;
         }
         outcome.answer
+    }
+
+    /// The next step of the job's archive, under the object's lock (so no completion of the
+    /// job interleaves with it), then the alarm where the archive needs it next: at the end of
+    /// the grace period, at once while rows remain to prune, and none once archived.
+    async fn archive(&self, job_id: &str, mode: archive::Mode, trips: &RoundTrips) -> Answer {
+        let env = self.env.clone();
+        let trips = trips.clone();
+        let id = job_id.to_owned();
+        let progress = self
+            .state
+            .block_concurrency_while(async move {
+                let stepped = match Db::of(&env, trips) {
+                    Ok(db) => archive::advance(&env, &db, &id, now_ms(), mode).await,
+                    Err(err) => Err(err),
+                };
+                Ok(stepped)
+            })
+            .await
+            .map_err(JobRefusal::internal)?
+            .map_err(JobRefusal::from)?;
+        // The rows are gone or going: what the object knew of them is stale.
+        if !matches!(progress, archive::Progress::Live) {
+            self.known.borrow_mut().take();
+        }
+        let at = match progress {
+            archive::Progress::Live => return Ok(JobReply::Archived(progress)),
+            archive::Progress::WaitUntil(at) => Some(at),
+            archive::Progress::More => Some(now_ms()),
+            archive::Progress::Done => None,
+        };
+        if self.alarm.get() != Some(at) {
+            let storage = self.state.storage();
+            let name = async {
+                match at.is_some() && !self.named.get() {
+                    true => storage.put(JOB_ID_KEY, job_id).await,
+                    false => Ok(()),
+                }
+            };
+            let moved = futures_util::future::try_join(name, confirmed_alarm_move(&storage, at))
+                .await
+                .map(|_| ());
+            match moved {
+                Ok(()) => {
+                    self.named.set(self.named.get() || at.is_some());
+                    self.alarm.set(Some(at));
+                }
+                // The cron pass finds the job due all the same.
+                Err(err) => {
+                    self.alarm.set(None);
+                    worker::console_error!("job object: the archive's alarm did not move: {err:?}");
+                }
+            }
+        }
+        Ok(JobReply::Archived(progress))
     }
 
     /// Whether `op` is a heartbeat to an object that never wrote for its job, which may then
@@ -307,7 +395,7 @@ async fn dispatch(
         },
     ) = (presume, &cached, &op)
     {
-        let op_ctx = OpCtx::new(&db, holder);
+        let op_ctx = OpCtx::new(&db, &env, holder);
         if let Some(reply) =
             heartbeat::presumed_first(&op_ctx, job_id, claim_id, *extend_seconds).await?
         {
@@ -320,7 +408,7 @@ async fn dispatch(
     };
     // A warm try, then at most two fresh ones (a second move is someone else's D1 write).
     for _ in 0..3 {
-        let op_ctx = OpCtx::new(&db, holder);
+        let op_ctx = OpCtx::new(&db, &env, holder);
         // A fresh read that the operation then does not write over stays what the object knows.
         let fresh = (!warm && holder.is_some()).then(|| snapshot.clone());
         let answer = run_op(&op_ctx, &op, snapshot).await;
@@ -372,7 +460,7 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
         } => cancel::run(ctx, snapshot, organization_id, actor, reason).await,
         JobOp::Recover { actor, .. } => recover::run(ctx, snapshot, actor).await,
         // Answered by `JobObject::run` before an operation reaches the job's snapshot.
-        JobOp::Watch { .. } => Err(JobRefusal::internal(format!(
+        JobOp::Watch { .. } | JobOp::Archive { .. } => Err(JobRefusal::internal(format!(
             "{} reached the snapshot's operations",
             op.name()
         ))),

@@ -67,6 +67,11 @@ pub(crate) enum JobOp {
     },
     /// Recovery's look at the lease (the alarm, the cron pass, an admin's reap).
     Recover { job_id: String, actor: String },
+    /// The next step of a finished job's archive (its alarm, the cron pass, an operator).
+    Archive {
+        job_id: String,
+        mode: crate::archive::Mode,
+    },
 }
 
 impl JobOp {
@@ -78,7 +83,8 @@ impl JobOp {
             | JobOp::Complete { job_id, .. }
             | JobOp::HandBack { job_id, .. }
             | JobOp::Cancel { job_id, .. }
-            | JobOp::Recover { job_id, .. } => job_id,
+            | JobOp::Recover { job_id, .. }
+            | JobOp::Archive { job_id, .. } => job_id,
         }
     }
 
@@ -89,7 +95,10 @@ impl JobOp {
             | JobOp::Stream { holder, .. }
             | JobOp::Complete { holder, .. }
             | JobOp::HandBack { holder, .. } => Some(holder),
-            JobOp::Watch { .. } | JobOp::Cancel { .. } | JobOp::Recover { .. } => None,
+            JobOp::Watch { .. }
+            | JobOp::Cancel { .. }
+            | JobOp::Recover { .. }
+            | JobOp::Archive { .. } => None,
         }
     }
 
@@ -103,6 +112,7 @@ impl JobOp {
             JobOp::HandBack { .. } => "release",
             JobOp::Cancel { .. } => "cancel",
             JobOp::Recover { .. } => "recover",
+            JobOp::Archive { .. } => "archive",
         }
     }
 }
@@ -156,6 +166,8 @@ pub(crate) enum JobReply {
     Recovered(Recovered),
     /// The object watches the lease a runner's object asked about (`JobOp::Watch`).
     Watching,
+    /// Where the job's archive stands after the step (`JobOp::Archive`).
+    Archived(crate::archive::Progress),
 }
 
 impl JobReply {
@@ -168,7 +180,7 @@ impl JobReply {
             JobReply::HandedBack(handed_back) => serde_json::to_value(handed_back),
             JobReply::Cancelled(cancelled) => serde_json::to_value(cancelled),
             JobReply::Recovered(recovered) => serde_json::to_value(recovered),
-            JobReply::Watching => {
+            JobReply::Watching | JobReply::Archived(_) => {
                 return Err(ApiError::internal(format!(
                     "{self:?} is an object's answer to an object, not a runner's"
                 )))
@@ -312,6 +324,8 @@ pub(crate) enum JobRefusal {
     Envelope(EnvelopeError),
     /// The signing root may not be used.
     Secret(SecretRefusal),
+    /// The archive (R2) could not be reached: `503`, try again.
+    ArchiveUnavailable,
     /// The object failed; its log has the detail, the client gets a bare `500`.
     Internal,
 }
@@ -417,6 +431,7 @@ impl From<JobRefusal> for ApiError {
             R::State(err) => err.into(),
             R::Envelope(err) => err.into(),
             R::Secret(refusal) => refusal.into(),
+            R::ArchiveUnavailable => crate::archive::objects::unavailable(),
             R::Internal => ApiError::failed_elsewhere(),
         }
     }
@@ -446,6 +461,8 @@ impl From<ApiError> for JobRefusal {
     fn from(err: ApiError) -> Self {
         match err.guard().and_then(Guard::named) {
             Some(guard) => JobRefusal::Guard(guard),
+            None if err.code() == ErrorCode::ArchiveUnavailable => JobRefusal::ArchiveUnavailable,
+            None if err.code() == ErrorCode::NotFound => JobRefusal::NoSuchJob,
             None => {
                 if err.status() != 500 {
                     // A refusal of the edge's kind with no variant here: our bug, made visible.

@@ -3,23 +3,23 @@
 //! whole.
 
 use edgerunner_protocol::error_code::ErrorCode;
-use edgerunner_protocol::recovery::MAX_DISPATCHES;
-use serde_json::{json, Value};
+use serde_json::json;
 use worker::{Request, Response};
 
 use super::limit_param;
-use super::views::jobs::{
-    BundleClaimView, BundleCompletionView, JobView, ReceivedChunkView, SentChunkView, UnstoredView,
-};
+use super::views::jobs::ReceivedChunkView;
 use super::views::to_value;
+use crate::archive::bundle::{BundleWriter, LAST_ATTEMPT, STREAM_PAGE_BYTES};
+use crate::archive::reads::Archived;
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
-use crate::store::{self, jobs, Db, RoundTrips};
+use crate::store::{self, archive, jobs};
 use crate::Ctx;
-/// Chunks per page of `GET …/jobs/{id}/stream`, and the payload bytes a page stops at.
+
+/// Chunks per page of `GET …/jobs/{id}/stream` (the payload bytes a page stops at are the
+/// bundle's page budget, `STREAM_PAGE_BYTES`).
 const STREAM_PAGE_DEFAULT: i64 = 100;
 const STREAM_PAGE_MAX: i64 = 500;
-const STREAM_PAGE_BYTES: i64 = 1024 * 1024;
 
 /// `GET /api/remote-runners/jobs/{id}/stream?after=&attempt=&limit=`: the stored chunks with
 /// their payloads, in order (attempt, then sequence), after the cursor `"{attempt}.{sequence}"`.
@@ -58,15 +58,17 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         byte_budget: STREAM_PAGE_BYTES,
         job: id,
     };
-    // The organization's job and the page in one round trip (a reader following a running job
-    // asks every few seconds). One batch is one transaction, so the job's state is as of the
-    // page: a terminal state with `more: false` means the whole stream has been read (a
-    // completion closes its stream, and nothing is appended after it).
+    // The organization's job, its archive and the page in one round trip (a reader following a
+    // running job asks every few seconds). One batch is one transaction, so the job's state is
+    // as of the page: a terminal state with `more: false` means the whole stream has been read
+    // (a completion closes its stream, and nothing is appended after it); and a job whose
+    // archive is not stored has all its chunks in the page's read.
     let results = store::read_batch(
         &ctx.db,
         vec![
             jobs::select_found(&ctx.db, org, id)?,
             jobs::select_stream_page(&ctx.db, org, &page)?,
+            archive::select_row(&ctx.db, org, id)?,
         ],
     )
     .await?;
@@ -74,16 +76,30 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
         .into_iter()
         .next()
         .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 1)?;
-    let in_range = rows.first().map_or(0, |r| r.page_rows);
-    let more = (rows.len() as i64) < in_range || in_range == limit;
-    let cursor = rows
-        .last()
-        .map_or(after, |c| (c.dispatch_attempt, c.sequence));
-    let chunks = rows
-        .iter()
-        .map(|c| ReceivedChunkView::new(c, id))
-        .collect::<ApiResult<Vec<_>>>()?;
+    let stored = store::rows_of::<archive::ArchiveRow>(&results, 2)?
+        .into_iter()
+        .next()
+        .and_then(|row| row.summary);
+    let (chunks, page_rows, last) = match &stored {
+        None => {
+            let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 1)?;
+            let chunks = rows
+                .iter()
+                .map(|c| ReceivedChunkView::new(c, id).and_then(|view| to_value(&view)))
+                .collect::<ApiResult<Vec<_>>>()?;
+            let page_rows = rows.first().map_or(0, |r| r.page_rows);
+            let last = rows.last().map(|c| (c.dispatch_attempt, c.sequence));
+            (chunks, page_rows, last)
+        }
+        // Archived: the same page, chosen from the record and read from the bundle.
+        Some(summary) => {
+            Archived::open(&ctx.env, summary)?
+                .stream_page(&page)
+                .await?
+        }
+    };
+    let more = (chunks.len() as i64) < page_rows || page_rows == limit;
+    let cursor = last.unwrap_or(after);
     json_response(
         200,
         &json!({
@@ -96,9 +112,6 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
     )
     .map_err(ApiError::from)
 }
-
-/// The highest attempt number a job's stream can hold: every dispatch, hand-backs included.
-const LAST_ATTEMPT: i64 = MAX_DISPATCHES as i64;
 
 /// `"{attempt}.{sequence}"` as the stream pages write it: attempt one digit 0–8, sequence
 /// `-1` or 1–18 digits (`"0.-1"` is the stream's start).
@@ -118,176 +131,35 @@ fn parse_stream_cursor(text: &str) -> Option<(i64, i64)> {
 /// JSON text stored by the server is re-parsed with number lexemes intact, so the hashes the
 /// runner computed still hold.
 ///
-/// A job may hold 8 attempts × 64 MiB of stream, so the document is never built whole: the
-/// small parts (job, claims, each attempt's extent, the completion ids) are read first, then
-/// the body is streamed — chunk pages by keyset (`stream_page.sql`, ≤ 1 MiB of payload each),
-/// then completions one at a time — and the Worker holds one page at a time. The extents read
-/// first bound the pages, so the bundle is the job as it was at that read even while its
-/// stream grows (chunks and completions are immutable, and a completion closes its stream).
-/// A read that fails mid-body cuts the body short: the document does not parse, and `verify`
-/// says so.
+/// While the job is whole it is written from D1 as a streamed body, a page at a time
+/// (`crate::archive::bundle`); once archived, it is the archived bytes, streamed from R2 as
+/// they were written.
 pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
     let org = caller.organization_id.as_str();
-    let job = jobs::get(&ctx.db, org, id)
-        .await?
+    let results = store::read_batch(&ctx.db, vec![archive::select_row(&ctx.db, org, id)?]).await?;
+    let row = store::rows_of::<archive::ArchiveRow>(&results, 0)?
+        .into_iter()
+        .next()
         .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let claims = jobs::bundle_claims(&ctx.db, org, id).await?;
-    let claims = claims
-        .iter()
-        .map(BundleClaimView::new)
-        .collect::<ApiResult<Vec<_>>>()?;
-    let results = store::read_batch(
-        &ctx.db,
-        vec![
-            jobs::select_stream_totals(&ctx.db, org, id)?,
-            jobs::select_completion_ids(&ctx.db, org, id)?,
-        ],
-    )
-    .await?;
-    let extents = store::rows_of::<jobs::StreamTotal>(&results, 0)?
-        .into_iter()
-        .map(|t| (t.dispatch_attempt, t.chunks - 1))
-        .collect();
-    let completions = store::rows_of::<jobs::CompletionId>(&results, 1)?
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    // The keys in the order the document always had; `unstoredDecisions` is new and last.
-    let head = format!(
-        "{{\"bundleVersion\":1,\"job\":{},\"claims\":{},\"stream\":[",
-        to_value(&JobView::from(&job))?,
-        to_value(&claims)?,
-    );
-    let writer = BundleWriter {
-        env: ctx.env.clone(),
-        org: org.to_owned(),
-        job: id.to_owned(),
-        unstored: to_value(&UnstoredView::from(&job))?,
-        extents,
-        completions,
-        after: (0, -1),
-        first: true,
-        part: Part::Head(head),
+    let mut res = match &row.summary {
+        Some(summary) => Response::from_body(Archived::open(&ctx.env, summary)?.bundle().await?)?,
+        None => {
+            let writer = BundleWriter::open(&ctx.env, &ctx.db, org, id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("no such job"))?;
+            let body = futures_util::stream::try_unfold(writer, |mut writer| async move {
+                let piece = writer.next_piece().await.map_err(|err| {
+                    worker::Error::RustError(format!("bundle body cut short: {}", err.code()))
+                })?;
+                Ok::<_, worker::Error>(piece.map(|piece| (piece.bytes, writer)))
+            });
+            Response::from_stream(body)?
+        }
     };
-    let body = futures_util::stream::try_unfold(writer, |mut writer| async move {
-        let piece = writer.next_piece().await.map_err(|err| {
-            worker::Error::RustError(format!("bundle body cut short: {}", err.code()))
-        })?;
-        Ok::<_, worker::Error>(piece.map(|bytes| (bytes, writer)))
-    });
-    let mut res = Response::from_stream(body)?;
     res.headers_mut().set("content-type", "application/json")?;
     Ok(res)
-}
-
-/// Chunks per page of the streamed bundle (and the stream page's payload budget bounds it).
-const BUNDLE_PAGE_CHUNKS: i64 = 500;
-
-/// The streamed bundle's state between pieces.
-struct BundleWriter {
-    env: worker::Env,
-    org: String,
-    job: String,
-    unstored: Value,
-    /// The last sequence of each attempt when the bundle began: nothing past it is written.
-    extents: std::collections::BTreeMap<i64, i64>,
-    /// Completion ids, oldest first, still to write.
-    completions: std::collections::VecDeque<String>,
-    /// The keyset cursor `(attempt, sequence)` of the last chunk written.
-    after: (i64, i64),
-    /// No element written yet in the current list.
-    first: bool,
-    part: Part,
-}
-
-enum Part {
-    Head(String),
-    Stream,
-    Completions,
-    Done,
-}
-
-impl BundleWriter {
-    /// The next bytes of the document, or `None` once it is whole.
-    async fn next_piece(&mut self) -> ApiResult<Option<Vec<u8>>> {
-        match std::mem::replace(&mut self.part, Part::Done) {
-            Part::Head(head) => {
-                self.part = Part::Stream;
-                Ok(Some(head.into_bytes()))
-            }
-            Part::Stream => {
-                let page = self.stream_page().await?;
-                if page.is_empty() {
-                    self.part = Part::Completions;
-                    self.first = true;
-                    return Ok(Some(b"],\"completions\":[".to_vec()));
-                }
-                self.part = Part::Stream;
-                Ok(Some(page))
-            }
-            Part::Completions => match self.completions.pop_front() {
-                Some(id) => {
-                    self.part = Part::Completions;
-                    self.completion(&id).await.map(Some)
-                }
-                None => Ok(Some(
-                    format!("],\"unstoredDecisions\":{}}}", self.unstored).into_bytes(),
-                )),
-            },
-            Part::Done => Ok(None),
-        }
-    }
-
-    /// The next page of chunks as list elements; empty once the stream (as of the start) is out.
-    async fn stream_page(&mut self) -> ApiResult<Vec<u8>> {
-        let db = Db::of(&self.env, RoundTrips::default())?;
-        let page = jobs::StreamPage {
-            after: self.after,
-            attempts: (1, LAST_ATTEMPT),
-            limit: BUNDLE_PAGE_CHUNKS,
-            byte_budget: STREAM_PAGE_BYTES,
-            job: &self.job,
-        };
-        let results =
-            store::read_batch(&db, vec![jobs::select_stream_page(&db, &self.org, &page)?]).await?;
-        let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 0)?;
-        let mut out = Vec::new();
-        for row in &rows {
-            let known = self
-                .extents
-                .get(&row.dispatch_attempt)
-                .is_some_and(|last| row.sequence <= *last);
-            if !known {
-                // Appended after the bundle began (rows come in key order): the end.
-                self.extents.clear();
-                break;
-            }
-            if !std::mem::take(&mut self.first) {
-                out.push(b',');
-            }
-            let chunk = to_value(&SentChunkView::new(row, &self.job)?)?;
-            serde_json::to_writer(&mut out, &chunk).map_err(ApiError::internal)?;
-            self.after = (row.dispatch_attempt, row.sequence);
-        }
-        Ok(out)
-    }
-
-    /// One completion as a list element.
-    async fn completion(&mut self, id: &str) -> ApiResult<Vec<u8>> {
-        let db = Db::of(&self.env, RoundTrips::default())?;
-        let c = jobs::bundle_completion(&db, &self.org, &self.job, id)
-            .await?
-            .ok_or_else(|| ApiError::internal("a completion of the bundle vanished"))?;
-        let completion = to_value(&BundleCompletionView::new(&c)?)?;
-        let mut out = Vec::new();
-        if !std::mem::take(&mut self.first) {
-            out.push(b',');
-        }
-        serde_json::to_writer(&mut out, &completion).map_err(ApiError::internal)?;
-        Ok(out)
-    }
 }
 
 #[cfg(test)]

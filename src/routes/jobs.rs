@@ -11,17 +11,15 @@ use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::views::jobs::{
-    ChunkHeadView, ClaimView, CompletionView, EventView, EvidenceLinkView, JobDetailView, JobView,
-    StreamTotalView, UnstoredView,
-};
+use super::views::jobs::{ArchiveView, EvidenceLinkView, JobDetailView, JobView, UnstoredView};
 use super::views::respond;
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
+use crate::archive::reads;
 use crate::auth::{self, PresentedKey, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{json_body_capped, json_object, SMALL_BODY_BYTES};
 use crate::objects;
-use crate::objects::job::JobOp;
+use crate::objects::job::{JobOp, JobReply};
 use crate::platform::random_id;
 use crate::store::{self, api_keys, events, guards, jobs};
 use crate::Ctx;
@@ -359,13 +357,6 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     .map_err(ApiError::from)
 }
 
-/// Chunks the job detail shows (without payloads); the rest is read page by page with
-/// `GET …/stream?after=` from the cursor it returns. The detail's size stays bounded whatever
-/// the stream holds (the other lists are bounded by the per-job limits).
-const DETAIL_STREAM_CHUNKS: i64 = 1_000;
-/// Events the job detail shows.
-const DETAIL_EVENTS: i64 = 1_000;
-
 pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
@@ -373,41 +364,52 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     let job = jobs::get(&ctx.db, org, id)
         .await?
         .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let results = store::read_batch(
-        &ctx.db,
-        vec![
-            jobs::select_claims(&ctx.db, id)?,
-            jobs::select_chunk_heads(&ctx.db, org, id, DETAIL_STREAM_CHUNKS + 1)?,
-            jobs::select_stream_totals(&ctx.db, org, id)?,
-        ],
-    )
-    .await?;
-    let claims: Vec<jobs::ClaimRow> = store::rows_of(&results, 0)?;
-    let mut chunks: Vec<jobs::ChunkRow> = store::rows_of(&results, 1)?;
-    let totals: Vec<jobs::StreamTotal> = store::rows_of(&results, 2)?;
-    let stream_more = chunks.len() as i64 > DETAIL_STREAM_CHUNKS;
-    chunks.truncate(DETAIL_STREAM_CHUNKS as usize);
-    let stream_cursor = chunks
-        .last()
-        .map_or((0, -1), |c| (c.dispatch_attempt, c.sequence));
-    let timeline = events::for_job(&ctx.db, org, id, DETAIL_EVENTS).await?;
-    let completions = jobs::completions(&ctx.db, org, id).await?;
-    let evidence = jobs::evidence(&ctx.db, org, id).await?;
+    // Its claims, timeline, stream and completions: from its rows, or from its archive.
+    let detail = reads::detail(&ctx.env, &ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
     respond(
         200,
         &JobDetailView {
             job: JobView::from(&job),
-            claims: claims.iter().map(ClaimView::from).collect(),
-            events: timeline.iter().map(EventView::from).collect(),
-            stream: chunks.iter().map(ChunkHeadView::from).collect(),
-            stream_more,
-            stream_cursor: format!("{}.{}", stream_cursor.0, stream_cursor.1),
-            stream_totals: totals.iter().map(StreamTotalView::from).collect(),
-            completions: completions.iter().map(CompletionView::from).collect(),
+            parts: &detail.parts,
             unstored_decisions: UnstoredView::from(&job),
-            evidence: evidence.iter().map(EvidenceLinkView::from).collect(),
+            evidence: detail.evidence.iter().map(EvidenceLinkView::from).collect(),
+            archive: ArchiveView::of(&detail.archive)?,
         },
     )
+}
+
+/// `POST /api/remote-runners/jobs/{id}/archive`: archive a finished job now, without waiting
+/// out its grace period (admin): its bundle and record to R2, checked, then its rows pruned.
+/// Answers where its archive stands; a job that is not finished is `409 JOB_NOT_FINISHED`.
+pub(crate) async fn archive(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let body = crate::http::json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
+    refuse_unknown(&body, &[])?;
+    let org = caller.organization_id.as_str();
+    // Org scoping before touching the object: a foreign job is simply not found.
+    let job = jobs::get(&ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    let op = JobOp::Archive {
+        job_id: id.to_owned(),
+        mode: crate::archive::Mode::Now,
+    };
+    let reply = objects::job::call(&ctx.env, ctx.db.trips(), &op).await?;
+    if matches!(reply, JobReply::Archived(crate::archive::Progress::Live)) {
+        return Err(ApiError::conflict(
+            ErrorCode::JobNotFinished,
+            format!("the job is {}; only a finished job is archived", job.state),
+        ));
+    }
+    let row = crate::store::archive::row(&ctx.db, id)
+        .await?
+        .ok_or_else(|| ApiError::internal("an archived job vanished"))?;
+    let view = ArchiveView::of(&row)?
+        .ok_or_else(|| ApiError::internal("an archive step left no archive"))?;
+    respond(200, &view)
 }
 
 pub(crate) async fn cancel(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {

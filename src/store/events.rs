@@ -84,11 +84,15 @@ pub(crate) async fn for_runner(
     .await
 }
 
-pub(crate) async fn for_job(db: &Db, org: &str, job: &str, limit: i64) -> ApiResult<Vec<EventRow>> {
-    all(
+pub(crate) fn select_for_job(
+    db: &Db,
+    org: &str,
+    job: &str,
+    limit: i64,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         include_str!("queries/events/for_job.sql"),
         &[org.into(), job.into(), limit.into()],
     )
-    .await
 }

@@ -524,13 +524,12 @@ pub(crate) struct CompletionRow {
     pub(crate) received_at: i64,
 }
 
-pub(crate) async fn completions(db: &Db, org: &str, job: &str) -> ApiResult<Vec<CompletionRow>> {
-    all(
+pub(crate) fn select_completions(db: &Db, org: &str, job: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         include_str!("queries/jobs/completions.sql"),
         &[org.into(), job.into()],
     )
-    .await
 }
 
 #[derive(Deserialize)]
@@ -540,13 +539,12 @@ pub(crate) struct EvidenceRow {
     pub(crate) completion_id: String,
 }
 
-pub(crate) async fn evidence(db: &Db, org: &str, job: &str) -> ApiResult<Vec<EvidenceRow>> {
-    all(
+pub(crate) fn select_evidence(db: &Db, org: &str, job: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
         db,
         include_str!("queries/jobs/evidence.sql"),
         &[org.into(), job.into()],
     )
-    .await
 }
 
 /// The input snapshot, for the runner holding the job's active claim only.

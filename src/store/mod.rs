@@ -7,6 +7,7 @@
 //! [`expect_one`] turns that into an error the caller must handle.
 
 pub(crate) mod api_keys;
+pub(crate) mod archive;
 pub(crate) mod enrollment;
 pub(crate) mod events;
 pub(crate) mod evidence;

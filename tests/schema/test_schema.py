@@ -2880,11 +2880,11 @@ class ArchiveTests(SchemaTest):
             "SELECT count(*), coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM stream_chunks WHERE job_id = ?", job)
         if completions is None:
             completions = self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job)[0]
-        params = {"bundle": sha("bundle " + job), "bytes": 4096, "record": sha("record " + job),
+        params = {"bundle": sha("bundle " + job), "bytes": 4096,
                   "chunks": chunks, "stream_bytes": stream_bytes, "head": head, "at": NOW + 1}
         params.update(overrides)
         return self.execute(query("archive_store"), job, self.org, params["bundle"], params["bytes"],
-                            params["record"], params["chunks"], params["stream_bytes"], params["head"],
+                            params["chunks"], params["stream_bytes"], params["head"],
                             params["at"], completions, unstored).rowcount
 
     def prune_batch(self, job, limit):
@@ -2921,12 +2921,11 @@ class ArchiveTests(SchemaTest):
         _, _, live, claim = self.claimed_job(org=self.org, runner=self.runner)
         self.assertEqual(self.store(live, None), 0)  # the statement's guard: not finished
         self.assertRefused(self.execute, "UPDATE jobs SET archive_state = 'stored', bundle_sha256 = ?,"
-                           " bundle_bytes = 1, record_sha256 = ?, stream_chunks = 0, stream_bytes = 0,"
-                           " archived_at = ? WHERE id = ?", sha("b"), sha("r"), NOW, live,
+                           " bundle_bytes = 1, stream_chunks = 0, stream_bytes = 0,"
+                           " archived_at = ? WHERE id = ?", sha("b"), NOW, live,
                            message="job_archive_incomplete")
         job, head = self.finished_job()
-        for missing in ("bundle_sha256", "bundle_bytes", "record_sha256", "stream_chunks", "stream_bytes",
-                        "archived_at"):
+        for missing in ("bundle_sha256", "bundle_bytes", "stream_chunks", "stream_bytes", "archived_at"):
             with self.subTest(missing=missing):
                 self.assertRefused(self.execute, f"UPDATE jobs SET archive_state = 'stored', {missing} = NULL"
                                    " WHERE id = ?", job, message="job_archive_incomplete")
@@ -2937,10 +2936,10 @@ class ArchiveTests(SchemaTest):
         self.assertRefused(self.execute, "UPDATE jobs SET bundle_sha256 = ? WHERE id = ?", sha("b"), job,
                            message="job_archive_is_final")
         self.assertRefused(self.execute, "UPDATE jobs SET archive_state = 'archived', bundle_sha256 = ?,"
-                           " bundle_bytes = 1, record_sha256 = ?, stream_chunks = 5, stream_bytes = 1,"
-                           " stream_head = ?, archived_at = ? WHERE id = ?", sha("b"), sha("r"), head, NOW, job,
+                           " bundle_bytes = 1, stream_chunks = 5, stream_bytes = 1,"
+                           " stream_head = ?, archived_at = ? WHERE id = ?", sha("b"), head, NOW, job,
                            message="CHECK constraint failed")
-        for column, bad, stream_head in (("bundle", "ABC", head), ("record", sha("r").upper(), head),
+        for column, bad, stream_head in (("bundle", "ABC", head), ("bundle", sha("b").upper(), head),
                                          ("bytes", 0, head), ("chunks", -1, None), ("stream_bytes", -1, head)):
             with self.subTest(column=column):
                 self.assertRefused(self.store, job, stream_head, **{column: bad}, message="CHECK constraint failed")
@@ -3004,7 +3003,7 @@ class ArchiveTests(SchemaTest):
         job, head = self.finished_job()
         stranger = self.w.org()
         completions = self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job)[0]
-        self.assertEqual(self.execute(query("archive_store"), job, stranger, sha("b"), 1, sha("r"), 5,
+        self.assertEqual(self.execute(query("archive_store"), job, stranger, sha("b"), 1, 5,
                                       10, head, NOW, completions, 0).rowcount, 0)
         self.assertEqual(self.store(job, head), 1)
         for sql in PRUNE_STATEMENTS:

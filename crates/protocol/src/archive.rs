@@ -10,9 +10,9 @@
 //!
 //! - **Not archived.** The job is live, or finished less than [`ARCHIVE_GRACE_MILLIS`] ago:
 //!   every row it ever wrote is in D1, and every read is served from there.
-//! - **Stored.** Its bundle (the exact bytes `GET …/jobs/{id}/bundle` serves) and its record
-//!   (what the job's other reads need: its timeline, where each chunk sits in the bundle) are
-//!   in R2 under their SHA-256 ([`bundle_key`], [`record_key`]), each read back and checked
+//! - **Stored.** Its bundle (the exact bytes `GET …/jobs/{id}/bundle` serves) is in R2 under
+//!   its SHA-256 ([`bundle_key`]) and its record (what the job's other reads need: its timeline,
+//!   where each chunk sits in the bundle) beside it ([`record_key`]), each read back and checked
 //!   ([`VerifiedObject`]), and the job row carries the summary ([`ArchiveSummary`]). From here
 //!   on the job's reads come from R2, and its bulky rows may be deleted; the schema refuses
 //!   their deletion before.
@@ -30,6 +30,8 @@
 //! Nothing here performs I/O or reads a clock.
 
 use core::fmt;
+
+use sha2::{Digest as _, Sha256};
 
 use crate::stable_json::Sha256Hex;
 use crate::state::JobState;
@@ -73,9 +75,11 @@ pub fn bundle_key(sha256: &Sha256Hex) -> String {
     format!("bundles/{sha256}")
 }
 
-/// The R2 key of a job's archive record whose bytes hash to `sha256`.
-pub fn record_key(sha256: &Sha256Hex) -> String {
-    format!("records/{sha256}")
+/// The R2 key of the archive record of the job whose bundle hashes to `bundle_sha256`: the
+/// record belongs to its bundle (it says where each chunk sits in it), and costs the job row
+/// no hash of its own.
+pub fn record_key(bundle_sha256: &Sha256Hex) -> String {
+    format!("records/{bundle_sha256}")
 }
 
 /// What one pass over an object's bytes measured: their SHA-256 and length.
@@ -85,8 +89,43 @@ pub struct ObjectDigest {
     pub bytes: u64,
 }
 
-/// Proof that an object was written under its content-addressed key and read back whole: only
-/// [`VerifiedObject::check`] builds one, and a summary is made of two.
+/// SHA-256 and length of an object's bytes, fed as they are written or read back.
+#[derive(Clone, Default)]
+pub struct ObjectHasher {
+    sha: Sha256,
+    bytes: u64,
+}
+
+impl ObjectHasher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.sha.update(bytes);
+        self.bytes += bytes.len() as u64;
+    }
+
+    /// The bytes fed so far.
+    pub fn len(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    pub fn finish(self) -> ObjectDigest {
+        ObjectDigest {
+            sha256: Sha256Hex::from_digest(self.sha.finalize().into()),
+            bytes: self.bytes,
+        }
+    }
+}
+
+/// Proof that an object was written under its key and read back whole: only
+/// [`VerifiedObject::bundle`] and [`VerifiedObject::record`] build one, each deriving the key
+/// itself, and a summary is made of two.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedObject {
     key: String,
@@ -94,29 +133,38 @@ pub struct VerifiedObject {
 }
 
 impl VerifiedObject {
-    /// `written` is what was hashed while the object was written under `key`, `read_back` what
-    /// was hashed reading it back from the store. They must agree, and `key` must be the
-    /// content-addressed key of `written` (`keyed` is [`bundle_key`] or [`record_key`]).
-    pub fn check(
-        key: &str,
-        keyed: fn(&Sha256Hex) -> String,
+    /// A bundle: `written` is what was hashed while it was written under
+    /// `bundle_key(written.sha256)`, `read_back` what was hashed reading that key back.
+    pub fn bundle(
         written: &ObjectDigest,
         read_back: &ObjectDigest,
     ) -> Result<VerifiedObject, ArchiveError> {
-        if key != keyed(&written.sha256) {
-            return Err(ArchiveError::KeyNotContentAddressed {
-                key: key.to_owned(),
-            });
-        }
+        Self::check(bundle_key(&written.sha256), written, read_back)
+    }
+
+    /// The record of the verified `bundle`, written under `record_key(bundle)`.
+    pub fn record(
+        bundle: &VerifiedObject,
+        written: &ObjectDigest,
+        read_back: &ObjectDigest,
+    ) -> Result<VerifiedObject, ArchiveError> {
+        Self::check(record_key(bundle.sha256()), written, read_back)
+    }
+
+    fn check(
+        key: String,
+        written: &ObjectDigest,
+        read_back: &ObjectDigest,
+    ) -> Result<VerifiedObject, ArchiveError> {
         if read_back != written {
             return Err(ArchiveError::ReadBackDiffers {
-                key: key.to_owned(),
+                key,
                 written: written.clone(),
                 read_back: read_back.clone(),
             });
         }
         Ok(VerifiedObject {
-            key: key.to_owned(),
+            key,
             digest: written.clone(),
         })
     }
@@ -261,8 +309,6 @@ pub fn advance(
 /// Why an archive step cannot go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchiveError {
-    /// The object's key is not the one its bytes' hash names.
-    KeyNotContentAddressed { key: String },
     /// What was read back from the store is not what was written.
     ReadBackDiffers {
         key: String,
@@ -276,12 +322,6 @@ pub enum ArchiveError {
 impl fmt::Display for ArchiveError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ArchiveError::KeyNotContentAddressed { key } => {
-                write!(
-                    f,
-                    "{key} is not the content-addressed key of what was written"
-                )
-            }
             ArchiveError::ReadBackDiffers {
                 key,
                 written,
@@ -477,7 +517,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_content_addressed_and_distinct_by_kind() {
+    fn the_bundle_is_content_addressed_and_its_record_lies_beside_it() {
         let sha = sha256_hex(b"{}");
         assert_eq!(bundle_key(&sha), format!("bundles/{}", sha.as_str()));
         assert_eq!(record_key(&sha), format!("records/{}", sha.as_str()));
@@ -488,35 +528,43 @@ mod tests {
     fn an_object_is_verified_only_when_read_back_whole_under_its_own_key() {
         let bytes = b"{\"bundleVersion\":1}";
         let written = digest(bytes);
-        let key = bundle_key(&written.sha256);
-        let verified = VerifiedObject::check(&key, bundle_key, &written, &digest(bytes)).unwrap();
-        assert_eq!(verified.key(), key);
-        assert_eq!(verified.sha256(), &written.sha256);
-        assert_eq!(verified.bytes(), bytes.len() as u64);
+        let bundle = VerifiedObject::bundle(&written, &digest(bytes)).unwrap();
+        assert_eq!(bundle.key(), bundle_key(&written.sha256));
+        assert_eq!(bundle.sha256(), &written.sha256);
+        assert_eq!(bundle.bytes(), bytes.len() as u64);
 
         // Read back short, or other bytes of the same length.
         for other in [
             &bytes[..bytes.len() - 1],
             b"{\"bundleVersion\":2}".as_slice(),
         ] {
-            let refused = VerifiedObject::check(&key, bundle_key, &written, &digest(other));
+            let refused = VerifiedObject::bundle(&written, &digest(other));
             assert!(
-                matches!(refused, Err(ArchiveError::ReadBackDiffers { .. })),
+                matches!(&refused, Err(ArchiveError::ReadBackDiffers { key, .. }) if key == bundle.key()),
                 "{refused:?}"
             );
         }
-        // The right bytes under a key that is not theirs (or of the other kind).
-        let elsewhere = bundle_key(&sha256_hex(b"other"));
-        for (key, keyed) in [
-            (elsewhere.as_str(), bundle_key as fn(&Sha256Hex) -> String),
-            (key.as_str(), record_key),
-        ] {
-            let refused = VerifiedObject::check(key, keyed, &written, &written);
-            assert!(
-                matches!(refused, Err(ArchiveError::KeyNotContentAddressed { .. })),
-                "{refused:?}"
-            );
+
+        // The record lies under its bundle's key, whatever its own bytes hash to.
+        let record_bytes = b"{\"recordVersion\":1}";
+        let record =
+            VerifiedObject::record(&bundle, &digest(record_bytes), &digest(record_bytes)).unwrap();
+        assert_eq!(record.key(), record_key(&written.sha256));
+        assert_eq!(record.sha256(), &digest(record_bytes).sha256);
+        assert!(VerifiedObject::record(&bundle, &digest(record_bytes), &digest(b"{}")).is_err());
+    }
+
+    #[test]
+    fn the_hasher_measures_bytes_fed_in_pieces_as_one() {
+        let whole = b"{\"bundleVersion\":1,\"stream\":[]}";
+        let mut hasher = ObjectHasher::new();
+        assert!(hasher.is_empty());
+        for piece in whole.chunks(5) {
+            hasher.update(piece);
         }
+        assert_eq!(hasher.len(), whole.len() as u64);
+        assert_eq!(hasher.finish(), digest(whole));
+        assert_eq!(ObjectHasher::new().finish(), digest(b""));
     }
 
     #[test]

@@ -183,6 +183,10 @@ wire_names! {
         IdempotencyConflict = "IDEMPOTENCY_CONFLICT",
         /// The job has finished.
         JobFinished = "JOB_FINISHED",
+        /// The job is not finished, so it has no archive to make yet.
+        JobNotFinished = "JOB_NOT_FINISHED",
+        /// The job archive (R2) cannot be reached; try again.
+        ArchiveUnavailable = "ARCHIVE_UNAVAILABLE",
         /// The job was claimed or changed concurrently (a claim race the schema settled).
         JobNotQueued = "JOB_NOT_QUEUED",
         /// The job cannot take that input from its state.

@@ -2,12 +2,13 @@
 //! completions in the detail, the chunks of a stream page, and the custody bundle's parts.
 
 use edgerunner_protocol::state::{JobInput, JobState};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::stored_json;
+use super::{stored_json, to_value};
 use crate::error::{ApiError, ApiResult};
 use crate::platform::rfc3339;
+use crate::store::archive::ArchiveRow;
 use crate::store::events::EventRow;
 use crate::store::jobs::{
     BundleClaim, BundleCompletion, ChunkRow, ChunkWithPayload, ClaimRow, CompletionRow,
@@ -193,15 +194,90 @@ impl<'a> From<&'a EventRow> for EventView<'a> {
 pub(crate) struct JobDetailView<'a> {
     #[serde(flatten)]
     pub(crate) job: JobView<'a>,
-    pub(crate) claims: Vec<ClaimView<'a>>,
-    pub(crate) events: Vec<EventView<'a>>,
-    pub(crate) stream: Vec<ChunkHeadView<'a>>,
-    pub(crate) stream_more: bool,
-    pub(crate) stream_cursor: String,
-    pub(crate) stream_totals: Vec<StreamTotalView<'a>>,
-    pub(crate) completions: Vec<CompletionView<'a>>,
+    #[serde(flatten)]
+    pub(crate) parts: &'a DetailParts,
     pub(crate) unstored_decisions: UnstoredView<'a>,
     pub(crate) evidence: Vec<EvidenceLinkView<'a>>,
+    pub(crate) archive: Option<ArchiveView<'a>>,
+}
+
+/// What the job detail shows of the job's claims, events, chunks and completions: rendered
+/// from their rows while the job is whole, and kept so in its archive record once archived
+/// (`crate::archive::record`), so that an archived job's detail reads as it did.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct DetailParts {
+    pub(crate) claims: Vec<Value>,
+    pub(crate) events: Vec<Value>,
+    pub(crate) stream: Vec<Value>,
+    pub(crate) stream_more: bool,
+    pub(crate) stream_cursor: String,
+    pub(crate) stream_totals: Vec<Value>,
+    pub(crate) completions: Vec<Value>,
+}
+
+impl DetailParts {
+    /// From the job's rows: `chunks` at most the detail's share (the caller read one more to
+    /// know whether more follow: `stream_more`).
+    pub(crate) fn from_rows(
+        claims: &[ClaimRow],
+        events: &[EventRow],
+        chunks: &[ChunkRow],
+        stream_more: bool,
+        totals: &[StreamTotal],
+        completions: &[CompletionRow],
+    ) -> ApiResult<DetailParts> {
+        let cursor = chunks
+            .last()
+            .map_or((0, -1), |c| (c.dispatch_attempt, c.sequence));
+        fn values<'r, R: 'r, V: Serialize + From<&'r R>>(rows: &'r [R]) -> ApiResult<Vec<Value>> {
+            rows.iter().map(|row| to_value(&V::from(row))).collect()
+        }
+        Ok(DetailParts {
+            claims: values::<_, ClaimView>(claims)?,
+            events: values::<_, EventView>(events)?,
+            stream: values::<_, ChunkHeadView>(chunks)?,
+            stream_more,
+            stream_cursor: format!("{}.{}", cursor.0, cursor.1),
+            stream_totals: values::<_, StreamTotalView>(totals)?,
+            completions: values::<_, CompletionView>(completions)?,
+        })
+    }
+}
+
+/// `JobArchive`: where a finished job's archive stands (`null` until it is stored).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ArchiveView<'a> {
+    state: &'static str,
+    bundle_sha256: &'a str,
+    bundle_key: String,
+    bundle_bytes: i64,
+    record_key: String,
+    stream_chunks: i64,
+    stream_bytes: i64,
+    stream_head: Option<&'a str>,
+    archived_at: Option<String>,
+}
+
+impl<'a> ArchiveView<'a> {
+    /// The view of a stored archive; `None` for a job that has none.
+    pub(crate) fn of(row: &'a ArchiveRow) -> ApiResult<Option<ArchiveView<'a>>> {
+        let Some(summary) = row.summary.as_ref() else {
+            return Ok(None);
+        };
+        Ok(Some(ArchiveView {
+            state: summary.state.as_str(),
+            bundle_sha256: &summary.bundle_sha256,
+            bundle_key: summary.bundle_key()?,
+            bundle_bytes: summary.bundle_bytes,
+            record_key: summary.record_key()?,
+            stream_chunks: summary.stream_chunks,
+            stream_bytes: summary.stream_bytes,
+            stream_head: summary.stream_head.as_deref(),
+            archived_at: rfc3339(summary.archived_at),
+        }))
+    }
 }
 
 /// `JobStreamChunkHead`: a chunk in the detail, without its payload.
@@ -574,17 +650,14 @@ mod tests {
         let link: EvidenceRow = row(json!({
             "evidence_kind": "evaluation_run", "evidence_id": "er_1", "completion_id": "cmp_1",
         }));
+        let parts =
+            DetailParts::from_rows(&[], &[], &[chunk], false, &[total], &[completion]).unwrap();
         let detail = JobDetailView {
             job: JobView::from(&job),
-            claims: Vec::new(),
-            events: Vec::new(),
-            stream: vec![ChunkHeadView::from(&chunk)],
-            stream_more: false,
-            stream_cursor: "1.0".to_owned(),
-            stream_totals: vec![StreamTotalView::from(&total)],
-            completions: vec![CompletionView::from(&completion)],
+            parts: &parts,
             unstored_decisions: UnstoredView::from(&job),
             evidence: vec![EvidenceLinkView::from(&link)],
+            archive: None,
         };
         let mut expected = to_value(&JobView::from(&job)).unwrap();
         let extra = json!({
@@ -610,6 +683,7 @@ mod tests {
             }],
             "unstoredDecisions": to_value(&UnstoredView::from(&job)).unwrap(),
             "evidence": [{"kind": "evaluation_run", "id": "er_1", "completionId": "cmp_1"}],
+            "archive": null,
         });
         for (key, value) in extra.as_object().unwrap() {
             expected[key] = value.clone();

@@ -3,12 +3,12 @@
 -- written from: the job is finished and not archived, and holds exactly the completion
 -- decisions (stored and counted) it held when its bundle was read, so a decision recorded
 -- since cannot be pruned away unarchived.
--- ?1 job id, ?2 organization id, ?3 bundle SHA-256, ?4 bundle bytes, ?5 record SHA-256, ?6
--- stream chunks, ?7 stream bytes, ?8 stream head (NULL without a stream), ?9 archived at, ?10
--- completions stored when the bundle was read, ?11 unstored decisions then
-UPDATE jobs SET archive_state = 'stored', bundle_sha256 = ?3, bundle_bytes = ?4, record_sha256 = ?5,
-    stream_chunks = ?6, stream_bytes = ?7, stream_head = ?8, archived_at = ?9
+-- ?1 job id, ?2 organization id, ?3 bundle SHA-256, ?4 bundle bytes, ?5 stream chunks, ?6 stream
+-- bytes, ?7 stream head (NULL without a stream), ?8 archived at, ?9 completions stored when the
+-- bundle was read, ?10 unstored decisions then
+UPDATE jobs SET archive_state = 'stored', bundle_sha256 = ?3, bundle_bytes = ?4,
+    stream_chunks = ?5, stream_bytes = ?6, stream_head = ?7, archived_at = ?8
     WHERE id = ?1 AND organization_id = ?2 AND archive_state IS NULL
     AND state IN ('succeeded', 'failed', 'cancelled')
-    AND unstored_decisions = ?11
-    AND (SELECT count(*) FROM job_completions WHERE job_id = ?1) = ?10
+    AND unstored_decisions = ?10
+    AND (SELECT count(*) FROM job_completions WHERE job_id = ?1) = ?9

@@ -1,0 +1,321 @@
+//! Archive on finish (issue 40), against local workerd with its real D1 and R2: a finished job
+//! archived (`POST …/jobs/{id}/archive`) reads exactly as before — its detail, every stream
+//! page, its bundle byte for byte, which `edgerunner verify` still accepts — while D1 keeps its
+//! row and its evidence custody only; a completion that arrives afterwards is counted on the job
+//! row and the archived bytes stay; a bundle past one R2 `put` goes up in parts.
+
+use edgerunner_e2e::jobs::*;
+use edgerunner_e2e::*;
+use edgerunner_protocol::chunk::ChunkKind;
+use edgerunner_protocol::completion::Completion;
+use edgerunner_protocol::stable_json::{self, Sha256Hex};
+use edgerunner_protocol::state::CompletionStatus;
+use serde_json::{json, Value};
+
+/// `POST /api/remote-runners/jobs/{id}/archive`.
+async fn archive(bearer: &str, job_id: &str) -> Reply {
+    post(
+        &format!("/api/remote-runners/jobs/{job_id}/archive"),
+        Some(bearer),
+        &json!({}),
+    )
+    .await
+}
+
+async fn bundle(bearer: &str, job_id: &str) -> String {
+    let reply = get(&format!("/api/remote-runners/jobs/{job_id}/bundle"), bearer).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "bundle: {}",
+        &reply.text[..reply.text.len().min(300)]
+    );
+    assert_eq!(reply.content_type(), "application/json");
+    reply.text
+}
+
+/// Every page of the job's stream with `query` (`limit`, `attempt`), from the start.
+async fn pages(bearer: &str, job_id: &str, query: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut after = "0.-1".to_owned();
+    // Bounded: no stream here has more pages than this.
+    for _ in 0..200 {
+        let page = get(
+            &format!("/api/remote-runners/jobs/{job_id}/stream?after={after}&{query}"),
+            bearer,
+        )
+        .await
+        .expect(200);
+        after = page["cursor"].as_str().expect("cursor").to_owned();
+        let more = page["more"] == true;
+        all.push(page);
+        if !more {
+            return all;
+        }
+    }
+    panic!("the stream of {job_id} did not end within 200 pages");
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    stable_json::sha256_hex(bytes).as_str().to_owned()
+}
+
+/// `edgerunner verify` on `bundle` with the runner's signing secret.
+fn verify(bundle: &str, job_id: &str, secret: &str) {
+    let bin = required_env("EDGERUNNER_BIN");
+    let scratch = Scratch::new("archive-verify");
+    let file = scratch.path(&format!("{job_id}.bundle.json"));
+    std::fs::write(&file, bundle).expect("write the bundle");
+    let output = std::process::Command::new(bin)
+        .args([
+            "verify",
+            file.to_str().expect("UTF-8"),
+            "--signing-secret",
+            secret,
+        ])
+        .output()
+        .expect("run edgerunner verify");
+    assert!(
+        output.status.success(),
+        "verify: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Rows and their bytes, table by table, of every table that names the job, counted in the
+/// local D1 file (text and blobs by their bytes, numbers as 8).
+fn d1_footprint(job_id: &str) -> Vec<(String, u64, u64)> {
+    let id = sql_text(job_id);
+    let tables = [
+        ("jobs", format!("id = {id}")),
+        ("job_claims", format!("job_id = {id}")),
+        ("stream_chunks", format!("job_id = {id}")),
+        ("job_events", format!("job_id = {id}")),
+        ("job_completions", format!("job_id = {id}")),
+        ("completion_evidence", format!("job_id = {id}")),
+    ];
+    tables
+        .iter()
+        .map(|(table, filter)| {
+            let rows = d1_rows(&d1(&format!("SELECT * FROM {table} WHERE {filter}")));
+            let bytes = rows
+                .iter()
+                .flat_map(|row| row.as_object().expect("a row").values())
+                .map(|value| match value {
+                    Value::Null => 0,
+                    Value::String(text) => text.len() as u64,
+                    _ => 8,
+                })
+                .sum();
+            ((*table).to_owned(), rows.len() as u64, bytes)
+        })
+        .collect()
+}
+
+fn without_archive(mut detail: Value) -> Value {
+    detail
+        .as_object_mut()
+        .expect("the detail is an object")
+        .remove("archive");
+    detail
+}
+
+#[tokio::test]
+async fn an_archived_job_reads_byte_for_byte_as_before_and_d1_keeps_its_row_and_custody() {
+    let f = StagedPrompt::new(bootstrap_org("archive-reads")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
+    let job_id = claimed.job_id();
+    let mut writer = claimed.writer();
+    let mut last = None;
+    for n in 0..23 {
+        let kind = if n % 5 == 4 {
+            ChunkKind::Trajectory
+        } else {
+            ChunkKind::Log
+        };
+        // Number lexemes the bytes must keep as sent.
+        let payload = json!({ "line": n, "text": format!("line {n} {}", "x".repeat(n * 40)),
+                              "weight": lexical("1.50") });
+        let chunk = writer.next(kind, payload, timestamp_now());
+        runner.stream(&chunk.to_json()).await.expect(200);
+        last = Some(chunk.checksum.clone());
+    }
+    let completion = claimed.succeeded(last.as_ref(), bare_evidence(f.key()).await);
+    runner.complete(&completion).await.expect(200);
+
+    let detail = job(f.key(), &job_id).await;
+    assert_eq!(detail["archive"], Value::Null);
+    let queries = ["limit=7", "limit=500", "attempt=1&limit=3"];
+    let mut before = Vec::new();
+    for query in queries {
+        before.push(pages(f.key(), &job_id, query).await);
+    }
+    let bundle_before = bundle(f.key(), &job_id).await;
+    let d1_before = d1_footprint(&job_id);
+
+    let archived = archive(f.key(), &job_id).await.expect(200);
+    assert_eq!(archived["state"], "pruned", "{archived}");
+    assert_eq!(
+        archived["bundleSha256"],
+        sha256_hex(bundle_before.as_bytes())
+    );
+    assert_eq!(
+        archived["bundleKey"],
+        format!("bundles/{}", sha256_hex(bundle_before.as_bytes()))
+    );
+    assert_eq!(archived["bundleBytes"], bundle_before.len());
+    assert_eq!(archived["streamChunks"], 23);
+    assert_eq!(
+        archived["streamHead"],
+        last.as_ref().map(Sha256Hex::as_str).unwrap()
+    );
+
+    // Every read answers as before, now from R2.
+    let after = job(f.key(), &job_id).await;
+    assert_eq!(after["archive"], archived);
+    assert_eq!(without_archive(after), without_archive(detail));
+    for (query, pages_before) in queries.iter().zip(&before) {
+        assert_eq!(
+            &pages(f.key(), &job_id, query).await,
+            pages_before,
+            "{query}"
+        );
+    }
+    let bundle_after = bundle(f.key(), &job_id).await;
+    assert!(
+        bundle_after == bundle_before,
+        "the bundle changed when archived"
+    );
+    verify(&bundle_after, &job_id, runner.signing.secret.expose());
+
+    // D1 keeps the job row and its custody (the evaluation run), nothing else.
+    let d1_after = d1_footprint(&job_id);
+    let rows: u64 = d1_after.iter().map(|(_, rows, _)| rows).sum();
+    let bytes: u64 = d1_after.iter().map(|(_, _, bytes)| bytes).sum();
+    let before_rows: u64 = d1_before.iter().map(|(_, rows, _)| rows).sum();
+    eprintln!(
+        "D1 before archiving: {d1_before:?}\nD1 after: {d1_after:?} ({rows} rows, {bytes} bytes)"
+    );
+    assert!(before_rows > 23, "{d1_before:?}");
+    for (table, count, _) in &d1_after {
+        let expected = match table.as_str() {
+            "jobs" | "completion_evidence" => 1,
+            _ => 0,
+        };
+        assert_eq!(*count, expected, "{table}: {d1_after:?}");
+    }
+    assert!(
+        bytes <= 1024,
+        "{bytes} bytes of D1 for an archived job: {d1_after:?}"
+    );
+
+    // Archiving again changes nothing.
+    assert_eq!(archive(f.key(), &job_id).await.expect(200), archived);
+    assert!(bundle(f.key(), &job_id).await == bundle_before);
+}
+
+#[tokio::test]
+async fn a_completion_after_archiving_is_counted_and_the_archived_bytes_stay() {
+    let f = StagedPrompt::new(bootstrap_org("archive-late")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
+    let job_id = claimed.job_id();
+    let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
+    runner.complete(&completion).await.expect(200);
+    let archived = archive(f.key(), &job_id).await.expect(200);
+    let bundle_archived = bundle(f.key(), &job_id).await;
+
+    // The same completion again (its answer was lost, say): a duplicate, counted on the job.
+    let again = runner.complete(&completion).await.expect(200);
+    assert_eq!(again["decision"], "duplicate", "{again}");
+    assert_eq!(again["completionId"], Value::Null, "{again}");
+    // Another result for the same attempt: a conflict, refused and counted.
+    let other = Completion::seal(claimed.fields(
+        CompletionStatus::Failed,
+        Some(stable_json::hash(&json!({ "other": true }))),
+        None,
+        bare_evidence(f.key()).await,
+    ))
+    .to_json();
+    runner
+        .complete(&other)
+        .await
+        .expect_error(409, "COMPLETION_CONFLICT");
+
+    let detail = job(f.key(), &job_id).await;
+    assert_eq!(detail["unstoredDecisions"]["count"], 2, "{detail}");
+    assert_eq!(detail["unstoredDecisions"]["lastDecision"], "conflict");
+    assert_eq!(detail["completions"].as_array().map(Vec::len), Some(1));
+    assert_eq!(detail["archive"], archived);
+    assert!(
+        bundle(f.key(), &job_id).await == bundle_archived,
+        "a late completion changed the archived bundle"
+    );
+    let rows: u64 = d1_footprint(&job_id).iter().map(|(_, rows, _)| rows).sum();
+    assert_eq!(rows, 2, "{:?}", d1_footprint(&job_id));
+}
+
+#[tokio::test]
+async fn only_a_finished_job_of_the_callers_organization_is_archived_by_an_admin() {
+    let f = StagedPrompt::new(bootstrap_org("archive-refusals")).await;
+    let queued = f.new_job("archive-queued").await;
+    archive(f.key(), &queued)
+        .await
+        .expect_error(409, "JOB_NOT_FINISHED");
+    assert_eq!(job(f.key(), &queued).await["state"], "queued");
+    archive(f.key(), "job_000000000000000000000000")
+        .await
+        .expect_error(404, "NOT_FOUND");
+    let stranger = bootstrap_org("archive-stranger");
+    archive(&stranger.admin_key, &queued)
+        .await
+        .expect_error(404, "NOT_FOUND");
+    post(
+        &format!("/api/remote-runners/jobs/{queued}/archive"),
+        Some(f.key()),
+        &json!({ "now": true }),
+    )
+    .await
+    .expect_error(422, "UNKNOWN_FIELD");
+    let reader = new_api_key(
+        f.key(),
+        &json!({ "name": "reader", "scopes": ["runs:read"] }),
+    )
+    .await;
+    archive(reader["apiKey"].as_str().expect("apiKey"), &queued)
+        .await
+        .expect_error(403, "FORBIDDEN");
+}
+
+#[tokio::test]
+async fn a_bundle_larger_than_one_put_goes_up_in_parts_and_reads_back_whole() {
+    let f = StagedPrompt::new(bootstrap_org("archive-parts")).await;
+    let (runner, claimed) = f.claimed_job(1).await;
+    let job_id = claimed.job_id();
+    // 10 MiB of payload in 256 KiB chunks: past the 8 MiB of one put, two parts and a tail.
+    let mut writer = claimed.writer();
+    let mut last = None;
+    for n in 0..40 {
+        let payload = Value::String(format!("{n:08}{}", "p".repeat(256 * 1024 - 10)));
+        let chunk = writer.next(ChunkKind::Log, payload, timestamp_now());
+        runner.stream(&chunk.to_json()).await.expect(200);
+        if n % 16 == 15 {
+            runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+        }
+        last = Some(chunk.checksum.clone());
+    }
+    let completion = claimed.succeeded(last.as_ref(), bare_evidence(f.key()).await);
+    runner.complete(&completion).await.expect(200);
+    let before = bundle(f.key(), &job_id).await;
+    let pages_before = pages(f.key(), &job_id, "limit=500").await;
+    assert!(pages_before.len() > 2, "{} pages", pages_before.len());
+
+    let archived = archive(f.key(), &job_id).await.expect(200);
+    assert_eq!(archived["bundleBytes"], before.len());
+    assert!(before.len() > 8 * 1024 * 1024);
+    assert_eq!(archived["bundleSha256"], sha256_hex(before.as_bytes()));
+    let after = bundle(f.key(), &job_id).await;
+    assert!(after == before, "the bundle changed when archived in parts");
+    assert_eq!(pages(f.key(), &job_id, "limit=500").await, pages_before);
+    verify(&after, &job_id, runner.signing.secret.expose());
+}
