@@ -249,7 +249,7 @@ pub(crate) async fn pass(env: &Env, now: i64, limit: u32) -> ApiResult<Value> {
         .take(usize::try_from(limit).unwrap_or(0))
         .map(|job| job.id.as_str())
         .collect();
-    let (mut archived, mut pruning, mut failed) = (0, 0, 0);
+    let (mut archived, mut pruning, mut waiting, mut failed) = (0, 0, 0, 0);
     for group in batch.chunks(PASS_CONCURRENCY) {
         let ops: Vec<JobOp> = group
             .iter()
@@ -267,6 +267,8 @@ pub(crate) async fn pass(env: &Env, now: i64, limit: u32) -> ApiResult<Value> {
             match reply {
                 Ok(JobReply::Archived(Progress::Done)) => archived += 1,
                 Ok(JobReply::Archived(Progress::More)) => pruning += 1,
+                // Due by the pass's clock, a moment early by the object's; its alarm is set.
+                Ok(JobReply::Archived(Progress::WaitUntil(_) | Progress::Live)) => waiting += 1,
                 Ok(other) => {
                     worker::console_error!("archive pass: answered {other:?}");
                     failed += 1;
@@ -282,6 +284,7 @@ pub(crate) async fn pass(env: &Env, now: i64, limit: u32) -> ApiResult<Value> {
         "examined": batch.len(),
         "archived": archived,
         "pruning": pruning,
+        "waiting": waiting,
         "failed": failed,
         "more": more,
     }))

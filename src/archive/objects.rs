@@ -5,7 +5,7 @@
 use edgerunner_protocol::archive::{ObjectDigest, ObjectHasher};
 use edgerunner_protocol::error_code::ErrorCode;
 use futures_util::StreamExt as _;
-use worker::{Bucket, Env, MultipartUpload, Range, ResponseBody, UploadedPart};
+use worker::{Bucket, Env, MultipartUpload, Object, ObjectBody, Range, ResponseBody, UploadedPart};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -141,10 +141,9 @@ pub(crate) async fn read_back(bucket: &Bucket, key: &str) -> ApiResult<Option<Ob
         return Ok(None);
     };
     // The body borrows the object: it stays alive until the stream is read.
-    let body = object
-        .body()
-        .ok_or_else(|| ApiError::internal(format!("R2 object {key} has no body")))?;
-    let mut stream = body.stream().map_err(|err| r2_failed("read", key, err))?;
+    let mut stream = body_of(&object, key)?
+        .stream()
+        .map_err(|err| r2_failed("read", key, err))?;
     let mut hasher = ObjectHasher::new();
     while let Some(piece) = stream.next().await {
         hasher.update(&piece.map_err(|err| r2_failed("read", key, err))?);
@@ -158,36 +157,39 @@ pub(crate) async fn read(
     key: &str,
     range: Option<(u64, u64)>,
 ) -> ApiResult<Vec<u8>> {
-    let mut get = bucket.get(key);
-    if let Some((offset, length)) = range {
-        get = get.range(Range::OffsetWithLength { offset, length });
-    }
-    let object = get
-        .execute()
-        .await
-        .map_err(|err| r2_failed("get", key, err))?
-        .ok_or_else(|| missing(key))?;
-    let body = object
-        .body()
-        .ok_or_else(|| ApiError::internal(format!("R2 object {key} has no body")))?;
-    body.bytes()
+    let object = get(bucket, key, range).await?;
+    body_of(&object, key)?
+        .bytes()
         .await
         .map_err(|err| r2_failed("read", key, err))
 }
 
 /// `key`'s body as a response body the runtime streams to the client.
 pub(crate) async fn body(bucket: &Bucket, key: &str) -> ApiResult<ResponseBody> {
-    let object = bucket
-        .get(key)
-        .execute()
+    let object = get(bucket, key, None).await?;
+    body_of(&object, key)?
+        .response_body()
+        .map_err(|err| r2_failed("read", key, err))
+}
+
+/// The archived object `key` (or `length` bytes of it from `offset`); one that is not there is
+/// an error.
+async fn get(bucket: &Bucket, key: &str, range: Option<(u64, u64)>) -> ApiResult<Object> {
+    let mut get = bucket.get(key);
+    if let Some((offset, length)) = range {
+        get = get.range(Range::OffsetWithLength { offset, length });
+    }
+    get.execute()
         .await
         .map_err(|err| r2_failed("get", key, err))?
-        .ok_or_else(|| missing(key))?;
-    let body = object
+        .ok_or_else(|| missing(key))
+}
+
+/// The body of `object` (it borrows the object, which must outlive it).
+fn body_of<'a>(object: &'a Object, key: &str) -> ApiResult<ObjectBody<'a>> {
+    object
         .body()
-        .ok_or_else(|| ApiError::internal(format!("R2 object {key} has no body")))?;
-    body.response_body()
-        .map_err(|err| r2_failed("read", key, err))
+        .ok_or_else(|| ApiError::internal(format!("R2 object {key} has no body")))
 }
 
 /// An archived job's object is gone: a fault of ours (or of the bucket's), never the client's.

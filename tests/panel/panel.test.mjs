@@ -576,6 +576,49 @@ test('a job followed live to its end shows its claim, transitions, verified chai
   });
 });
 
+test('an archived job\'s page reads as before: its transitions, a chain that holds, its log and its completion, now from R2', { timeout: 300000 }, async () => {
+  const org = await newOrg('archived');
+  const { runner, token } = await registerRunner(org, 'panel-archive-runner');
+  const rel = await release(org);
+  const job = await enqueue(org, rel, { question: 'archived?', weight: 2.5 });
+  await runRunner({ runnerId: runner.id, token, exec: 'echo one; echo two >&2; echo three' });
+  const before = await waitForFinished(org, job.id);
+  assert.equal(before.state, 'succeeded', JSON.stringify(before));
+  const archived = await ok(org.adminKey, 'POST', `/api/remote-runners/jobs/${job.id}/archive`, {});
+  assert.equal(archived.state, 'pruned', JSON.stringify(archived));
+  const after = await jobDetail(org, job.id);
+  assert.deepEqual(after.archive, archived);
+  assert.deepEqual({ ...after, archive: null }, { ...before, archive: null });
+
+  await withPanel('archived-job', {}, async ({ page }) => {
+    await signIn(page, org.adminKey);
+    await page.goto(`${PANEL}/jobs/${job.id}`);
+    await waitFor('the archived job page', async () => (await text(page, sel('job-detail-state'))) === 'succeeded', { timeout: 30000 });
+    await waitFor('the log to be read to its end', async () => (await text(page, sel('log-status'))) === 'complete', { timeout: 30000 });
+    assert.deepEqual(await texts(page, sel('event-type')), before.events.map((e) => e.type));
+    await waitFor('every chunk row', async () => (await page.$$(sel('custody-chunk'))).length === before.stream.length);
+    assert.equal((await page.$$(sel('link-ok'))).length, before.stream.length, 'every link holds');
+    assert.equal((await page.$$(sel('link-broken'))).length, 0);
+    const lines = await waitFor('the log lines', async () => {
+      const found = await texts(page, `${sel('log-line')} .log-text`);
+      return found.includes('three') ? found : false;
+    });
+    // stdout and stderr are batched apart, so only each stream's own order is the job's.
+    assert.deepEqual(lines.filter((l) => ['one', 'three'].includes(l)), ['one', 'three']);
+    assert.ok(lines.includes('two'), `the stderr line in ${lines}`);
+    const accepted = before.completions.find((c) => c.decision === 'accepted');
+    const completion = await page.$(`${sel('completion')}[data-decision="accepted"]`);
+    assert.ok(completion, 'the accepted completion is shown');
+    assert.equal(await completion.getAttribute('data-completion-id'), accepted.id);
+    await page.screenshot({ path: join(ARTIFACTS, 'job-archived.png'), fullPage: true });
+    const [download] = await Promise.all([
+      page.waitForEvent('download', { timeout: 20000 }),
+      page.click(sel('download-bundle')),
+    ]);
+    assert.equal(download.suggestedFilename(), `bundle-${job.id}.json`);
+  });
+});
+
 test('cancels a queued job, then drains and revokes a runner, each with a recorded reason', { timeout: 240000 }, async () => {
   const org = await newOrg('actions');
   const rel = await release(org);

@@ -319,3 +319,64 @@ async fn a_bundle_larger_than_one_put_goes_up_in_parts_and_reads_back_whole() {
     assert_eq!(pages(f.key(), &job_id, "limit=500").await, pages_before);
     verify(&after, &job_id, runner.signing.secret.expose());
 }
+
+#[tokio::test]
+async fn the_cron_pass_archives_finished_jobs_whose_grace_is_over_and_leaves_the_rest() {
+    let f = StagedPrompt::new(bootstrap_org("archive-cron")).await;
+    let mut finished = Vec::new();
+    for _ in 0..3 {
+        let (runner, claimed) = f.claimed_job(1).await;
+        let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
+        runner.complete(&completion).await.expect(200);
+        finished.push(claimed.job_id());
+    }
+    // Two finished long ago (as jobs that finished before archiving existed did: their objects
+    // hold no archive alarm), written so through D1 as an operator could; the third just now.
+    // The oldest finish comes first in a pass, so other suites' jobs do not crowd these out.
+    let old = &finished[..2];
+    let ids = old
+        .iter()
+        .map(|id| sql_text(id))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let moved = d1_rows(&d1(&format!(
+        "UPDATE jobs SET finished_at = 1000 WHERE id IN ({ids}) RETURNING id"
+    )));
+    assert_eq!(moved.len(), 2, "{moved:?}");
+    let queued = f.new_job("archive-cron-queued").await;
+
+    // Bounded: a pass takes up to 25 due jobs, these first.
+    let mut archived = false;
+    for _ in 0..5 {
+        edgerunner_e2e::recovery::fire_cron().await;
+        let states: Vec<Value> = archive_states(f.key(), old).await;
+        if states.iter().all(|s| s == "pruned") {
+            archived = true;
+            break;
+        }
+    }
+    assert!(archived, "the cron pass did not archive {old:?}");
+    for id in old {
+        let rows: u64 = d1_footprint(id).iter().map(|(_, rows, _)| rows).sum();
+        assert_eq!(rows, 2, "{id}: {:?}", d1_footprint(id));
+    }
+    // Inside its grace period, or not finished: untouched.
+    assert_eq!(job(f.key(), &finished[2]).await["archive"], Value::Null);
+    assert_eq!(job(f.key(), &queued).await["archive"], Value::Null);
+    assert!(
+        d1_footprint(&finished[2])
+            .iter()
+            .map(|(_, rows, _)| rows)
+            .sum::<u64>()
+            > 2
+    );
+}
+
+/// The archive state of each of `jobs` (`null` when not archived).
+async fn archive_states(bearer: &str, jobs: &[String]) -> Vec<Value> {
+    let mut states = Vec::new();
+    for id in jobs {
+        states.push(job(bearer, id).await["archive"]["state"].clone());
+    }
+    states
+}
