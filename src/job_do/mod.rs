@@ -167,22 +167,18 @@ impl JobObject {
             )
             .await
             .map_err(JobRefusal::internal)??;
-        // A finished job's alarm is its archive's: at the end of its grace period.
-        let archive_at = self
-            .known
-            .borrow()
-            .as_ref()
-            .filter(|known| known.job.id == job_id && known.job.state.is_terminal())
-            .and_then(|known| known.job.finished_at)
-            .map(|finished| finished.saturating_add(ARCHIVE_GRACE_MILLIS));
-        let move_to = match (outcome.alarm_at, outcome.clear_alarm, archive_at) {
+        // A finished job's alarm is its archive's (see `archive_alarm`).
+        let finished = finished_by(&outcome.answer);
+        let move_to = match (outcome.alarm_at, outcome.clear_alarm, finished) {
             (Some(at), _, _) if keeps(self.alarm.get(), at, now_ms()) => None,
             (Some(at), _, _) => Some(Some(at)),
-            (None, _, Some(at)) if self.alarm.get() == Some(Some(at)) => None,
-            (None, _, Some(at)) => Some(Some(at)),
-            (None, true, None) if self.alarm.get() == Some(None) => None,
-            (None, true, None) => Some(None),
-            (None, false, None) => None,
+            // The operation ended the claim and the job: the lease's alarm becomes the archive's.
+            (None, true, true) => Some(archive_alarm(None, now_ms())),
+            // A finished job touched again: an alarm no later than its archive's stays.
+            (None, false, true) => archive_alarm(self.alarm.get(), now_ms()).map(Some),
+            (None, true, false) if self.alarm.get() == Some(None) => None,
+            (None, true, false) => Some(None),
+            (None, false, false) => None,
         };
         let moved = match move_to {
             None => Ok(()),
@@ -315,6 +311,34 @@ impl JobObject {
             _ => (false, false),
         };
         knows && (over || matches!(self.state.storage().get_alarm().await, Ok(Some(_))))
+    }
+}
+
+/// Whether `answer` says the job is finished (it ended now, or had ended before the operation).
+fn finished_by(answer: &Answer) -> bool {
+    let state = match answer {
+        Ok(JobReply::Completed(decision)) => decision.job_state,
+        Ok(JobReply::HandedBack(handed_back)) => handed_back.state,
+        Ok(JobReply::Cancelled(cancelled)) => cancelled.state,
+        Ok(JobReply::Recovered(recovered)) => recovered.state,
+        Err(JobRefusal::CompletionConflict(decision) | JobRefusal::CompletionStale(decision)) => {
+            decision.job_state
+        }
+        _ => return false,
+    };
+    state.is_terminal()
+}
+
+/// Where a finished job's alarm goes (`None`: it stays), given the alarm as this object last
+/// set it (`set`). A job that finishes now is due [`ARCHIVE_GRACE_MILLIS`] from now; the alarm
+/// runs the archive's step, which decides from the job's row (its finish time, its stage) and
+/// sets the alarm again where the archive needs it. An alarm already set no later than that
+/// stays: an operation on a finished job (a late completion) never postpones its archive.
+fn archive_alarm(set: Option<Option<i64>>, now: i64) -> Option<i64> {
+    let due = now.saturating_add(ARCHIVE_GRACE_MILLIS);
+    match set {
+        Some(Some(at)) if at <= due => None,
+        _ => Some(due),
     }
 }
 
@@ -473,6 +497,19 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finished_jobs_alarm_is_set_for_its_archive_and_never_postponed() {
+        let now = 1_000_000;
+        let due = now + ARCHIVE_GRACE_MILLIS;
+        // Not known (a fresh object, a failed move), deleted, or later than due: set at due.
+        assert_eq!(archive_alarm(None, now), Some(due));
+        assert_eq!(archive_alarm(Some(None), now), Some(due));
+        assert_eq!(archive_alarm(Some(Some(due + 1)), now), Some(due));
+        // Set already at or before due (a late completion after the finish): it stays.
+        assert_eq!(archive_alarm(Some(Some(due)), now), None);
+        assert_eq!(archive_alarm(Some(Some(now - 5)), now), None);
+    }
 
     #[test]
     fn a_lease_alarm_stays_while_it_fires_at_or_before_the_lease_and_not_soon() {
