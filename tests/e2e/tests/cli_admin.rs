@@ -377,6 +377,28 @@ async fn logs_follow_prints_a_running_jobs_lines_in_order_and_exits_zero_when_it
     let second = run(&org, &["jobs", "logs", &id, "--attempt", "2"]);
     assert_eq!(second.status.code(), Some(0), "{}", shown(&second));
     assert_eq!(stdout(&second), "", "{}", shown(&second));
+
+    // Archived (its rows leave D1 for R2, issue 40), the job's logs read exactly as before.
+    let plain = run(&org, &["jobs", "logs", &id]);
+    let archived = post(
+        &format!("/api/remote-runners/jobs/{id}/archive"),
+        Some(&org.admin_key),
+        &json!({}),
+    )
+    .await
+    .expect(200);
+    assert_eq!(archived["state"], "pruned", "{archived}");
+    let again = run(&org, &["jobs", "logs", &id]);
+    assert_eq!(again.status.code(), Some(0), "{}", shown(&again));
+    assert_eq!(stdout(&again), stdout(&plain), "{}", shown(&again));
+    assert_eq!(stderr(&again), stderr(&plain), "{}", shown(&again));
+    let json_again = run(&org, &["--json", "jobs", "logs", &id]);
+    assert_eq!(
+        stdout(&json_again),
+        stdout(&output),
+        "{}",
+        shown(&json_again)
+    );
 }
 
 #[tokio::test]
