@@ -247,7 +247,7 @@ impl JobObject {
         }
         let at = match progress {
             archive::Progress::Live => return Ok(JobReply::Archived(progress)),
-            archive::Progress::WaitUntil(at) => Some(at),
+            archive::Progress::WaitUntil(at) => Some(at.saturating_add(ARCHIVE_ALARM_SLACK_MILLIS)),
             archive::Progress::More => Some(now_ms()),
             archive::Progress::Done => None,
         };
@@ -329,13 +329,23 @@ fn finished_by(answer: &Answer) -> bool {
     state.is_terminal()
 }
 
+/// How long after its archive is due (by the job row's finish time) its alarm is set: the row's
+/// finish time is its operation's start, a few milliseconds before the alarm is armed, and an
+/// alarm that fired a moment early would find the archive not yet due and re-arm just ahead of
+/// itself. (Seen once locally, cause not established: a first alarm left the job unarchived and
+/// the runtime's retry a minute later archived it; this slack is the cheap guard against the
+/// likeliest cause.)
+const ARCHIVE_ALARM_SLACK_MILLIS: i64 = 1_000;
+
 /// Where a finished job's alarm goes (`None`: it stays), given the alarm as this object last
 /// set it (`set`). A job that finishes now is due [`ARCHIVE_GRACE_MILLIS`] from now; the alarm
 /// runs the archive's step, which decides from the job's row (its finish time, its stage) and
 /// sets the alarm again where the archive needs it. An alarm already set no later than that
 /// stays: an operation on a finished job (a late completion) never postpones its archive.
 fn archive_alarm(set: Option<Option<i64>>, now: i64) -> Option<i64> {
-    let due = now.saturating_add(ARCHIVE_GRACE_MILLIS);
+    let due = now
+        .saturating_add(ARCHIVE_GRACE_MILLIS)
+        .saturating_add(ARCHIVE_ALARM_SLACK_MILLIS);
     match set {
         Some(Some(at)) if at <= due => None,
         _ => Some(due),
@@ -501,7 +511,7 @@ mod tests {
     #[test]
     fn a_finished_jobs_alarm_is_set_for_its_archive_and_never_postponed() {
         let now = 1_000_000;
-        let due = now + ARCHIVE_GRACE_MILLIS;
+        let due = now + ARCHIVE_GRACE_MILLIS + ARCHIVE_ALARM_SLACK_MILLIS;
         // Not known (a fresh object, a failed move), deleted, or later than due: set at due.
         assert_eq!(archive_alarm(None, now), Some(due));
         assert_eq!(archive_alarm(Some(None), now), Some(due));

@@ -277,6 +277,21 @@ async fn only_a_finished_job_of_the_callers_organization_is_archived_by_an_admin
     )
     .await
     .expect_error(422, "UNKNOWN_FIELD");
+    // The body is bounded before it is read (16 KiB), and must be a JSON object.
+    post(
+        &format!("/api/remote-runners/jobs/{queued}/archive"),
+        Some(f.key()),
+        &json!({ "pad": "x".repeat(17 * 1024) }),
+    )
+    .await
+    .expect_error(413, "BODY_TOO_LARGE");
+    post(
+        &format!("/api/remote-runners/jobs/{queued}/archive"),
+        Some(f.key()),
+        &json!([1]),
+    )
+    .await
+    .expect_error(400, "INVALID_BODY");
     let reader = new_api_key(
         f.key(),
         &json!({ "name": "reader", "scopes": ["runs:read"] }),
