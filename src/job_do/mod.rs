@@ -330,11 +330,10 @@ fn finished_by(answer: &Answer) -> bool {
 }
 
 /// How long after its archive is due (by the job row's finish time) its alarm is set: the row's
-/// finish time is its operation's start, a few milliseconds before the alarm is armed, and an
-/// alarm that fired a moment early would find the archive not yet due and re-arm just ahead of
-/// itself. (Seen once locally, cause not established: a first alarm left the job unarchived and
-/// the runtime's retry a minute later archived it; this slack is the cheap guard against the
-/// likeliest cause.)
+/// finish time is its operation's start, a few milliseconds before the alarm is armed, so an
+/// alarm that fired a moment early would find the archive not yet due. (Locally, twice, a job
+/// idle since its finish was archived by its alarm about 60 s after it was due, with and
+/// without this slack; the cause is not established.)
 const ARCHIVE_ALARM_SLACK_MILLIS: i64 = 1_000;
 
 /// Where a finished job's alarm goes (`None`: it stays), given the alarm as this object last
