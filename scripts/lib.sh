@@ -371,6 +371,32 @@ PY
   done
 }
 
+# A suite with a file tests/e2e/own-server/SUITE.vars runs against a server of its own, on fresh
+# state under DIR, whose dev.vars are fresh secrets plus that file's lines (settings no other
+# suite may see, such as a local test server's short archive grace):
+#   with_own_server SUITE DIR COMMAND...
+# runs COMMAND with BASE_URL, EDGERUNNER_STATE_DIR and EDGERUNNER_DEV_VARS naming that server,
+# then stops it. Without such a file, COMMAND runs as it is.
+with_own_server() {
+  local suite="$1" dir="$2" vars="$ROOT/tests/e2e/own-server/$1.vars"
+  shift 2
+  if [ ! -f "$vars" ]; then "$@"; return; fi
+  mkdir -p "$dir"
+  (
+    umask 077
+    {
+      echo "REMOTE_RUNNER_SIGNING_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
+      echo "CRON_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
+      grep -v '^#' "$vars"
+    } > "$dir/dev.vars"
+    EDGERUNNER_DEV_VARS="$dir/dev.vars" start_local_server "$dir" "$(free_port)"
+    trap stop_local_server EXIT
+    find_direct_url
+    export BASE_URL="${DIRECT_URL:-$BASE_URL}" EDGERUNNER_STATE_DIR="$dir" EDGERUNNER_DEV_VARS="$dir/dev.vars"
+    "$@"
+  )
+}
+
 stop_local_server() {
   if [ -n "${SERVER_PID:-}" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM -- "-$SERVER_PID" 2>/dev/null || true

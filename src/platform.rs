@@ -74,3 +74,28 @@ pub(crate) fn setting(env: &worker::Env, name: &str, default: i64, min: i64) -> 
         }
     }
 }
+
+/// Whether this Worker runs as a local test server: `EDGERUNNER_LOCAL_HOOKS=1`, which only the
+/// repository's scripts write (into the `.dev.vars` of `wrangler dev`), never `wrangler.toml`.
+/// It lets a test shorten what production waits out (the archive's grace period); a deployment
+/// must never set it (SECURITY.md).
+pub(crate) fn local_hooks(env: &worker::Env) -> bool {
+    env.var(LOCAL_HOOKS)
+        .map(|value| value.to_string().trim() == "1")
+        .unwrap_or(false)
+}
+
+/// The variable [`local_hooks`] reads.
+pub(crate) const LOCAL_HOOKS: &str = "EDGERUNNER_LOCAL_HOOKS";
+
+/// A whole-number setting honoured only on a local test server ([`local_hooks`]): `default`
+/// anywhere else, whatever the variable says (said in the log when it is set there).
+pub(crate) fn local_setting(env: &worker::Env, name: &str, default: i64, min: i64) -> i64 {
+    if local_hooks(env) {
+        return setting(env, name, default, min);
+    }
+    if env.var(name).is_ok() {
+        worker::console_warn!("{name} is honoured only with {LOCAL_HOOKS}=1; using {default}");
+    }
+    default
+}

@@ -15,7 +15,6 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use edgerunner_protocol::archive::ARCHIVE_GRACE_MILLIS;
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State, Storage};
 
 use crate::archive;
@@ -169,13 +168,17 @@ impl JobObject {
             .map_err(JobRefusal::internal)??;
         // A finished job's alarm is its archive's (see `archive_alarm`).
         let finished = finished_by(&outcome.answer);
+        let grace = archive::grace_ms(&self.env);
+        if finished && outcome.alarm_at.is_none() && !outcome.clear_alarm {
+            self.recall_alarm().await;
+        }
         let move_to = match (outcome.alarm_at, outcome.clear_alarm, finished) {
             (Some(at), _, _) if keeps(self.alarm.get(), at, now_ms()) => None,
             (Some(at), _, _) => Some(Some(at)),
             // The operation ended the claim and the job: the lease's alarm becomes the archive's.
-            (None, true, true) => Some(archive_alarm(None, now_ms())),
+            (None, true, true) => Some(archive_alarm(None, now_ms(), grace)),
             // A finished job touched again: an alarm no later than its archive's stays.
-            (None, false, true) => archive_alarm(self.alarm.get(), now_ms()).map(Some),
+            (None, false, true) => archive_alarm(self.alarm.get(), now_ms(), grace).map(Some),
             (None, true, false) if self.alarm.get() == Some(None) => None,
             (None, true, false) => Some(None),
             (None, false, false) => None,
@@ -277,6 +280,19 @@ impl JobObject {
         Ok(JobReply::Archived(progress))
     }
 
+    /// Reads the alarm from storage when this object does not know it (it was evicted or
+    /// restarted since it set it), so that a finished job touched again (a runner object's
+    /// watch at the old lease, a late completion) keeps the archive alarm set at its finish
+    /// rather than one a grace period from now. A failed read leaves it unknown.
+    async fn recall_alarm(&self) {
+        if self.alarm.get().is_some() {
+            return;
+        }
+        if let Ok(set) = self.state.storage().get_alarm().await {
+            self.alarm.set(Some(set));
+        }
+    }
+
     /// Whether `op` is a heartbeat to an object that never wrote for its job, which may then
     /// be decided as the claim's first heartbeat (`presumed_first_heartbeat`). An object that
     /// armed an alarm once stored its job's id beside it, and that key is never deleted: one
@@ -331,19 +347,17 @@ fn finished_by(answer: &Answer) -> bool {
 
 /// How long after its archive is due (by the job row's finish time) its alarm is set: the row's
 /// finish time is its operation's start, a few milliseconds before the alarm is armed, so an
-/// alarm that fired a moment early would find the archive not yet due. (Locally, twice, a job
-/// idle since its finish was archived by its alarm about 60 s after it was due, with and
-/// without this slack; the cause is not established.)
+/// alarm that fired a moment early would find the archive not yet due.
 const ARCHIVE_ALARM_SLACK_MILLIS: i64 = 1_000;
 
 /// Where a finished job's alarm goes (`None`: it stays), given the alarm as this object last
-/// set it (`set`). A job that finishes now is due [`ARCHIVE_GRACE_MILLIS`] from now; the alarm
+/// set it (`set`). A job that finishes now is due `grace` from now ([`archive::grace_ms`]); the alarm
 /// runs the archive's step, which decides from the job's row (its finish time, its stage) and
 /// sets the alarm again where the archive needs it. An alarm already set no later than that
 /// stays: an operation on a finished job (a late completion) never postpones its archive.
-fn archive_alarm(set: Option<Option<i64>>, now: i64) -> Option<i64> {
+fn archive_alarm(set: Option<Option<i64>>, now: i64, grace: i64) -> Option<i64> {
     let due = now
-        .saturating_add(ARCHIVE_GRACE_MILLIS)
+        .saturating_add(grace)
         .saturating_add(ARCHIVE_ALARM_SLACK_MILLIS);
     match set {
         Some(Some(at)) if at <= due => None,
@@ -506,18 +520,31 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgerunner_protocol::archive::ARCHIVE_GRACE_MILLIS;
 
     #[test]
     fn a_finished_jobs_alarm_is_set_for_its_archive_and_never_postponed() {
         let now = 1_000_000;
         let due = now + ARCHIVE_GRACE_MILLIS + ARCHIVE_ALARM_SLACK_MILLIS;
         // Not known (a fresh object, a failed move), deleted, or later than due: set at due.
-        assert_eq!(archive_alarm(None, now), Some(due));
-        assert_eq!(archive_alarm(Some(None), now), Some(due));
-        assert_eq!(archive_alarm(Some(Some(due + 1)), now), Some(due));
+        assert_eq!(archive_alarm(None, now, ARCHIVE_GRACE_MILLIS), Some(due));
+        assert_eq!(
+            archive_alarm(Some(None), now, ARCHIVE_GRACE_MILLIS),
+            Some(due)
+        );
+        assert_eq!(
+            archive_alarm(Some(Some(due + 1)), now, ARCHIVE_GRACE_MILLIS),
+            Some(due)
+        );
         // Set already at or before due (a late completion after the finish): it stays.
-        assert_eq!(archive_alarm(Some(Some(due)), now), None);
-        assert_eq!(archive_alarm(Some(Some(now - 5)), now), None);
+        assert_eq!(
+            archive_alarm(Some(Some(due)), now, ARCHIVE_GRACE_MILLIS),
+            None
+        );
+        assert_eq!(
+            archive_alarm(Some(Some(now - 5)), now, ARCHIVE_GRACE_MILLIS),
+            None
+        );
     }
 
     #[test]

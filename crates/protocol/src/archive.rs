@@ -230,8 +230,9 @@ pub enum ArchiveStep {
     Done,
 }
 
-/// The step `job` needs at `now_ms`. Pure and total.
-pub fn decide(job: &ArchiveFacts, now_ms: i64) -> ArchiveStep {
+/// The step `job` needs at `now_ms`, archived `grace_ms` after its finish (the deployment's
+/// grace period: [`ARCHIVE_GRACE_MILLIS`] everywhere but a local test server). Pure and total.
+pub fn decide(job: &ArchiveFacts, now_ms: i64, grace_ms: i64) -> ArchiveStep {
     match job.archive {
         Some(ArchiveState::Pruned) => ArchiveStep::Done,
         Some(ArchiveState::Stored) => ArchiveStep::Prune,
@@ -239,9 +240,9 @@ pub fn decide(job: &ArchiveFacts, now_ms: i64) -> ArchiveStep {
         None => {
             // The schema holds a finish time for every terminal job; a row without one is
             // archived at once rather than never.
-            let at_ms = job.finished_at_ms.map_or(i64::MIN, |finished| {
-                finished.saturating_add(ARCHIVE_GRACE_MILLIS)
-            });
+            let at_ms = job
+                .finished_at_ms
+                .map_or(i64::MIN, |finished| finished.saturating_add(grace_ms));
             if now_ms >= at_ms {
                 ArchiveStep::Store
             } else {
@@ -374,7 +375,7 @@ mod tests {
     fn a_job_that_is_not_finished_is_never_archived() {
         for state in JobState::ALL.into_iter().filter(|s| !s.is_terminal()) {
             assert_eq!(
-                decide(&facts(state, None), i64::MAX),
+                decide(&facts(state, None), i64::MAX, 0),
                 ArchiveStep::Live,
                 "{state}"
             );
@@ -386,11 +387,37 @@ mod tests {
         for state in JobState::ALL.into_iter().filter(|s| s.is_terminal()) {
             let job = facts(state, None);
             let at_ms = FINISHED + ARCHIVE_GRACE_MILLIS;
-            assert_eq!(decide(&job, FINISHED), ArchiveStep::WaitUntil { at_ms });
-            assert_eq!(decide(&job, at_ms - 1), ArchiveStep::WaitUntil { at_ms });
-            assert_eq!(decide(&job, at_ms), ArchiveStep::Store, "{state}");
-            assert_eq!(decide(&job, at_ms + 1), ArchiveStep::Store);
+            assert_eq!(
+                decide(&job, FINISHED, ARCHIVE_GRACE_MILLIS),
+                ArchiveStep::WaitUntil { at_ms }
+            );
+            assert_eq!(
+                decide(&job, at_ms - 1, ARCHIVE_GRACE_MILLIS),
+                ArchiveStep::WaitUntil { at_ms }
+            );
+            assert_eq!(
+                decide(&job, at_ms, ARCHIVE_GRACE_MILLIS),
+                ArchiveStep::Store,
+                "{state}"
+            );
+            assert_eq!(
+                decide(&job, at_ms + 1, ARCHIVE_GRACE_MILLIS),
+                ArchiveStep::Store
+            );
         }
+    }
+
+    #[test]
+    fn the_grace_period_is_the_one_given() {
+        let job = facts(JobState::Succeeded, None);
+        assert_eq!(
+            decide(&job, FINISHED, 3_000),
+            ArchiveStep::WaitUntil {
+                at_ms: FINISHED + 3_000
+            }
+        );
+        assert_eq!(decide(&job, FINISHED + 3_000, 3_000), ArchiveStep::Store);
+        assert_eq!(decide(&job, FINISHED, 0), ArchiveStep::Store);
     }
 
     #[test]
@@ -400,7 +427,7 @@ mod tests {
             finished_at_ms: None,
             archive: None,
         };
-        assert_eq!(decide(&job, 0), ArchiveStep::Store);
+        assert_eq!(decide(&job, 0, ARCHIVE_GRACE_MILLIS), ArchiveStep::Store);
     }
 
     #[test]
@@ -411,7 +438,7 @@ mod tests {
             archive: None,
         };
         assert_eq!(
-            decide(&job, i64::MAX - 1),
+            decide(&job, i64::MAX - 1, ARCHIVE_GRACE_MILLIS),
             ArchiveStep::WaitUntil { at_ms: i64::MAX }
         );
     }
@@ -420,9 +447,15 @@ mod tests {
     fn a_stored_archive_is_pruned_and_a_pruned_one_is_done_whatever_the_time() {
         for now in [i64::MIN, 0, FINISHED, i64::MAX] {
             let stored = facts(JobState::Succeeded, Some(ArchiveState::Stored));
-            assert_eq!(decide(&stored, now), ArchiveStep::Prune);
+            assert_eq!(
+                decide(&stored, now, ARCHIVE_GRACE_MILLIS),
+                ArchiveStep::Prune
+            );
             let pruned = facts(JobState::Cancelled, Some(ArchiveState::Pruned));
-            assert_eq!(decide(&pruned, now), ArchiveStep::Done);
+            assert_eq!(
+                decide(&pruned, now, ARCHIVE_GRACE_MILLIS),
+                ArchiveStep::Done
+            );
         }
     }
 
@@ -432,7 +465,7 @@ mod tests {
         let now = FINISHED + ARCHIVE_GRACE_MILLIS;
         let mut steps = Vec::new();
         for _ in 0..4 {
-            let step = decide(&job, now);
+            let step = decide(&job, now, ARCHIVE_GRACE_MILLIS);
             steps.push(step);
             job.archive = match step {
                 ArchiveStep::Store => advance(job.archive, ArchiveEvent::Stored).unwrap(),

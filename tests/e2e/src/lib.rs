@@ -13,6 +13,7 @@
 //! passes without a server proves nothing.
 
 mod admin;
+pub mod archive;
 pub mod contract;
 mod env;
 mod http;
