@@ -141,7 +141,7 @@ export function enrollmentView(ctx) {
       card('Enrollment tokens',
         h('div',
           h('p.help', 'A token admits as many enrollments as its uses, until it expires or is revoked. Give it to the runner as ',
-            h('code', '--enrollment-token'), ' or ', h('code', 'EDGERUNNER_ENROLLMENT_TOKEN'), '. It is shown once, when issued.'),
+            h('code', 'EDGERUNNER_ENROLLMENT_TOKEN'), ' or in a file named by ', h('code', '--enrollment-token-file'), '. It is shown once, when issued.'),
           tokensStatus, empty, tokensTable),
         { testid: 'tokens-card', actions: issue })));
 

@@ -54,6 +54,10 @@ pub fn with_query(path: &str, params: &[(&str, Option<String>)]) -> String {
     out
 }
 
+/// The most bytes of one answer an admin command reads: a custody bundle holds up to 64 MiB of
+/// stream payload and its JSON around it.
+pub const MAX_ADMIN_ANSWER_BYTES: usize = 256 * 1024 * 1024;
+
 const ENROLLMENT_POLICY: &str = "/api/developer/enrollment-policy";
 const ENROLLMENT_TOKENS: &str = "/api/developer/enrollment-tokens";
 
@@ -62,11 +66,11 @@ impl AdminClient {
         let api_key = api_key.trim();
         if api_key.is_empty() {
             return Err(ClientError::Config(
-                "no API key: pass --api-key or set EDGERUNNER_API_KEY".into(),
+                "no API key: set EDGERUNNER_API_KEY or pass --api-key-file FILE".into(),
             ));
         }
         Ok(Self {
-            http,
+            http: http.with_answer_limit(MAX_ADMIN_ANSWER_BYTES),
             api_key: api_key.to_owned(),
         })
     }

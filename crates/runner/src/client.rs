@@ -43,6 +43,11 @@ const RELEASE: &str = "/api/remote-runners/release";
 const SELF_CLAIMS: &str = "/api/remote-runners/self/claims";
 const COMPLETE: &str = "/api/remote-runners/complete";
 
+/// The longest wall time a job is given, whatever its requirements say: a year (a runner's
+/// own capability document declares a day by default, and an honest server offers no job
+/// past what the runner declares).
+pub const MAX_WALL_SECONDS: u64 = 365 * 86_400;
+
 /// The longest long poll the server accepts (`waitSeconds`).
 pub const MAX_CLAIM_WAIT_SECONDS: u32 = 25;
 
@@ -495,7 +500,8 @@ impl Assignment {
         }
     }
 
-    /// The job's `requirements.limits.wallSeconds`, when it set one.
+    /// The job's `requirements.limits.wallSeconds`, when it set one; at most
+    /// [`MAX_WALL_SECONDS`], so that no number a server sends overflows the deadline made of it.
     pub fn wall_seconds(&self) -> Option<u64> {
         self.envelope()
             .requirements
@@ -503,6 +509,7 @@ impl Assignment {
             .get("limits")
             .and_then(|limits| limits.get("wallSeconds"))
             .and_then(Value::as_u64)
+            .map(|seconds| seconds.min(MAX_WALL_SECONDS))
     }
 
     /// The job's `requirements.limits.outputBytes`, when it set one.

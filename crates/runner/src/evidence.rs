@@ -7,7 +7,7 @@
 //!
 //! 1. **The job input**: when the input is an object with the configured field (default
 //!    `evaluationRunId`), that run is used. The enqueuer creates it with the job.
-//! 2. **An evidence API key** given to the runner (`--evidence-api-key`,
+//! 2. **An evidence API key** given to the runner (`--evidence-api-key-file`,
 //!    `EDGERUNNER_EVIDENCE_API_KEY`): the runner creates one run per job before running it, and
 //!    records the outcome in it as a test result before completing.
 //! 3. **The runner's own credential**: the holder of a job's active claim may create a run for

@@ -5,7 +5,10 @@
 //! API key in `Authorization`), and following a redirect would hand it to whatever host the
 //! answer names; a 307 or 308 would even send the body again. The server never redirects.
 //!
-//! Every answer is read whole; a non-2xx answer becomes [`ClientError::Api`] carrying the
+//! Every answer is read whole, up to a bound ([`MAX_ANSWER_BYTES`] unless the client says
+//! otherwise): a server that sends more, by its `Content-Length` or its bytes, gets a
+//! [`ClientError::Malformed`] and is not read further, so a hostile or broken server cannot
+//! make the runner's memory grow with what it sends. A non-2xx answer becomes [`ClientError::Api`] carrying the
 //! server's `{"error": {"code", "message"}}` (and the body, since a completion refusal carries
 //! its decision beside the error). Bodies are parsed with number lexemes intact
 //! (`serde_json`'s `arbitrary_precision`), because what the runner hashes must be what the
@@ -20,11 +23,17 @@ use edgerunner_protocol::error_code::ErrorCode;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+/// The most bytes of one answer a client reads by default: far past anything the runner is
+/// sent (a claim's input or artifact is at most 1 MiB, a stream page 1 MiB of payload).
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
 /// A JSON client for one server.
 #[derive(Clone, Debug)]
 pub struct Http {
     client: reqwest::Client,
     base: String,
+    /// The most bytes of one answer it reads.
+    answer_limit: usize,
 }
 
 /// A 2xx answer, read whole.
@@ -69,7 +78,19 @@ impl Http {
         let client = builder.build().map_err(|error| {
             ClientError::Config(format!("cannot build the HTTP client: {error}"))
         })?;
-        Ok(Self { client, base })
+        Ok(Self {
+            client,
+            base,
+            answer_limit: MAX_ANSWER_BYTES,
+        })
+    }
+
+    /// The same client, reading answers of up to `bytes` (an admin's custody bundle is
+    /// larger than anything a runner is sent).
+    #[must_use]
+    pub fn with_answer_limit(mut self, bytes: usize) -> Self {
+        self.answer_limit = bytes;
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -108,14 +129,7 @@ impl Http {
                 location: location(response.headers()),
             });
         }
-        let text = response
-            .text()
-            .await
-            .map_err(|error| ClientError::Transport {
-                connect: false,
-                what: what.clone(),
-                detail: error_chain(&error),
-            })?;
+        let text = read_bounded(response, self.answer_limit, &what).await?;
         Ok(Answer { status, text })
     }
 
@@ -131,6 +145,48 @@ impl Http {
         let answer = self.raw(method, path, bearer, body).await?;
         check(&what, answer)
     }
+}
+
+/// The answer's body as text (invalid UTF-8 replaced, as `reqwest`'s `text()` does), read
+/// chunk by chunk and refused as soon as it would pass `limit` bytes, or at once when its
+/// `Content-Length` says it will.
+async fn read_bounded(
+    mut response: reqwest::Response,
+    limit: usize,
+    what: &str,
+) -> Result<String, ClientError> {
+    let too_large = || ClientError::Malformed {
+        what: what.to_owned(),
+        detail: format!("the answer is larger than {limit} bytes; it was not read further"),
+    };
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    loop {
+        let chunk = response
+            .chunk()
+            .await
+            .map_err(|error| ClientError::Transport {
+                connect: false,
+                what: what.to_owned(),
+                detail: error_chain(&error),
+            })?;
+        let Some(chunk) = chunk else {
+            break;
+        };
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(match String::from_utf8(body) {
+        Ok(text) => text,
+        Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
+    })
 }
 
 /// Accepts `https://` for any host, and `http://` only when the host is loopback: `localhost`,
@@ -362,6 +418,62 @@ impl std::error::Error for ClientError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server on a loopback port that answers one request with `head` then `body_bytes`
+    /// bytes of `x`, then closes.
+    async fn answering(head: &'static str, body_bytes: usize) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("its address"));
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("one request");
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let _ = socket.write_all(head.as_bytes()).await;
+            let body = vec![b'x'; body_bytes];
+            let _ = socket.write_all(&body).await;
+            let _ = socket.shutdown().await;
+        });
+        url
+    }
+
+    const UNSIZED: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+
+    #[tokio::test]
+    async fn an_answer_past_the_limit_is_refused_and_not_read_further() {
+        let url = answering(UNSIZED, 4_097).await;
+        let http = Http::new(&url).expect("url").with_answer_limit(4_096);
+        let refused = http.raw(Method::GET, "/", None, None).await.unwrap_err();
+        assert!(
+            matches!(&refused, ClientError::Malformed { detail, .. } if detail.contains("4096 bytes")),
+            "{refused:?}"
+        );
+        // At the limit: read whole.
+        let url = answering(UNSIZED, 4_096).await;
+        let http = Http::new(&url).expect("url").with_answer_limit(4_096);
+        let answer = http.raw(Method::GET, "/", None, None).await.expect("read");
+        assert_eq!(answer.text.len(), 4_096);
+    }
+
+    #[tokio::test]
+    async fn a_content_length_past_the_limit_is_refused_before_any_byte_is_read() {
+        // It claims a terabyte and sends nothing: waiting for it would hang, reading it whole
+        // would not fit.
+        let head = "HTTP/1.1 200 OK\r\ncontent-length: 1000000000000\r\nconnection: close\r\n\r\n";
+        let url = answering(head, 0).await;
+        let refused = Http::new(&url)
+            .expect("url")
+            .raw(Method::GET, "/", None, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, ClientError::Malformed { .. }),
+            "{refused:?}"
+        );
+    }
 
     fn api(status: u16, code: Option<&str>) -> ClientError {
         ClientError::Api {

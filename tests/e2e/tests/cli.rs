@@ -795,8 +795,24 @@ async fn verify_accepts_a_real_bundle_and_names_the_broken_link_in_a_tampered_on
     // With the runner's job-signing secret, the envelope's HMAC is checked too.
     let session = jobs::Runner::connect(&runner_id, &token).await;
     let secret = session.signing.secret.expose().to_owned();
-    let signed = setup.verify(&path, &["--signing-secret", &secret]);
+    let secret_file = setup.scratch.path("signing-secret");
+    std::fs::write(&secret_file, format!("{secret}\n")).expect("write the secret");
+    let signed = setup.verify(
+        &path,
+        &[
+            "--signing-secret-file",
+            secret_file.to_str().expect("UTF-8"),
+        ],
+    );
     assert!(signed.status.success(), "{}", text(&signed));
+    // On the command line, where every local user reads it: refused, and the secret unused.
+    let refused = setup.verify(&path, &["--signing-secret", &secret]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--signing-secret-file"),
+        "{}",
+        text(&refused)
+    );
     assert!(
         String::from_utf8_lossy(&signed.stdout).contains("1 signature verified"),
         "{}",

@@ -453,6 +453,96 @@ async fn logs_follow_exits_one_when_the_job_fails() {
     );
 }
 
+/// Runs `edgerunner admin ARGS` with its stdout and stderr on one pseudo-terminal (as an
+/// operator's shell has them), through Python's `pty`; everything the terminal received.
+fn on_a_terminal(org: &Org, args: &[&str]) -> (Option<i32>, Vec<u8>) {
+    const PTY: &str = r#"
+import os, pty, subprocess, sys
+leader, follower = pty.openpty()
+child = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+os.close(follower)
+seen = b""
+while True:
+    try:
+        data = os.read(leader, 65536)
+    except OSError:  # EIO: the child closed the terminal
+        break
+    if not data:
+        break
+    seen += data
+sys.stdout.buffer.write(seen)
+sys.exit(child.wait())
+"#;
+    let bin = required_env("EDGERUNNER_BIN");
+    let output = Command::new("python3")
+        .args(["-c", PTY, &bin, "admin", "--server", &base_url()])
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("EDGERUNNER_API_KEY", &org.admin_key)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 runs");
+    (output.status.code(), output.stdout)
+}
+
+#[tokio::test]
+async fn logs_show_a_jobs_escape_sequences_escaped_on_a_terminal_and_raw_only_when_asked() {
+    let org = bootstrap_org("cli-admin-logs-escapes");
+    let mut job = RunningJob::start(&org).await;
+    let id = job.id();
+    // Retitle the window, clear the screen, a one-character CSI, a right-to-left override.
+    let hostile_out = "title\u{1b}]0;pwned\u{7} clear\u{1b}[2J csi\u{9b}31m rtl\u{202e}cba";
+    job.lines(&[("stdout", hostile_out), ("stderr", "err\u{1b}[31mred")])
+        .await;
+    job.complete(&org, CompletionStatus::Succeeded).await;
+    let raw_bytes = ["\u{1b}", "\u{9b}", "\u{202e}"];
+
+    // On a terminal: shown escaped, on stdout and stderr alike, and nothing raw reaches it.
+    let (status, seen) = on_a_terminal(&org, &["jobs", "logs", &id]);
+    let text = String::from_utf8_lossy(&seen);
+    assert_eq!(status, Some(0), "{text}");
+    assert!(
+        text.contains("title\\x1b]0;pwned\\x07 clear\\x1b[2J csi\\u{9b}31m rtl\\u{202e}cba"),
+        "{text:?}"
+    );
+    assert!(text.contains("err\\x1b[31mred"), "{text:?}");
+    for raw in raw_bytes {
+        assert!(
+            !text.contains(raw),
+            "{raw:?} reached the terminal: {text:?}"
+        );
+    }
+    // --json on a terminal: JSON's own escapes, each line still JSON.
+    let (status, seen) = on_a_terminal(&org, &["--json", "jobs", "logs", &id]);
+    let text = String::from_utf8_lossy(&seen);
+    assert_eq!(status, Some(0), "{text}");
+    for raw in raw_bytes {
+        assert!(
+            !text.contains(raw),
+            "{raw:?} reached the terminal: {text:?}"
+        );
+    }
+    let lines: Vec<Value> = text
+        .lines()
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str(line.trim_end()).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines[0]["line"], hostile_out, "{text:?}");
+
+    // --raw on a terminal, and a pipe without it: the bytes as the job sent them.
+    let (status, seen) = on_a_terminal(&org, &["jobs", "logs", &id, "--raw"]);
+    assert_eq!(status, Some(0));
+    assert!(String::from_utf8_lossy(&seen).contains(hostile_out));
+    let piped = run(&org, &["jobs", "logs", &id]);
+    assert_eq!(
+        stdout(&piped),
+        format!("{hostile_out}\n"),
+        "{}",
+        shown(&piped)
+    );
+}
+
 #[tokio::test]
 async fn stream_pages_carry_the_jobs_state_as_of_the_page() {
     let org = bootstrap_org("cli-admin-stream-state");
@@ -1047,7 +1137,7 @@ async fn enrollment_policy_and_tokens_are_set_issued_listed_and_revoked_from_the
     assert_eq!(refused.status.code(), Some(1), "{}", shown(&refused));
     assert!(
         stderr(&refused).contains("ENROLLMENT_TOKEN_REQUIRED")
-            && stderr(&refused).contains("--enrollment-token"),
+            && stderr(&refused).contains("EDGERUNNER_ENROLLMENT_TOKEN"),
         "{}",
         shown(&refused)
     );

@@ -444,12 +444,8 @@ async fn the_bundle_of_a_job_at_its_stream_byte_limit_is_streamed_and_verifies()
         std::fs::write(&file, reply.text.as_bytes()).expect("write the bundle");
         let secret = runner.signing.secret.expose().to_owned();
         let output = std::process::Command::new(bin)
-            .args([
-                "verify",
-                file.to_str().expect("UTF-8"),
-                "--signing-secret",
-                &secret,
-            ])
+            .args(["verify", file.to_str().expect("UTF-8")])
+            .env("EDGERUNNER_SIGNING_SECRET", &secret)
             .output()
             .expect("run edgerunner verify");
         let _ = std::fs::remove_file(&file);

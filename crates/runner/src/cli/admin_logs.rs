@@ -9,9 +9,11 @@
 //! Rendering is a pure function of a chunk ([`render_chunk`]): the job's stdout lines go to
 //! stdout, its stderr lines to stderr, trajectory events to stdout, and the runner's own events
 //! (`started`, `exited`, …) to stderr marked with their attempt. `--json` prints one object per
-//! line or chunk, all on stdout, in stream order.
+//! line or chunk, all on stdout, in stream order. Written to a terminal, control characters
+//! and bidirectional overrides in what the job wrote are shown escaped ([`super::terminal`]);
+//! `--raw`, a pipe or a file get the text as the job sent it.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -52,6 +54,29 @@ pub struct LogsArgs {
     /// Stop following after this many seconds (exit 3 if the job has not finished) [default: no limit]
     #[arg(long, value_parser = seconds)]
     pub timeout: Option<Duration>,
+    /// Write the job's text as it sent it, escape sequences included, even to a terminal
+    /// [default: control characters are shown escaped on a terminal, as sent elsewhere]
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// How each output stream shows what the job wrote: escaped (a terminal, without `--raw`) or
+/// as sent.
+#[derive(Debug, Clone, Copy)]
+struct Shown {
+    stdout: bool,
+    stderr: bool,
+    json: bool,
+}
+
+impl Shown {
+    fn of(args: &LogsArgs, json: bool) -> Self {
+        Shown {
+            stdout: !args.raw && io::stdout().is_terminal(),
+            stderr: !args.raw && io::stderr().is_terminal(),
+            json,
+        }
+    }
 }
 
 /// A positive number of seconds, at most a day.
@@ -210,6 +235,7 @@ pub fn exit_status(state: JobState) -> u8 {
 /// job's state.
 pub async fn run(admin: &AdminClient, args: &LogsArgs, json: bool) -> Result<ExitCode, CliError> {
     let deadline = args.timeout.map(|timeout| Instant::now() + timeout);
+    let shown = Shown::of(args, json);
     let mut cursor = "0.-1".to_owned();
     let mut last_attempt: Option<Value> = None;
     loop {
@@ -223,10 +249,13 @@ pub async fn run(admin: &AdminClient, args: &LogsArgs, json: bool) -> Result<Exi
                 && !json
                 && chunk["payload"]["event"].as_str() != Some("started");
             if first_of_attempt {
-                print(&[Line::Stderr(format!("[attempt {}]", text_of(attempt)))])?;
+                print(
+                    shown,
+                    &[Line::Stderr(format!("[attempt {}]", text_of(attempt)))],
+                )?;
             }
             last_attempt = Some(attempt.clone());
-            print(&render_chunk(chunk, json))?;
+            print(shown, &render_chunk(chunk, json))?;
         }
         cursor = match page["cursor"].as_str() {
             Some(next) => next.to_owned(),
@@ -243,11 +272,14 @@ pub async fn run(admin: &AdminClient, args: &LogsArgs, json: bool) -> Result<Exi
         }
         if state.is_terminal() || !args.follow {
             if !json && state.is_terminal() {
-                print(&[Line::Stderr(format!(
-                    "[job {}] {}",
-                    args.id,
-                    state.as_str()
-                ))])?;
+                print(
+                    shown,
+                    &[Line::Stderr(format!(
+                        "[job {}] {}",
+                        args.id,
+                        state.as_str()
+                    ))],
+                )?;
             }
             return Ok(ExitCode::from(exit_status(state)));
         }
@@ -269,17 +301,25 @@ fn malformed(what: &str) -> CliError {
     ))
 }
 
-fn print(lines: &[Line]) -> Result<(), CliError> {
+fn print(shown: Shown, lines: &[Line]) -> Result<(), CliError> {
     let output = |error: io::Error| CliError::Output(error.to_string());
     let mut stdout = io::stdout().lock();
     let mut stderr = io::stderr().lock();
     for line in lines {
         match line {
-            Line::Stdout(text) => writeln!(stdout, "{text}").map_err(output)?,
+            Line::Stdout(text) => match shown.stdout {
+                true => writeln!(stdout, "{}", super::terminal::shown(text, shown.json)),
+                false => writeln!(stdout, "{text}"),
+            }
+            .map_err(output)?,
             Line::Stderr(text) => {
                 // What went to stdout first must show first on a terminal that merges them.
                 stdout.flush().map_err(output)?;
-                writeln!(stderr, "{text}").map_err(output)?;
+                match shown.stderr {
+                    true => writeln!(stderr, "{}", super::terminal::shown(text, shown.json)),
+                    false => writeln!(stderr, "{text}"),
+                }
+                .map_err(output)?;
             }
         }
     }

@@ -26,6 +26,8 @@ pub mod admin_cmd;
 pub mod admin_logs;
 pub mod json_tools;
 pub mod runner_cmd;
+pub mod secret_arg;
+pub mod terminal;
 pub mod verify_cmd;
 
 /// One line of the usage, in the words the old hand-written parser used.
@@ -380,7 +382,7 @@ mod tests {
         .is_ok());
         assert!(parse(&["admin", "releases", "promote", "7", "--to", "staging"]).is_ok());
         assert!(parse(&["admin", "releases", "list", "--kind", "prompt"]).is_ok());
-        assert!(parse(&["verify", "bundle.json", "--signing-secret", "s"]).is_ok());
+        assert!(parse(&["verify", "bundle.json", "--signing-secret-file", "s"]).is_ok());
     }
 
     #[test]
@@ -427,13 +429,16 @@ mod tests {
             "org_1",
             "--runtime",
             "python3.12",
-            "--enrollment-token",
-            "ere_abc",
+            "--enrollment-token-file",
+            "token.txt",
         ])
         .map(|cli| cli.command) else {
             panic!("runner enroll parses");
         };
-        assert_eq!(args.enrollment_token.as_deref(), Some("ere_abc"));
+        assert_eq!(
+            args.enrollment_token_file.as_deref(),
+            Some(std::path::Path::new("token.txt"))
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::secret_arg::Secret;
 use super::{json_argument, print_json, CliError};
 use crate::client::{enroll, RunnerClient};
 use crate::config::{self, IdentityInputs, RunnerConfig};
@@ -63,6 +64,20 @@ impl LogFormat {
     }
 }
 
+/// The secrets `runner` takes, from the environment or a file (never a flag's value).
+const BOOTSTRAP_TOKEN: Secret = Secret {
+    flag: "--bootstrap-token",
+    env: "EVALGATE_RUNNER_BOOTSTRAP_TOKEN",
+};
+const ENROLLMENT_TOKEN: Secret = Secret {
+    flag: "--enrollment-token",
+    env: "EDGERUNNER_ENROLLMENT_TOKEN",
+};
+const EVIDENCE_API_KEY: Secret = Secret {
+    flag: "--evidence-api-key",
+    env: "EDGERUNNER_EVIDENCE_API_KEY",
+};
+
 /// Who the runner is: the bootstrap-token model from the environment (as the seed names it) or
 /// flags, or the key-pair model from the config file `runner enroll` wrote.
 #[derive(Debug, Args)]
@@ -73,9 +88,13 @@ pub struct IdentityArgs {
     /// The runner id (bootstrap-token model)
     #[arg(long, env = "EVALGATE_RUNNER_ID")]
     pub runner_id: Option<String>,
-    /// The bootstrap token (bootstrap-token model); prefer the environment variable, which
-    /// other users cannot read in the process list
-    #[arg(long, env = "EVALGATE_RUNNER_BOOTSTRAP_TOKEN", hide_env_values = true)]
+    /// A file holding the bootstrap token (bootstrap-token model), `-` for standard input
+    /// [default: $EVALGATE_RUNNER_BOOTSTRAP_TOKEN]. Never on the command line, which every local
+    /// user and every job can read
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
+    /// Refused: use EVALGATE_RUNNER_BOOTSTRAP_TOKEN or --bootstrap-token-file
+    #[arg(long, hide = true)]
     pub bootstrap_token: Option<String>,
     /// The config file [default: $XDG_CONFIG_HOME/edgerunner/runner.json]
     #[arg(long, env = "EDGERUNNER_CONFIG")]
@@ -121,7 +140,10 @@ impl IdentityArgs {
             IdentityInputs {
                 server: self.server.clone(),
                 runner_id: self.runner_id.clone(),
-                bootstrap_token: self.bootstrap_token.clone(),
+                bootstrap_token: BOOTSTRAP_TOKEN.read(
+                    self.bootstrap_token_file.as_deref(),
+                    self.bootstrap_token.as_deref(),
+                )?,
                 key_file: self.key_file.clone(),
                 organization_id: self.organization.clone(),
             },
@@ -196,9 +218,13 @@ pub struct EnrollArgs {
     /// Product name reported to the server
     #[arg(long, default_value = "edgerunner")]
     pub product: String,
-    /// An enrollment token from an admin (ere_…), for an organization whose policy asks for
-    /// one; prefer the environment variable. Used for this enrollment only, never saved.
-    #[arg(long, env = "EDGERUNNER_ENROLLMENT_TOKEN", hide_env_values = true)]
+    /// A file holding an enrollment token from an admin (ere_…), for an organization whose
+    /// policy asks for one; `-` for standard input [default: $EDGERUNNER_ENROLLMENT_TOKEN].
+    /// Used for this enrollment only, never saved
+    #[arg(long, value_name = "FILE")]
+    pub enrollment_token_file: Option<PathBuf>,
+    /// Refused: use EDGERUNNER_ENROLLMENT_TOKEN or --enrollment-token-file
+    #[arg(long, hide = true)]
     pub enrollment_token: Option<String>,
     /// Print the result as JSON
     #[arg(long)]
@@ -277,9 +303,13 @@ pub struct StartArgs {
     /// other targets are refused before they run
     #[arg(long = "served-target", value_name = "VERSION_ID:CONTENT_HASH")]
     pub served_targets: Vec<String>,
-    /// An API key with runs:write, used only to create each job's evaluation run when its input
-    /// names none
-    #[arg(long, env = "EDGERUNNER_EVIDENCE_API_KEY", hide_env_values = true)]
+    /// A file holding an API key with runs:write, used only to create each job's evaluation
+    /// run when its input names none; `-` for standard input
+    /// [default: $EDGERUNNER_EVIDENCE_API_KEY]
+    #[arg(long, value_name = "FILE")]
+    pub evidence_api_key_file: Option<PathBuf>,
+    /// Refused: use EDGERUNNER_EVIDENCE_API_KEY or --evidence-api-key-file
+    #[arg(long, hide = true)]
     pub evidence_api_key: Option<String>,
     /// The evaluationId runs created with --evidence-api-key are filed under
     #[arg(long)]
@@ -363,6 +393,10 @@ fn host_name() -> String {
 }
 
 async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
+    let enrollment_token = ENROLLMENT_TOKEN.read(
+        args.enrollment_token_file.as_deref(),
+        args.enrollment_token.as_deref(),
+    )?;
     let config_path = args
         .config
         .clone()
@@ -416,10 +450,8 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
     if args.external {
         body["external"] = Value::Bool(true);
     }
-    if let Some(token) = args.enrollment_token.as_deref().map(str::trim) {
-        if !token.is_empty() {
-            body["enrollmentToken"] = token.into();
-        }
+    if let Some(token) = enrollment_token {
+        body["enrollmentToken"] = token.into();
     }
     let http = Http::new(&args.server)?;
     let answer = match enroll(&http, &body).await {
@@ -435,8 +467,8 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
             let hint = match error.code() {
                 Some(ErrorCode::EnrollmentTokenRequired) => Some(
                     "this organization enrolls runners only with an enrollment token: ask an \
-                     admin for one (edgerunner admin enrollment tokens create) and pass \
-                     --enrollment-token or set EDGERUNNER_ENROLLMENT_TOKEN",
+                     admin for one (edgerunner admin enrollment tokens create) and set \
+                     EDGERUNNER_ENROLLMENT_TOKEN or pass --enrollment-token-file FILE",
                 ),
                 Some(ErrorCode::EnrollmentTokenInvalid) => Some(
                     "the enrollment token is unknown, expired, revoked or used up: ask an admin \
@@ -567,6 +599,10 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             "cannot close this process to its jobs (prctl PR_SET_DUMPABLE): {error}"
         ))
     })?;
+    let evidence_api_key = EVIDENCE_API_KEY.read(
+        args.evidence_api_key_file.as_deref(),
+        args.evidence_api_key.as_deref(),
+    )?;
     if args.heartbeat_interval.is_zero()
         || args.heartbeat_interval * 2 > Duration::from_secs(u64::from(args.lease_seconds))
     {
@@ -598,7 +634,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     } = args.identity.resolve()?;
     let job_env = {
         let pass = PassEnv::parse(args.pass_env.iter().chain(&pass_env)).map_err(usage)?;
-        secrets.extend(args.evidence_api_key.clone());
+        secrets.extend(evidence_api_key.clone());
         secrets.extend(std::env::var("EDGERUNNER_API_KEY").ok());
         // `runner enroll` reads it; one left in the environment is still a secret.
         secrets.extend(std::env::var("EDGERUNNER_ENROLLMENT_TOKEN").ok());
@@ -662,15 +698,11 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     }
     let evidence = EvidenceSource {
         input_field: Some(args.evaluation_run_field.clone()).filter(|f| !f.is_empty()),
-        api: args
-            .evidence_api_key
-            .as_deref()
-            .filter(|key| !key.trim().is_empty())
-            .map(|key| EvidenceApi {
-                http: http.clone(),
-                api_key: Arc::from(key.trim()),
-                evaluation_id: args.evaluation_id.clone(),
-            }),
+        api: evidence_api_key.as_deref().map(|key| EvidenceApi {
+            http: http.clone(),
+            api_key: Arc::from(key),
+            evaluation_id: args.evaluation_id.clone(),
+        }),
     };
     let runner_id = record["id"].as_str().unwrap_or("?");
     info!(

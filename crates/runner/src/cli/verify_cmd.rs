@@ -8,21 +8,26 @@ use clap::Args;
 use edgerunner_protocol::envelope::JobSigningSecret;
 use serde_json::Value;
 
+use super::secret_arg::Secret;
 use super::{print_json, CliError};
+
+/// A runner's job-signing secret, from the environment or files (never a flag's value).
+const SIGNING_SECRET: Secret = Secret {
+    flag: "--signing-secret",
+    env: "EDGERUNNER_SIGNING_SECRET",
+};
 use crate::custody::{verify_bundle, BundleReport};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// The bundle (`edgerunner admin jobs bundle JOB_ID -o FILE`), or `-` for stdin
     pub file: PathBuf,
-    /// A runner's job-signing secret (`jobSigning.secret`), to check envelope signatures too;
-    /// repeat for several runners
-    #[arg(
-        long = "signing-secret",
-        value_name = "SECRET",
-        env = "EDGERUNNER_SIGNING_SECRET",
-        hide_env_values = true
-    )]
+    /// A file holding a runner's job-signing secret (`jobSigning.secret`), to check envelope
+    /// signatures too; repeat for several runners [default: $EDGERUNNER_SIGNING_SECRET]
+    #[arg(long = "signing-secret-file", value_name = "FILE")]
+    pub signing_secret_files: Vec<PathBuf>,
+    /// Refused: use EDGERUNNER_SIGNING_SECRET or --signing-secret-file
+    #[arg(long = "signing-secret", hide = true)]
     pub signing_secrets: Vec<String>,
     /// Print the report as JSON
     #[arg(long)]
@@ -30,6 +35,24 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: &VerifyArgs) -> Result<ExitCode, CliError> {
+    let from_stdin = |path: &PathBuf| path.as_os_str() == "-";
+    if from_stdin(&args.file) && args.signing_secret_files.iter().any(from_stdin) {
+        return Err(CliError::Usage(
+            "the bundle and a signing secret cannot both come from standard input".into(),
+        ));
+    }
+    let given = args.signing_secrets.first().map(String::as_str);
+    let texts = match args.signing_secret_files.as_slice() {
+        [] => SIGNING_SECRET
+            .read(None, given)?
+            .into_iter()
+            .collect::<Vec<_>>(),
+        files => files
+            .iter()
+            .map(|file| SIGNING_SECRET.read(Some(file), given))
+            .filter_map(Result::transpose)
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     let text = if args.file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
@@ -43,12 +66,11 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, CliError> {
     };
     let bundle: Value = serde_json::from_str(&text)
         .map_err(|error| CliError::InvalidJson(format!("{}: {error}", args.file.display())))?;
-    let secrets = args
-        .signing_secrets
-        .iter()
+    let secrets = texts
+        .into_iter()
         .map(|secret| {
-            JobSigningSecret::new(secret.clone())
-                .map_err(|error| CliError::Input(format!("--signing-secret: {error}")))
+            JobSigningSecret::new(secret)
+                .map_err(|error| CliError::Input(format!("the signing secret: {error}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let report = verify_bundle(&bundle, &secrets);
@@ -74,7 +96,8 @@ pub fn render(report: &BundleReport) -> String {
         None => "none accepted".to_owned(),
     };
     let signatures = if report.signatures_checked == 0 {
-        "signatures not checked (pass --signing-secret)".to_owned()
+        "signatures not checked (set EDGERUNNER_SIGNING_SECRET or pass --signing-secret-file)"
+            .to_owned()
     } else {
         format!(
             "{} verified",

@@ -18,8 +18,10 @@
 //! - A session bound to another runner or organization than configured is never used.
 //! - `runner enroll` proves possession of its key; the double checks the proof as the server
 //!   will.
+//! - A hostile server's numbers and answer sizes cannot crash the runner or grow its memory.
 
 mod custody;
 mod double;
+mod hostile;
 mod retries;
 mod sessions;

@@ -381,3 +381,100 @@ async fn a_key_pair_runners_key_and_config_stay_out_of_its_jobs() {
     );
     assert_line(&stdout, &format!("EDGERUNNER_JOB_ID={job_id}"));
 }
+
+/// What the job prints: every process's command line on the host (the runner's among them),
+/// as any local process may read them, then the runner's environment where it may.
+const READ_ARGV: &str = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < \"$f\"; echo; done; \
+                         echo '--- parent environ'; tr '\\0' '\\n' < /proc/$PPID/environ || true";
+
+#[tokio::test]
+async fn no_runner_secret_is_on_a_command_line_a_job_can_read() {
+    let org = bootstrap_org("attack-argv");
+    let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
+    let (runner, token) = register_runner(&org.admin_key, &registration("argv")).await;
+    let runner_id = id_of(&runner);
+    let evidence_key = new_api_key(
+        &org.admin_key,
+        &json!({ "name": "runner evidence", "scopes": ["runs:write"] }),
+    )
+    .await["apiKey"]
+        .as_str()
+        .expect("apiKey")
+        .to_owned();
+    let enqueued = enqueue_job(
+        &org.admin_key,
+        &release,
+        &json!({"task": "argv"}),
+        &requirements("prompt"),
+    )
+    .await;
+    let job_id = id_of(&enqueued);
+    let base = base_url();
+    let scratch = Scratch::new("argv");
+    let project = scratch.dir("project");
+    let base_env = [
+        ("EVALGATE_BASE_URL", base.as_str()),
+        ("EVALGATE_RUNNER_ID", runner_id.as_str()),
+    ];
+
+    // A secret as a flag's value, as the runner took them before: refused before anything is
+    // claimed, with the ways to give it, and never echoed.
+    for (flag, secret) in [
+        ("--bootstrap-token", token.as_str()),
+        ("--evidence-api-key", evidence_key.as_str()),
+    ] {
+        let mut env = base_env.to_vec();
+        if flag != "--bootstrap-token" {
+            env.push(("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", token.as_str()));
+        }
+        let output = run_runner(&scratch, &project, &["--exec", "true", flag, secret], &env).await;
+        assert_eq!(output.status.code(), Some(2), "{flag}: {}", shown(&output));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(&format!("{flag}-file")), "{stderr}");
+        assert!(!stderr.contains(secret), "{stderr}");
+    }
+    assert_eq!(job(&org.admin_key, &job_id).await["state"], "queued");
+
+    // From files the flags name: the job reads every command line, and finds only paths.
+    let token_file = scratch.path("bootstrap-token");
+    std::fs::write(&token_file, format!("{token}\n")).expect("the token file");
+    let key_file = scratch.path("evidence-key");
+    std::fs::write(&key_file, &evidence_key).expect("the key file");
+    let output = run_runner(
+        &scratch,
+        &project,
+        &[
+            "--exec",
+            READ_ARGV,
+            "--bootstrap-token-file",
+            token_file.to_str().expect("UTF-8"),
+            "--evidence-api-key-file",
+            key_file.to_str().expect("UTF-8"),
+        ],
+        &base_env,
+    )
+    .await;
+    assert!(output.status.success(), "{}", shown(&output));
+    succeeded(&org, &job_id, &output).await;
+    let (stream, stdout) = stored_stream(&org.admin_key, &job_id).await;
+    assert_absent(
+        &stream,
+        &[
+            ("bootstrap token", &token),
+            ("evidence API key", &evidence_key),
+        ],
+    );
+    // The control: the job did read the runner's command line, with its flags and paths.
+    assert!(
+        stdout.iter().any(|line| line.contains("runner start")
+            && line.contains("--bootstrap-token-file")
+            && line.contains(token_file.to_str().expect("UTF-8"))),
+        "{stdout:#?}"
+    );
+    // And the evidence key from its file was used: the runner made the job's run with it.
+    let done = job(&org.admin_key, &job_id).await;
+    assert!(
+        done["completions"][0]["evidence"]["evaluationRunId"].is_string(),
+        "{done}"
+    );
+}

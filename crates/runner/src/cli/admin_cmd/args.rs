@@ -13,13 +13,12 @@ pub struct AdminArgs {
     /// The control plane's URL
     #[arg(long, env = "EVALGATE_BASE_URL", global = true)]
     pub server: Option<String>,
-    /// An API key (erk_…); prefer the environment variable
-    #[arg(
-        long,
-        env = "EDGERUNNER_API_KEY",
-        hide_env_values = true,
-        global = true
-    )]
+    /// A file holding the API key (erk_…), `-` for standard input [default: $EDGERUNNER_API_KEY].
+    /// Never on the command line, which every local user can read
+    #[arg(long, value_name = "FILE", global = true)]
+    pub api_key_file: Option<PathBuf>,
+    /// Refused: use EDGERUNNER_API_KEY or --api-key-file
+    #[arg(long, hide = true, global = true)]
     pub api_key: Option<String>,
     /// Print the server's JSON answer
     #[arg(long, global = true)]
@@ -67,7 +66,7 @@ pub enum EnrollmentCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum TokensCommand {
-    /// Issue a token; it is printed once (give it to the runner's `enroll --enrollment-token`)
+    /// Issue a token; it is printed once (give it to the runner's `enroll` as EDGERUNNER_ENROLLMENT_TOKEN)
     Create {
         /// What the token is for
         #[arg(long)]

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
+use super::secret_arg::Secret;
 use super::{admin_logs, json_argument, print_json, CliError};
 use crate::admin::AdminClient;
 use crate::clock::{Clock, SystemClock};
@@ -30,11 +31,18 @@ pub use args::{
 };
 pub use render::age;
 
+/// The admin's API key, from the environment or a file (never a flag's value).
+const API_KEY: Secret = Secret {
+    flag: "--api-key",
+    env: "EDGERUNNER_API_KEY",
+};
+
 pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
     let server = args.server.clone().ok_or_else(|| {
         CliError::Input("no server: pass --server URL or set EVALGATE_BASE_URL".into())
     })?;
-    let admin = AdminClient::new(Http::new(&server)?, args.api_key.as_deref().unwrap_or(""))?;
+    let api_key = API_KEY.read(args.api_key_file.as_deref(), args.api_key.as_deref())?;
+    let admin = AdminClient::new(Http::new(&server)?, api_key.as_deref().unwrap_or(""))?;
     let json = args.json;
     let show = |value: &Value, render: &dyn Fn(&Value) -> String| -> Result<ExitCode, CliError> {
         if json {
