@@ -2844,7 +2844,8 @@ PRUNE_STATEMENTS = (query("archive_prune_chunks"), query("archive_prune_completi
                     query("archive_prune_events"), query("archive_prune_claims"))
 
 
-class ArchiveTests(SchemaTest):
+class ArchiveWorld(SchemaTest):
+    """Finished jobs and the archive statements, for the archive and retention tests."""
     def setUp(self):
         super().setUp()
         self.org = self.w.org()
@@ -2898,6 +2899,8 @@ class ArchiveTests(SchemaTest):
         self.conn.execute("COMMIT")
         return deleted
 
+
+class ArchiveTests(ArchiveWorld):
     def test_no_row_of_a_job_goes_before_its_archive_is_stored(self):
         _, _, live, live_claim = self.claimed_job(org=self.org, runner=self.runner)
         self.w.stream(live, live_claim, 1, 2)
@@ -3107,3 +3110,178 @@ class ArchiveTests(SchemaTest):
         self.assertRaises(sqlite3.IntegrityError, w.test_result, org, run)
         self.assertEqual(conn.execute("SELECT archive_state FROM jobs WHERE id = ?", (job,)).fetchone(), (None,))
         conn.close()
+
+
+# =============================================================================================
+# Retention (migration 0011): hold, expiry, and deletion with the job's evidence
+# =============================================================================================
+
+# The protocol's terminal states as the worker binds them into the hold statement.
+TERMINAL_STATES = '["succeeded","failed","cancelled"]'
+RETENTION_EVIDENCE_DELETES = tuple(query(f"retention/delete_{table}")
+                                   for table in ("test_results", "cost_records", "model_calls", "traces"))
+RETENTION_JOB_DELETE = tuple(query(f"retention/{name}")
+                             for name in ("count_deleted", "delete_runs", "delete_custody", "delete_job"))
+
+
+class RetentionTests(ArchiveWorld):
+    def archived_job(self, run=None):
+        """A finished job, stored and pruned, with its run and a test result in custody."""
+        job, head = self.finished_job(run=run)
+        self.assertEqual(self.store(job, head), 1)
+        for _ in range(10):  # bounded: a handful of rows at 500 a batch
+            if all(n == 0 for n in self.prune_batch(job, 500)):
+                break
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        return job
+
+    def hold(self, job, by="admin:key_1"):
+        return self.execute(query("retention/hold"), job, self.org, NOW + 5, by, TERMINAL_STATES).rowcount
+
+    def expire(self, job, cut=NOW + 1):
+        return self.execute(query("retention/expire"), job, self.org, NOW + 10, cut).rowcount
+
+    def delete_evidence(self, job, limit):
+        statements = [(sql, (job, self.org, limit)) for sql in RETENTION_EVIDENCE_DELETES]
+        self.conn.execute("BEGIN")
+        try:
+            deleted = [self.conn.execute(sql, params).rowcount for sql, params in statements]
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return deleted
+
+    def delete_job(self, job):
+        self.conn.execute("BEGIN")
+        try:
+            changed = [self.conn.execute(sql, (job, self.org)).rowcount for sql in RETENTION_JOB_DELETE]
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return changed
+
+    def test_an_organization_keeps_jobs_90_days_by_default_and_from_1_to_400(self):
+        self.assertEqual(self.w.one("SELECT retention_days, retention_deleted_jobs FROM organizations"
+                                    " WHERE id = ?", self.org), (90, 0))
+        for days in (1, 400):
+            self.execute("UPDATE organizations SET retention_days = ? WHERE id = ?", days, self.org)
+        for days in (0, 401, None):
+            with self.subTest(days=days):
+                self.assertRefused(self.execute, "UPDATE organizations SET retention_days = ? WHERE id = ?",
+                                   days, self.org)
+
+    def test_only_a_finished_job_that_is_not_expiring_is_held_and_released(self):
+        _, _, live, _ = self.claimed_job(org=self.org, runner=self.runner)
+        self.assertEqual(self.hold(live), 0)
+        self.assertRefused(self.execute, "UPDATE jobs SET held_at = ?, held_by = 'x' WHERE id = ?", NOW, live,
+                           message="job_hold_needs_a_finished_job")
+        job = self.archived_job()
+        self.assertRefused(self.execute, "UPDATE jobs SET held_at = ? WHERE id = ?", NOW, job,
+                           message="job_hold_needs_a_finished_job")
+        self.assertEqual(self.hold(job), 1)
+        self.assertEqual(self.hold(job), 0)  # held already: nothing changes
+        self.assertEqual(self.w.one("SELECT held_at, held_by FROM jobs WHERE id = ?", job),
+                         (NOW + 5, "admin:key_1"))
+        # Held: never due, never expired, by the statement or by hand.
+        self.assertEqual(self.execute(query("retention/due"), self.org, NOW + 1, 10).fetchall(), [])
+        self.assertEqual(self.expire(job), 0)
+        self.assertRefused(self.execute, "UPDATE jobs SET expiring_at = ? WHERE id = ?", NOW, job,
+                           message="job_expiry_needs_an_archived_unheld_job")
+        release = query("retention/release")
+        self.assertEqual(self.execute(release, job, self.org).rowcount, 1)
+        self.assertEqual(self.execute(release, job, self.org).rowcount, 0)
+        # Another organization's admin holds nothing of this one.
+        other = self.w.org()
+        self.assertEqual(self.execute(query("retention/hold"), job, other, NOW, "x", TERMINAL_STATES).rowcount, 0)
+
+    def test_only_an_archived_unheld_job_finished_before_the_cut_expires_and_for_good(self):
+        unarchived, head = self.finished_job()
+        self.assertEqual(self.expire(unarchived), 0)
+        self.assertRefused(self.execute, "UPDATE jobs SET expiring_at = ? WHERE id = ?", NOW, unarchived,
+                           message="job_expiry_needs_an_archived_unheld_job")
+        job = self.archived_job()
+        due = query("retention/due")
+        # Finished at NOW: not before a cut at NOW, before one at NOW + 1.
+        self.assertEqual(self.execute(due, self.org, NOW, 10).fetchall(), [])
+        self.assertEqual(self.expire(job, cut=NOW), 0)
+        self.assertEqual(self.execute(due, self.org, NOW + 1, 10).fetchall(), [(job,)])
+        self.assertEqual(self.execute(due, self.w.org(), NOW + 1, 10).fetchall(), [])
+        self.assertEqual(self.expire(job), 1)
+        self.assertEqual(self.expire(job), 0)
+        self.assertEqual(self.execute(due, self.org, NOW + 1, 10).fetchall(), [])
+        self.assertEqual(self.execute(query("retention/expiring"), self.org, 10).fetchall(),
+                         [(job, self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0])])
+        # Final: not moved, not cleared; an expiring job is not held.
+        for value in (NOW + 99, None):
+            self.assertRefused(self.execute, "UPDATE jobs SET expiring_at = ? WHERE id = ?", value, job,
+                               message="job_expiry_needs_an_archived_unheld_job")
+        self.assertEqual(self.hold(job), 0)
+        self.assertRefused(self.execute, "UPDATE jobs SET held_at = ?, held_by = 'x' WHERE id = ?", NOW, job,
+                           message="job_hold_needs_a_finished_job")
+
+    def test_nothing_of_a_job_is_deleted_before_it_expires(self):
+        run = self.w.evaluation_run(self.org)
+        job = self.archived_job(run=run)
+        result = self.w.one("SELECT id FROM test_results WHERE evaluation_run_id = ?", run)[0]
+        self.assertRefused(self.execute, "DELETE FROM test_results WHERE id = ?", result,
+                           message="evidence_run_in_custody")
+        self.assertRefused(self.execute, "DELETE FROM evaluation_runs WHERE id = ?", run,
+                           message="evidence_run_in_custody")
+        self.assertRefused(self.execute, "DELETE FROM completion_evidence WHERE job_id = ?", job,
+                           message="evidence_custody_is_permanent")
+        self.assertRefused(self.delete_evidence, job, 10, message="evidence_run_in_custody")
+        self.assertRefused(self.delete_job, job, message="evidence_run_in_custody")
+        self.assertEqual(self.w.one("SELECT retention_deleted_jobs FROM organizations WHERE id = ?", self.org)[0], 0)
+        # A run in no custody is the organization's to keep or delete.
+        free = self.w.evaluation_run(self.org)
+        self.execute("DELETE FROM evaluation_runs WHERE id = ?", free)
+
+    def test_an_expiring_job_goes_with_its_evidence_in_bounded_batches_and_is_counted_once(self):
+        run = self.w.evaluation_run(self.org)
+        for _ in range(4):
+            self.w.test_result(self.org, run)
+        job = self.archived_job(run=run)
+        other_run = self.w.evaluation_run(self.org)
+        other = self.archived_job(run=other_run)
+        other_before = (self.counts(other), self.w.one("SELECT count(*) FROM test_results"
+                                                        " WHERE evaluation_run_id = ?", other_run)[0])
+        self.assertEqual(self.expire(job), 1)
+        # The run's rows first, at most `limit` a batch; then the rest in one batch.
+        batches = []
+        for _ in range(10):  # bounded: 5 test results at 2 a batch
+            deleted = self.delete_evidence(job, 2)
+            batches.append(deleted)
+            if all(n < 2 for n in deleted):
+                break
+        self.assertEqual([b[0] for b in batches], [2, 2, 1])
+        self.assertEqual(self.delete_job(job), [1, 1, 2, 1])
+        for table in ("jobs", "completion_evidence"):
+            self.assertEqual(self.w.one(f"SELECT count(*) FROM {table} WHERE {'id' if table == 'jobs' else 'job_id'} = ?",
+                                        job)[0], 0)
+        self.assertEqual(self.w.one("SELECT count(*) FROM evaluation_runs WHERE id = ?", run)[0], 0)
+        self.assertEqual(self.w.one("SELECT retention_deleted_jobs FROM organizations WHERE id = ?", self.org)[0], 1)
+        # Run again (a pass that stopped after the batch): nothing changes, nothing is counted.
+        self.assertEqual(self.delete_evidence(job, 2), [0, 0, 0, 0])
+        self.assertEqual(self.delete_job(job), [0, 0, 0, 0])
+        self.assertEqual(self.w.one("SELECT retention_deleted_jobs FROM organizations WHERE id = ?", self.org)[0], 1)
+        # The other job, its run and its custody are untouched; every key holds.
+        self.assertEqual((self.counts(other), self.w.one("SELECT count(*) FROM test_results"
+                                                         " WHERE evaluation_run_id = ?", other_run)[0]),
+                         other_before)
+        self.assertEqual(self.conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+
+    def test_a_job_row_goes_only_after_its_custody(self):
+        job = self.archived_job()
+        self.assertEqual(self.expire(job), 1)
+        self.assertRefused(self.execute, query("retention/delete_job"), job, self.org,
+                           message="job_delete_needs_expiry")
+
+    def test_the_retention_reads_go_through_their_indexes(self):
+        for _ in range(3):
+            self.archived_job()
+        plan = " ".join(query_plan(self.conn, query("retention/due"), (self.org, NOW + 1, 10)))
+        self.assertIn("jobs_to_expire", plan)
+        plan = " ".join(query_plan(self.conn, query("retention/expiring"), (self.org, 10)))
+        self.assertIn("jobs_expiring", plan)

@@ -29,6 +29,7 @@ pub mod error_code;
 pub mod keypair;
 pub mod kind;
 pub mod recovery;
+pub mod retention;
 pub mod stable_json;
 pub mod state;
 pub mod time;

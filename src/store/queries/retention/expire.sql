@@ -1,0 +1,5 @@
+-- Marks a job expiring, guarded by what made it due (the schema checks the same).
+-- ?1 job id, ?2 organization id, ?3 now, ?4 the cut (finished before it)
+UPDATE jobs SET expiring_at = ?3
+    WHERE id = ?1 AND organization_id = ?2 AND archive_state = 'pruned' AND held_at IS NULL
+      AND expiring_at IS NULL AND finished_at < ?4
