@@ -127,7 +127,9 @@ ensure_venv() {
   fi
 }
 
-# Local secrets for `wrangler dev`: random values, generated once, never committed.
+# Local secrets for `wrangler dev`: random values, generated once, never committed; and
+# EDGERUNNER_LOCAL_HOOKS=1, which marks the server as a local one (a retention pass may name
+# the time it runs as; see SECURITY.md). A deployment never has it.
 ensure_dev_vars() {
   if [ ! -f "$ROOT/.dev.vars" ]; then
     log "generating .dev.vars with random local secrets"
@@ -136,6 +138,9 @@ ensure_dev_vars() {
       echo "REMOTE_RUNNER_SIGNING_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
       echo "CRON_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"
     } > "$ROOT/.dev.vars"
+  fi
+  if ! grep -q '^EDGERUNNER_LOCAL_HOOKS=' "$ROOT/.dev.vars"; then
+    echo "EDGERUNNER_LOCAL_HOOKS=1" >> "$ROOT/.dev.vars"
   fi
 }
 

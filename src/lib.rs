@@ -56,6 +56,7 @@ mod openapi;
 mod panel;
 mod platform;
 mod reaper;
+mod retention;
 mod routes;
 mod runner_do;
 mod secrets;
@@ -185,6 +186,9 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         (Put, ["api", "developer", "enrollment-policy"]) => {
             routes::enrollment::put_policy(req, &ctx).await
         }
+        (Get, ["api", "developer", "retention"]) => routes::retention::get_setting(req, &ctx).await,
+        (Put, ["api", "developer", "retention"]) => routes::retention::put_setting(req, &ctx).await,
+        (Post, ["api", "developer", "retention", "run"]) => routes::retention::run(req, &ctx).await,
         (Post, ["api", "developer", "enrollment-tokens"]) => {
             routes::enrollment::create_token(req, &ctx).await
         }
@@ -331,8 +335,9 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
 }
 
 /// The cron trigger: one bounded recovery pass across every organization, one bounded purge of
-/// expired enrollments and spent challenges (see [`reaper`]), then one bounded archive pass
-/// over finished jobs (see [`archive`]).
+/// expired enrollments and spent challenges (see [`reaper`]), one bounded archive pass over
+/// finished jobs (see [`archive`]), then one bounded retention pass over archived jobs past
+/// their organization's cut (see [`retention`]).
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     let limit = reaper::DEFAULT_PASS_LIMIT;
@@ -348,5 +353,10 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match archive::pass(&env, platform::now_ms(), limit).await {
         Ok(report) => worker::console_log!("archive pass: {report}"),
         Err(err) => worker::console_error!("archive pass failed: {err:?}"),
+    }
+    let limit = retention::JOBS_PER_PASS;
+    match retention::pass(&env, None, platform::now_ms(), limit, "system:cron").await {
+        Ok(report) => worker::console_log!("retention pass: {report}"),
+        Err(err) => worker::console_error!("retention pass failed: {err:?}"),
     }
 }

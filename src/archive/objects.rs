@@ -39,6 +39,14 @@ fn r2_failed(what: &str, key: &str, err: impl std::fmt::Debug) -> ApiError {
     unavailable()
 }
 
+/// Deletes the objects under `keys` (one R2 call); a key with no object is no error.
+pub(crate) async fn delete_all(bucket: &Bucket, keys: &[String]) -> ApiResult<()> {
+    bucket
+        .delete_multiple(keys.iter().map(String::as_str).collect())
+        .await
+        .map_err(|err| r2_failed("delete", &keys.join(" "), err))
+}
+
 /// Writes `bytes` under `key`; R2 refuses them unless they hash to `digest`.
 pub(crate) async fn put(
     bucket: &Bucket,

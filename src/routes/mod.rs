@@ -8,6 +8,7 @@ pub(crate) mod evidence;
 pub(crate) mod identity;
 pub(crate) mod jobs;
 pub(crate) mod releases;
+pub(crate) mod retention;
 pub(crate) mod runner_files;
 pub(crate) mod runner_jobs;
 pub(crate) mod runners;

@@ -15,6 +15,7 @@ pub(crate) mod guards;
 pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 pub(crate) mod releases;
+pub(crate) mod retention;
 pub(crate) mod runners;
 
 use std::cell::Cell;

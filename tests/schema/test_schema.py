@@ -3139,7 +3139,12 @@ class RetentionTests(ArchiveWorld):
         return self.execute(query("retention/hold"), job, self.org, NOW + 5, by, TERMINAL_STATES).rowcount
 
     def expire(self, job, cut=NOW + 1):
-        return self.execute(query("retention/expire"), job, self.org, NOW + 10, cut).rowcount
+        """1 when the job was marked (its row returned as the deletion needs it), else 0."""
+        returned = self.execute(query("retention/expire"), job, self.org, NOW + 10, cut).fetchall()
+        if returned:
+            bundle = self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0]
+            self.assertEqual(returned, [(job, self.org, bundle)])
+        return len(returned)
 
     def delete_evidence(self, job, limit):
         statements = [(sql, (job, self.org, limit)) for sql in RETENTION_EVIDENCE_DELETES]
@@ -3206,13 +3211,15 @@ class RetentionTests(ArchiveWorld):
         # Finished at NOW: not before a cut at NOW, before one at NOW + 1.
         self.assertEqual(self.execute(due, self.org, NOW, 10).fetchall(), [])
         self.assertEqual(self.expire(job, cut=NOW), 0)
-        self.assertEqual(self.execute(due, self.org, NOW + 1, 10).fetchall(), [(job,)])
+        self.assertEqual(self.execute(due, self.org, NOW + 1, 10).fetchall(), [(job, self.org, NOW + 1)])
         self.assertEqual(self.execute(due, self.w.org(), NOW + 1, 10).fetchall(), [])
         self.assertEqual(self.expire(job), 1)
         self.assertEqual(self.expire(job), 0)
         self.assertEqual(self.execute(due, self.org, NOW + 1, 10).fetchall(), [])
+        bundle = self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0]
         self.assertEqual(self.execute(query("retention/expiring"), self.org, 10).fetchall(),
-                         [(job, self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0])])
+                         [(job, self.org, bundle)])
+        self.assertEqual(self.execute(query("retention/expiring_all"), 10).fetchall(), [(job, self.org, bundle)])
         # Final: not moved, not cleared; an expiring job is not held.
         for value in (NOW + 99, None):
             self.assertRefused(self.execute, "UPDATE jobs SET expiring_at = ? WHERE id = ?", value, job,
@@ -3278,9 +3285,28 @@ class RetentionTests(ArchiveWorld):
         self.assertRefused(self.execute, query("retention/delete_job"), job, self.org,
                            message="job_delete_needs_expiry")
 
+    def test_the_cron_pass_finds_each_organizations_due_jobs_by_its_own_cut(self):
+        kept_long = self.w.org()
+        self.execute("UPDATE organizations SET retention_days = 400 WHERE id = ?", kept_long)
+        job = self.archived_job()  # self.org keeps 90 days
+        due_all = query("retention/due_all")
+        day = 86_400_000
+        self.assertEqual(self.execute(due_all, NOW + 90 * day, 10).fetchall(), [])
+        self.assertEqual(self.execute(due_all, NOW + 90 * day + 1, 10).fetchall(),
+                         [(job, self.org, NOW + 1)])
+        # A held job is not due; the limit holds.
+        self.assertEqual(self.hold(job), 1)
+        self.assertEqual(self.execute(due_all, NOW + 400 * day, 10).fetchall(), [])
+        self.assertEqual(self.execute(query("retention/release"), job, self.org).rowcount, 1)
+        self.assertEqual(self.execute(due_all, NOW + 400 * day, 0).fetchall(), [])
+
     def test_the_retention_reads_go_through_their_indexes(self):
         for _ in range(3):
             self.archived_job()
+        plan = " ".join(query_plan(self.conn, query("retention/due_all"), (NOW, 10)))
+        self.assertIn("jobs_to_expire", plan)
+        plan = " ".join(query_plan(self.conn, query("retention/expiring_all"), (10,)))
+        self.assertIn("jobs_expiring", plan)
         plan = " ".join(query_plan(self.conn, query("retention/due"), (self.org, NOW + 1, 10)))
         self.assertIn("jobs_to_expire", plan)
         plan = " ".join(query_plan(self.conn, query("retention/expiring"), (self.org, 10)))

@@ -108,6 +108,11 @@ wire_names! {
         EnrollmentTokensAtCap = "ENROLLMENT_TOKENS_AT_CAP",
         /// An enrollment policy that is not `open`, `token` or `closed`.
         InvalidEnrollmentPolicy = "INVALID_ENROLLMENT_POLICY",
+        /// A `retentionDays` that is not a whole number from 1 to 400.
+        InvalidRetention = "INVALID_RETENTION",
+        /// A request field only a local test server honours (`EDGERUNNER_LOCAL_HOOKS`), such as
+        /// a retention pass's `asOf`.
+        LocalHooksOnly = "LOCAL_HOOKS_ONLY",
         /// An enrollment token's `expiresInSeconds` outside its bounds.
         InvalidExpiresIn = "INVALID_EXPIRES_IN",
         /// An enrollment token's `maxUses` outside its bounds.

@@ -83,6 +83,10 @@ wire_names! {
         EnrollmentTokenCreated = "enrollment.token_created",
         /// An admin revoked an enrollment token.
         EnrollmentTokenRevoked = "enrollment.token_revoked",
+        /// An admin set how many days the organization keeps its finished jobs.
+        RetentionSet = "retention.set",
+        /// A retention pass deleted jobs of the organization (how many, in its detail).
+        RetentionPass = "retention.pass",
         /// A release version was promoted to an environment.
         ReleasePromoted = "release.promoted",
     }

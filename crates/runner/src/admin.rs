@@ -60,6 +60,7 @@ pub const MAX_ADMIN_ANSWER_BYTES: usize = 256 * 1024 * 1024;
 
 const ENROLLMENT_POLICY: &str = "/api/developer/enrollment-policy";
 const ENROLLMENT_TOKENS: &str = "/api/developer/enrollment-tokens";
+const RETENTION: &str = "/api/developer/retention";
 
 impl AdminClient {
     pub fn new(http: Http, api_key: &str) -> Result<Self, ClientError> {
@@ -195,6 +196,23 @@ impl AdminClient {
             Method::PUT,
             ENROLLMENT_POLICY,
             Some(&json!({ "policy": policy })),
+            true,
+        )
+        .await
+    }
+
+    /// `GET /api/developer/retention`.
+    pub async fn retention(&self) -> Result<Value, ClientError> {
+        self.call(Method::GET, RETENTION, None).await
+    }
+
+    /// `PUT /api/developer/retention` `{"retentionDays"}`: setting it twice changes nothing
+    /// more, so a lost answer may be sent again.
+    pub async fn set_retention(&self, days: u16) -> Result<Value, ClientError> {
+        self.call_as(
+            Method::PUT,
+            RETENTION,
+            Some(&json!({ "retentionDays": days })),
             true,
         )
         .await

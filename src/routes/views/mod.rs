@@ -9,6 +9,7 @@
 pub(crate) mod evidence;
 pub(crate) mod jobs;
 pub(crate) mod releases;
+pub(crate) mod retention;
 pub(crate) mod runners;
 
 use serde::Serialize;

@@ -106,3 +106,31 @@ pub fn without_archive(mut detail: Value) -> Value {
         .remove("archive");
     detail
 }
+
+/// The keys of every object in the local R2 buckets of the server's state: wrangler's local R2
+/// keeps them in one SQLite file per bucket (`v3/r2/miniflare-R2BucketObject/*.sqlite`, table
+/// `_mf_objects`), read here read-only through python3's sqlite3.
+pub fn r2_keys() -> Vec<String> {
+    const READ: &str = r#"
+import glob, sqlite3, sys
+for path in sorted(glob.glob(sys.argv[1] + "/v3/r2/miniflare-R2BucketObject/*.sqlite")):
+    db = sqlite3.connect("file:" + path + "?mode=ro", uri=True)
+    tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if "_mf_objects" in tables:
+        for (key,) in db.execute("SELECT key FROM _mf_objects"):
+            print(key)
+"#;
+    let output = std::process::Command::new("python3")
+        .args(["-c", READ, &crate::state_dir()])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "reading the local R2 objects: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}

@@ -240,6 +240,8 @@ async fn the_cron_pass_archives_finished_jobs_whose_grace_is_over_and_leaves_the
     // Two finished long ago (as jobs that finished before archiving existed did: their objects
     // hold no archive alarm), written so through D1 as an operator could; the third just now.
     // The oldest finish comes first in a pass, so other suites' jobs do not crowd these out.
+    // 80 days ago: inside the default retention (90 days), or the same cron invocation's
+    // retention pass would delete them as soon as they are archived.
     let old = &finished[..2];
     let ids = old
         .iter()
@@ -247,7 +249,8 @@ async fn the_cron_pass_archives_finished_jobs_whose_grace_is_over_and_leaves_the
         .collect::<Vec<_>>()
         .join(", ");
     let moved = d1_rows(&d1(&format!(
-        "UPDATE jobs SET finished_at = 1000 WHERE id IN ({ids}) RETURNING id"
+        "UPDATE jobs SET finished_at = {} WHERE id IN ({ids}) RETURNING id",
+        now_ms() - 80 * 86_400_000
     )));
     assert_eq!(moved.len(), 2, "{moved:?}");
     let queued = f.new_job("archive-cron-queued").await;
@@ -286,4 +289,26 @@ async fn archive_states(bearer: &str, jobs: &[String]) -> Vec<Value> {
         states.push(job(bearer, id).await["archive"]["state"].clone());
     }
     states
+}
+
+#[tokio::test]
+async fn a_retention_pass_cannot_move_the_clock_outside_a_local_test_server() {
+    // This suite's server is not one (no EDGERUNNER_LOCAL_HOOKS): `asOf` is refused whole.
+    let org = bootstrap_org("retention-as-of");
+    let run = "/api/developer/retention/run";
+    post(
+        run,
+        Some(&org.admin_key),
+        &json!({ "asOf": "2099-01-01T00:00:00Z" }),
+    )
+    .await
+    .expect_error(403, "LOCAL_HOOKS_ONLY");
+    // At the server's own time a pass runs, and nothing of this organization is due.
+    let pass = post(run, Some(&org.admin_key), &json!({}))
+        .await
+        .expect(200);
+    assert_eq!(
+        pass,
+        json!({"expired": 0, "deleted": 0, "unfinished": 0, "more": false})
+    );
 }

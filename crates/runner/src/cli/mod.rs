@@ -386,6 +386,17 @@ mod tests {
     }
 
     #[test]
+    fn parses_retention_within_the_servers_bounds() {
+        assert!(parse(&["admin", "retention"]).is_ok());
+        for good in ["1", "90", "400"] {
+            assert!(parse(&["admin", "retention", good]).is_ok(), "{good}");
+        }
+        for bad in ["0", "401", "1.5", "-1", "ninety"] {
+            assert!(parse(&["admin", "retention", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn parses_enrollment_commands_within_the_servers_bounds() {
         assert!(parse(&["admin", "enrollment", "policy"]).is_ok());
         for policy in ["open", "token", "closed"] {

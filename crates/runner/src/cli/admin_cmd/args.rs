@@ -49,6 +49,11 @@ pub enum AdminCommand {
     /// Who may enroll a key-pair runner: the policy, and enrollment tokens
     #[command(subcommand)]
     Enrollment(EnrollmentCommand),
+    /// Show how many days the organization keeps its finished jobs, or set it (1-400)
+    Retention {
+        #[arg(value_parser = clap::value_parser!(u16).range(1..=400))]
+        days: Option<u16>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

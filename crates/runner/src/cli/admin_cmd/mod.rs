@@ -162,6 +162,20 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
             )
         }),
         AdminCommand::Enrollment(command) => enrollment(&admin, command, &server, json).await,
+        AdminCommand::Retention { days } => {
+            let answer = match days {
+                Some(days) => admin.set_retention(days).await?,
+                None => admin.retention().await?,
+            };
+            show(&answer, &|answer| {
+                format!(
+                    "{} keeps finished jobs {} days; retention has deleted {} jobs",
+                    text(answer, "organizationId"),
+                    text(answer, "retentionDays"),
+                    text(answer, "deletedJobs")
+                )
+            })
+        }
         AdminCommand::Evidence(EvidenceCommand::CreateRun {
             name,
             evaluation_id,
