@@ -96,6 +96,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         address: None,
         enroll_network: None,
         enrollment_token_id: None,
+        enroll_site: None,
         state: "active",
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),
