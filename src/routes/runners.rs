@@ -10,7 +10,7 @@ use worker::{Request, Response};
 use super::views::jobs::EventView;
 use super::views::respond;
 use super::views::runners::{rotation_refusal, RunnerClaimView, RunnerView};
-use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
+use super::{limit_param, optional_str, plain_number, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
@@ -449,15 +449,37 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     .map_err(ApiError::from)
 }
 
+/// `GET /api/remote-runners/{id}/events?limit=&cursor=`: the runner's audit trail, newest
+/// first (by event id, the timeline's total order), keyset-paged as the other lists are.
 pub(crate) async fn events(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
     load(ctx, &caller.organization_id, id).await?;
     let limit = limit_param(&req, 200, 1000)?;
-    let rows = events::for_runner(&ctx.db, &caller.organization_id, id, limit).await?;
+    let before = match Cursor::from_query(&req)? {
+        None => i64::MAX,
+        Some(cursor) => plain_number(&cursor.id, 18).ok_or_else(|| {
+            ApiError::unprocessable(
+                ErrorCode::InvalidCursor,
+                "cursor must be a nextCursor this list returned",
+            )
+        })?,
+    };
+    // One more than the page, to know whether another page follows.
+    let mut rows =
+        events::for_runner(&ctx.db, &caller.organization_id, id, before, limit + 1).await?;
+    let next_cursor = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|e| Cursor::encode(e.at, &e.id.to_string()))
+    } else {
+        None
+    };
     json_response(
         200,
-        &json!({ "events": rows.iter().map(EventView::from).collect::<Vec<_>>() }),
+        &json!({
+            "events": rows.iter().map(EventView::from).collect::<Vec<_>>(),
+            "nextCursor": next_cursor,
+        }),
     )
     .map_err(ApiError::from)
 }

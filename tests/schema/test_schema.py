@@ -975,6 +975,20 @@ class EnrollmentPolicyTests(SchemaTest):
         left = [r for r in runners if self.w.one("SELECT count(*) FROM runners WHERE id = ?", r)[0]]
         self.assertEqual(left, runners[2:])
 
+    def test_a_runners_events_page_newest_first_before_a_cursor(self):
+        org, other_org = self.w.org(), self.w.org()
+        runner, other = self.w.runner(org), self.w.runner(org)
+        for r, o in ((runner, org), (other, org), (runner, org), (runner, org)):
+            self.w.insert("job_events", {"organization_id": o, "runner_id": r, "actor": "system:test",
+                                         "type": "runner.tags_changed", "at": NOW})
+        ids = [row[0] for row in self.execute(
+            "SELECT id FROM job_events WHERE runner_id = ? ORDER BY id DESC", runner).fetchall()]
+        page = lambda org_id, before, limit: [row[0] for row in self.execute(
+            query("events/for_runner"), org_id, runner, before, limit).fetchall()]
+        self.assertEqual(page(org, 2**63 - 1, 2), ids[:2])
+        self.assertEqual(page(org, ids[1], 2), ids[2:])
+        self.assertEqual(page(other_org, 2**63 - 1, 10), [])
+
     def test_migration_0011_deletes_the_enrollments_the_cron_pass_revoked_before_it(self):
         before = [m for m in MIGRATIONS if os.path.basename(m) < "0011"]
         conn = open_database(before)
