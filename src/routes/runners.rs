@@ -22,18 +22,28 @@ use crate::Ctx;
 pub(crate) const BOOTSTRAP_TOKEN_PREFIX: &str = "erb";
 /// Bootstrap tokens may be given a lifetime of at most ten years.
 const MAX_BOOTSTRAP_TTL_SECONDS: i64 = 10 * 365 * 24 * 3600;
+/// A bootstrap token's lifetime when the registration or rotation names none: 90 days. The
+/// token is the runner's standing secret (the SDK exchanges it again whenever its credential
+/// nears expiry), so it is long enough for a fleet to rotate on a schedule and short enough
+/// that a token copied off a host long ago stops working by itself.
+const DEFAULT_BOOTSTRAP_TTL_SECONDS: i64 = 90 * 24 * 3600;
 
-pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<Option<i64>> {
-    match body.get("bootstrapTokenTtlSeconds") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
-            Some(s) if (1..=MAX_BOOTSTRAP_TTL_SECONDS).contains(&s) => Ok(Some(now + s * 1000)),
-            _ => Err(ApiError::unprocessable(
-                ErrorCode::InvalidField,
-                format!("bootstrapTokenTtlSeconds must be an integer from 1 to {MAX_BOOTSTRAP_TTL_SECONDS}"),
-            )),
-        },
-    }
+/// When a new bootstrap token expires: `bootstrapTokenTtlSeconds` from now (1 s to ten years),
+/// [`DEFAULT_BOOTSTRAP_TTL_SECONDS`] when absent or null.
+pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<i64> {
+    let seconds = match body.get("bootstrapTokenTtlSeconds") {
+        None | Some(Value::Null) => DEFAULT_BOOTSTRAP_TTL_SECONDS,
+        Some(v) => v
+            .as_i64()
+            .filter(|s| (1..=MAX_BOOTSTRAP_TTL_SECONDS).contains(s))
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    ErrorCode::InvalidField,
+                    format!("bootstrapTokenTtlSeconds must be an integer from 1 to {MAX_BOOTSTRAP_TTL_SECONDS}"),
+                )
+            })?,
+    };
+    Ok(now + seconds * 1000)
 }
 
 pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -87,7 +97,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         name,
         runner_key: Some(runner_key),
         bootstrap_token_hash: Some(&token_hash),
-        bootstrap_token_expires_at: token_expires_at,
+        bootstrap_token_expires_at: Some(token_expires_at),
         public_key: None,
         fingerprint: None,
         product: None,
@@ -408,7 +418,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         id,
         read_generation: runner.credential_generation,
         token_hash: &token_hash,
-        token_expires_at,
+        token_expires_at: Some(token_expires_at),
         now: ctx.now,
     };
     let actor = caller.actor();

@@ -1815,3 +1815,50 @@ async fn a_runners_events_page_newest_first_and_every_event_is_reachable() {
     .await
     .expect_error(422, "INVALID_CURSOR");
 }
+
+#[tokio::test]
+async fn a_bootstrap_token_registered_without_a_lifetime_expires_in_90_days() {
+    let org = bootstrap_org("identity-bootstrap-expiry");
+    let (runner_id, token) = register_simple_runner(&org, "expiring").await;
+    // The token's lifetime is on the record: 90 days from now (to the minute).
+    let record = runner_record(&org.admin_key, &runner_id).await;
+    let expires = record["bootstrapTokenExpiresAt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no bootstrapTokenExpiresAt in {record}"))
+        .to_owned();
+    let stored = d1(&format!(
+        "SELECT bootstrap_token_expires_at - registered_at AS ttl FROM runners WHERE id = {}",
+        sql_text(&runner_id)
+    ));
+    assert_eq!(
+        d1_rows(&stored)[0]["ttl"],
+        90 * 86_400_000_i64,
+        "{stored} ({expires})"
+    );
+    exchange(&runner_id, &token).await;
+    // 91 days on (the stored times moved back, as the clock cannot be moved forward here), the
+    // token no longer exchanges: the one answer for every refusal.
+    d1(&format!(
+        "UPDATE runners SET bootstrap_token_expires_at = bootstrap_token_expires_at - {} \
+         WHERE id = {}",
+        91 * 86_400_000_i64,
+        sql_text(&runner_id)
+    ));
+    session(&runner_id, &token)
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    // Rotation gives the new token a fresh 90 days.
+    let rotated = post(
+        &format!("/api/remote-runners/{runner_id}/rotate"),
+        Some(&org.admin_key),
+        &json!({}),
+    )
+    .await
+    .expect(200);
+    let fresh = rotated["bootstrapToken"].as_str().expect("a new token");
+    assert!(
+        rotated["runner"]["bootstrapTokenExpiresAt"].is_string(),
+        "{rotated}"
+    );
+    exchange(&runner_id, fresh).await;
+}
