@@ -975,6 +975,17 @@ class EnrollmentPolicyTests(SchemaTest):
         left = [r for r in runners if self.w.one("SELECT count(*) FROM runners WHERE id = ?", r)[0]]
         self.assertEqual(left, runners[2:])
 
+    def test_an_api_key_ends_after_it_was_made_or_never(self):
+        # Migration 0012: NULL (keys made before, and bootstrap-admin's) or after created_at.
+        org = self.w.org()
+        self.w.api_key(org)
+        self.w.api_key(org, expires_at=NOW + 1)
+        self.assertRefused(self.w.api_key, org, expires_at=NOW, message="CHECK constraint failed")
+        # The insert the worker sends binds it.
+        self.execute(query("api_keys/insert"), "key_x", org, "ci", "erk_01234567", sha("x"), "member",
+                     '["runs:read"]', NOW, NOW + 90 * 86_400_000)
+        self.assertEqual(self.w.one("SELECT expires_at FROM api_keys WHERE id = 'key_x'")[0], NOW + 90 * 86_400_000)
+
     def test_a_runners_events_page_newest_first_before_a_cursor(self):
         org, other_org = self.w.org(), self.w.org()
         runner, other = self.w.runner(org), self.w.runner(org)

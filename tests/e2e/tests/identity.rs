@@ -1051,6 +1051,7 @@ async fn member_key_with_runs_read_lists_runners_but_cannot_register() {
             "scopes",
             "role",
             "createdAt",
+            "expiresAt",
             "apiKey"
         ]),
         "{reply:?}"
@@ -1220,7 +1221,8 @@ async fn api_key_list_never_shows_a_key_or_its_hash() {
                 "role",
                 "createdAt",
                 "lastUsedAt",
-                "revokedAt"
+                "revokedAt",
+                "expiresAt"
             ]),
             "{entry}"
         );
