@@ -135,17 +135,19 @@ impl PresentedKey {
         AUTHENTICATED.with(|memo| memo.borrow().until(&self.hash, now).is_some())
     }
 
-    /// The caller, from the key's row as read (`None`: no such key): `401` for an unknown or
-    /// revoked key, counted against the request's network (`429` once it has failed too many).
+    /// The caller, from the key's row as read (`None`: no such key): `401` for an unknown,
+    /// revoked or expired key, counted against the request's network (`429` once it has failed too many).
     pub(crate) async fn caller(
         &self,
         req: &Request,
         ctx: &Ctx,
         row: Option<api_keys::ApiKeyRow>,
     ) -> ApiResult<AdminCaller> {
-        let Some(row) = row.filter(|row| row.revoked_at.is_none()) else {
+        let Some(row) = row.filter(|row| row.live_at(ctx.now)) else {
             crate::objects::gate::count_failed_key(&ctx.env, ctx.db.trips(), req, ctx.now).await?;
-            return Err(ApiError::unauthorized("unknown or revoked API key"));
+            return Err(ApiError::unauthorized(
+                "unknown, revoked or expired API key",
+            ));
         };
         let scopes: Vec<String> = serde_json::from_str(&row.scopes).map_err(ApiError::internal)?;
         AUTHENTICATED.with(|memo| {

@@ -228,9 +228,32 @@ pub(crate) fn network_of(address: &str) -> String {
     }
 }
 
+/// The site an enrollment's share is also kept for: the /48 an IPv6 address is in (what one
+/// tunnel broker account or small ISP customer is given, so 65,536 /64s in one hand), or the
+/// IPv4 address itself (a network, as in [`network_of`]). `"unknown"` as there.
+pub(crate) fn client_site(req: &Request) -> String {
+    client_address(req).map_or_else(|| "unknown".to_owned(), |address| site_of(&address))
+}
+
+/// [`client_site`]'s rule on an address as text.
+pub(crate) fn site_of(address: &str) -> String {
+    use std::net::IpAddr;
+    match address.trim().parse::<IpAddr>() {
+        Ok(IpAddr::V4(v4)) => v4.to_string(),
+        Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+            }
+        },
+        Err(_) => "unknown".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{depth_within, network_of};
+    use super::{depth_within, network_of, site_of};
 
     #[test]
     fn an_ipv6_host_is_limited_by_its_64_and_an_ipv4_host_by_its_address() {
@@ -245,6 +268,16 @@ mod tests {
         assert_eq!(network_of("::ffff:192.0.2.7"), "192.0.2.7");
         assert_eq!(network_of("not an address"), "unknown");
         assert_eq!(network_of(""), "unknown");
+    }
+
+    #[test]
+    fn an_ipv6_enrollment_shares_its_48_and_an_ipv4_one_its_address() {
+        assert_eq!(site_of("2001:db8:1:2:aaaa::1"), "2001:db8:1::/48");
+        assert_eq!(site_of("2001:db8:1:ffff::7"), site_of("2001:db8:1:2::1"));
+        assert_ne!(site_of("2001:db8:2:2::1"), site_of("2001:db8:1:2::1"));
+        assert_eq!(site_of("192.0.2.7"), "192.0.2.7");
+        assert_eq!(site_of("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(site_of("not an address"), "unknown");
     }
 
     fn nested(depth: usize) -> String {

@@ -122,18 +122,18 @@ fn pending_max_age_millis(env: &Env) -> i64 {
 }
 
 /// The cron pass's housekeeping of what strangers can leave behind: enrollments nobody
-/// approved in time are revoked (their files deleted and the machine facts cleared; the row and
-/// its audit event stay, as every revoked identity's do), and used or expired challenges are
-/// deleted, and so are enrollment tokens that expired a week ago without admitting anyone.
-/// Bounded like a recovery pass; what remains waits for the next minute.
+/// approved in time are deleted with their files and events (so a squatter's rows neither hold
+/// slots nor fill the database, and the key of an operator who missed the day may enroll
+/// again), used or expired challenges are deleted, and so are enrollment tokens that expired a
+/// week ago without admitting anyone. Bounded like a recovery pass; what remains waits for the
+/// next minute.
 pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     let cutoff = now - pending_max_age_millis(env);
-    let mut statements = Vec::from(store::runners::expire_enrollments(
+    let mut statements = Vec::from(store::runners::delete_expired_enrollments(
         &db,
         cutoff,
         PURGE_LIMIT,
-        now,
     )?);
     statements.push(store::runners::purge_challenges(&db, now, PURGE_LIMIT)?);
     statements.push(store::enrollment::purge(
@@ -143,8 +143,8 @@ pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
     )?);
     let changed = store::batch(&db, statements).await?;
     Ok(json!({
-        "expiredEnrollments": changed.get(2).copied().unwrap_or(0),
-        "deletedChallenges": changed.get(3).copied().unwrap_or(0),
-        "deletedEnrollmentTokens": changed.get(4).copied().unwrap_or(0),
+        "deletedEnrollments": changed.get(3).copied().unwrap_or(0),
+        "deletedChallenges": changed.get(4).copied().unwrap_or(0),
+        "deletedEnrollmentTokens": changed.get(5).copied().unwrap_or(0),
     }))
 }

@@ -399,7 +399,8 @@ function claimsView(base, claims) {
 function eventsView(base, events) {
   if (!events.length) return h('p.muted', 'No audit events yet.');
   const labels = ['Time', 'Event', 'Actor', 'Reason', 'Job', 'Detail'];
-  const rows = events.slice().reverse().map((e) => row([
+  // The list answers newest first (issue 41); the panel shows its first page.
+  const rows = events.map((e) => row([
     timeAgo(e.at),
     h('code.event-type', { testid: 'event-type' }, e.type),
     h('span', e.actor ?? '—'),

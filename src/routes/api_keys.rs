@@ -23,14 +23,38 @@ fn view(row: &api_keys::ApiKeyRow) -> Value {
         "createdAt": rfc3339(row.created_at),
         "lastUsedAt": row.last_used_at.and_then(rfc3339),
         "revokedAt": row.revoked_at.and_then(rfc3339),
+        "expiresAt": row.expires_at.and_then(rfc3339),
     })
+}
+
+const DAY_MILLIS: i64 = 86_400_000;
+/// A key's lifetime in days when the request names none: long enough for a CI secret to be
+/// rotated on a schedule, short enough that a key leaked and forgotten ends by itself.
+const DEFAULT_EXPIRES_IN_DAYS: i64 = 90;
+const MAX_EXPIRES_IN_DAYS: i64 = 365;
+
+/// `expiresInDays`: a whole number from 1 to [`MAX_EXPIRES_IN_DAYS`], the default when absent
+/// or null.
+fn expires_in_days(body: &serde_json::Map<String, Value>) -> ApiResult<i64> {
+    match body.get("expiresInDays") {
+        None | Some(Value::Null) => Ok(DEFAULT_EXPIRES_IN_DAYS),
+        Some(value) => value
+            .as_i64()
+            .filter(|days| (1..=MAX_EXPIRES_IN_DAYS).contains(days))
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    ErrorCode::InvalidExpiresIn,
+                    format!("expiresInDays must be a whole number from 1 to {MAX_EXPIRES_IN_DAYS}"),
+                )
+            }),
+    }
 }
 
 pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require_admin()?;
     let body = json_object(&mut req).await?;
-    refuse_unknown(&body, &["name", "scopes", "role"])?;
+    refuse_unknown(&body, &["name", "scopes", "role", "expiresInDays"])?;
     let name = required_name(&body, "name", 200)?;
     let role = optional_str(&body, "role", 16)?.unwrap_or("member");
     if role != "admin" && role != "member" {
@@ -62,6 +86,8 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     scopes.dedup();
     let scopes_json = serde_json::to_string(&scopes).map_err(ApiError::internal)?;
 
+    let expires_at = ctx.now + expires_in_days(&body)? * DAY_MILLIS;
+
     let id = random_id("key")?;
     let key = random_secret(auth::API_KEY_PREFIX)?;
     let hash = secret_hash(&key);
@@ -74,6 +100,7 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         role,
         scopes_json: &scopes_json,
         created_at: ctx.now,
+        expires_at,
     };
     let actor = caller.actor();
     let detail = json!({ "apiKeyId": id, "role": role, "scopes": scopes }).to_string();
@@ -108,6 +135,7 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             "role": role,
             "scopes": scopes,
             "createdAt": rfc3339(ctx.now),
+            "expiresAt": rfc3339(expires_at),
             "apiKey": key,
         }),
     )
@@ -172,4 +200,53 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         }),
     )
     .map_err(ApiError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Map, Value};
+
+    use super::{expires_in_days, DEFAULT_EXPIRES_IN_DAYS};
+    use crate::store::api_keys::ApiKeyRow;
+
+    fn body(value: Value) -> Map<String, Value> {
+        let mut body = Map::new();
+        body.insert("expiresInDays".to_owned(), value);
+        body
+    }
+
+    #[test]
+    fn a_key_lives_90_days_unless_asked_for_1_to_365() {
+        assert_eq!(
+            expires_in_days(&Map::new()).ok(),
+            Some(DEFAULT_EXPIRES_IN_DAYS)
+        );
+        assert_eq!(expires_in_days(&body(Value::Null)).ok(), Some(90));
+        assert_eq!(expires_in_days(&body(json!(1))).ok(), Some(1));
+        assert_eq!(expires_in_days(&body(json!(365))).ok(), Some(365));
+        for bad in [json!(0), json!(366), json!(-1), json!("30"), json!(1.5)] {
+            let err = expires_in_days(&body(bad.clone())).expect_err("refused");
+            assert_eq!(err.status(), 422, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_key_is_live_until_its_end_and_one_without_an_end_until_revoked() {
+        let key = |revoked_at, expires_at| ApiKeyRow {
+            id: "key_1".into(),
+            organization_id: "org_1".into(),
+            name: "ci".into(),
+            key_prefix: "erk_01234567".into(),
+            role: "member".into(),
+            scopes: "[]".into(),
+            created_at: 0,
+            last_used_at: None,
+            revoked_at,
+            expires_at,
+        };
+        assert!(key(None, Some(10)).live_at(9));
+        assert!(!key(None, Some(10)).live_at(10));
+        assert!(key(None, None).live_at(i64::MAX));
+        assert!(!key(Some(5), None).live_at(6));
+    }
 }

@@ -107,46 +107,54 @@ pub(crate) enum Presented<'a> {
     Found(&'a enrollment::TokenRow),
 }
 
-pub(crate) fn closed() -> ApiError {
+/// The one answer to an enrollment that presented no token and is not admitted: whether the
+/// organization asks for a token, is closed, or does not exist. Telling them apart would tell
+/// a stranger which organizations exist and what their policy is (`/challenge` is alike); the
+/// message says what each case needs, which is all a legitimate enroller must know.
+pub(crate) fn token_required() -> ApiError {
     ApiError::new(
         403,
-        ErrorCode::EnrollmentClosed,
-        "this organization does not accept enrollments; ask an administrator",
+        ErrorCode::EnrollmentTokenRequired,
+        "enrollment refused: this organization enrolls runners only with an enrollment token from an administrator (enrollmentToken), or accepts no enrollment now, or does not exist; ask an administrator",
     )
 }
 
 /// One answer for every token that does not admit: unknown, another organization's, expired,
-/// revoked or used up. Telling them apart would tell a guesser which tokens exist.
+/// revoked or used up, and any token presented to an organization that is closed or does not
+/// exist. Telling them apart would tell a guesser which tokens and organizations exist.
 pub(crate) fn token_invalid() -> ApiError {
     ApiError::new(
         403,
         ErrorCode::EnrollmentTokenInvalid,
-        "the enrollment token is unknown, expired, revoked or used up",
+        "enrollment refused: the enrollment token is unknown, expired, revoked or used up, or this organization accepts no enrollment now, or does not exist; ask an administrator",
     )
 }
 
-/// The decision: `Ok(Some(id))` admits through that token (the insert spends a use),
+/// The decision, from the organization's policy (`None`: no organization has this id) and what
+/// was presented: `Ok(Some(id))` admits through that token (the insert spends a use),
 /// `Ok(None)` admits without one. A presented token is always checked and spent, under any
-/// policy, so a runner given one is counted whatever the policy is when it enrolls.
+/// policy but `closed`, so a runner given one is counted whatever the policy is when it
+/// enrolls. Every refusal is one of two answers, chosen by what was presented alone.
 pub(crate) fn admit<'a>(
-    policy: Policy,
+    policy: Option<Policy>,
     presented: &Presented<'a>,
     now: i64,
 ) -> ApiResult<Option<&'a str>> {
-    if policy == Policy::Closed {
-        return Err(closed());
-    }
+    let refused = || match presented {
+        Presented::Nothing => token_required(),
+        Presented::Unknown | Presented::Found(_) => token_invalid(),
+    };
+    let policy = match policy {
+        None | Some(Policy::Closed) => return Err(refused()),
+        Some(policy) => policy,
+    };
     match presented {
-        Presented::Nothing if policy == Policy::Token => Err(ApiError::new(
-            403,
-            ErrorCode::EnrollmentTokenRequired,
-            "this organization enrolls runners only with an enrollment token from an administrator (enrollmentToken)",
-        )),
+        Presented::Nothing if policy == Policy::Token => Err(refused()),
         Presented::Nothing => Ok(None),
-        Presented::Unknown => Err(token_invalid()),
+        Presented::Unknown => Err(refused()),
         Presented::Found(token) => match TokenState::of(token, now) {
             TokenState::Live => Ok(Some(token.id.as_str())),
-            _ => Err(token_invalid()),
+            _ => Err(refused()),
         },
     }
 }
@@ -433,34 +441,52 @@ mod tests {
     #[test]
     fn open_admits_without_a_token_and_closed_refuses_even_with_one() {
         assert_eq!(
-            admit(Policy::Open, &Presented::Nothing, NOW).ok(),
+            admit(Some(Policy::Open), &Presented::Nothing, NOW).ok(),
             Some(None)
         );
         let live = token(0, 1, NOW + 1, None);
-        for presented in [
-            Presented::Nothing,
-            Presented::Unknown,
-            Presented::Found(&live),
-        ] {
-            let err = admit(Policy::Closed, &presented, NOW).expect_err("closed");
+        let err = admit(Some(Policy::Closed), &Presented::Nothing, NOW).expect_err("closed");
+        assert_eq!(
+            (err.status(), err.code()),
+            (403, ErrorCode::EnrollmentTokenRequired)
+        );
+        for presented in [Presented::Unknown, Presented::Found(&live)] {
+            let err = admit(Some(Policy::Closed), &presented, NOW).expect_err("closed");
             assert_eq!(
                 (err.status(), err.code()),
-                (403, ErrorCode::EnrollmentClosed)
+                (403, ErrorCode::EnrollmentTokenInvalid)
             );
         }
     }
 
     #[test]
     fn token_policy_asks_for_a_token_and_admits_a_live_one() {
-        let err = admit(Policy::Token, &Presented::Nothing, NOW).expect_err("required");
+        let err = admit(Some(Policy::Token), &Presented::Nothing, NOW).expect_err("required");
         assert_eq!(err.code(), ErrorCode::EnrollmentTokenRequired);
         let live = token(0, 2, NOW + 1, None);
         for policy in [Policy::Token, Policy::Open] {
             assert_eq!(
-                admit(policy, &Presented::Found(&live), NOW).ok(),
+                admit(Some(policy), &Presented::Found(&live), NOW).ok(),
                 Some(Some("ent_1"))
             );
         }
+    }
+
+    #[test]
+    fn an_unknown_closed_or_token_organization_gets_one_answer_per_presentation() {
+        let live = token(0, 1, NOW + 1, None);
+        let answer = |policy, presented: &Presented<'_>| {
+            let err = admit(policy, presented, NOW).expect_err("refused");
+            err.body().to_string()
+        };
+        let without = answer(None, &Presented::Nothing);
+        assert_eq!(without, answer(Some(Policy::Closed), &Presented::Nothing));
+        assert_eq!(without, answer(Some(Policy::Token), &Presented::Nothing));
+        let with = answer(None, &Presented::Unknown);
+        assert_eq!(with, answer(None, &Presented::Found(&live)));
+        assert_eq!(with, answer(Some(Policy::Closed), &Presented::Found(&live)));
+        assert_eq!(with, answer(Some(Policy::Open), &Presented::Unknown));
+        assert_eq!(with, answer(Some(Policy::Token), &Presented::Unknown));
     }
 
     #[test]
@@ -471,13 +497,13 @@ mod tests {
             token(0, 1, NOW + 1, Some(NOW)), // revoked
         ];
         for policy in [Policy::Token, Policy::Open] {
-            let err = admit(policy, &Presented::Unknown, NOW).expect_err("unknown");
+            let err = admit(Some(policy), &Presented::Unknown, NOW).expect_err("unknown");
             assert_eq!(
                 (err.status(), err.code()),
                 (403, ErrorCode::EnrollmentTokenInvalid)
             );
             for t in &dead {
-                let err = admit(policy, &Presented::Found(t), NOW).expect_err("dead");
+                let err = admit(Some(policy), &Presented::Found(t), NOW).expect_err("dead");
                 assert_eq!(
                     (err.status(), err.code()),
                     (403, ErrorCode::EnrollmentTokenInvalid)

@@ -23,7 +23,8 @@ use super::{capability_document, optional_str, refuse_unknown, required_name, re
 use crate::auth;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{
-    client_address, client_network, json_object_capped, ENROLL_BODY_BYTES, SMALL_BODY_BYTES,
+    client_address, client_network, client_site, json_object_capped, ENROLL_BODY_BYTES,
+    SMALL_BODY_BYTES,
 };
 use crate::objects::gate::{self, Bucket};
 use crate::platform::{random_bytes, random_id, rfc3339, secret_hash};
@@ -61,6 +62,21 @@ fn max_pending_enrollments_per_network(env: &worker::Env) -> i64 {
         env,
         "MAX_PENDING_ENROLLMENTS_PER_NETWORK",
         DEFAULT_MAX_PENDING_ENROLLMENTS_PER_NETWORK,
+        0,
+    )
+}
+
+/// Token-less key-pair runners waiting for approval per organization from one site (an IPv6
+/// /48, what one free tunnel broker account is given, or an IPv4 address), unless
+/// `MAX_PENDING_ENROLLMENTS_PER_SITE` says otherwise: four /64s' shares, so strangers need at
+/// least five /48s to fill an organization's `MAX_PENDING_ENROLLMENTS`.
+const DEFAULT_MAX_PENDING_ENROLLMENTS_PER_SITE: i64 = 20;
+
+fn max_pending_enrollments_per_site(env: &worker::Env) -> i64 {
+    crate::platform::setting(
+        env,
+        "MAX_PENDING_ENROLLMENTS_PER_SITE",
+        DEFAULT_MAX_PENDING_ENROLLMENTS_PER_SITE,
         0,
     )
 }
@@ -167,15 +183,14 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         ));
     }
 
-    let policy = enrollment::policy(&ctx.db, organization_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("no such organization"))?;
-    let policy = Policy::stored(&policy.enrollment_policy)?;
-    // Not looked up under `closed`: that refusal needs no read of what was presented.
-    let token = match policy {
-        Policy::Closed => None,
-        _ => presented_token(&body, organization_id, ctx).await?,
+    // An unknown organization is `None`: [`admit`] refuses it with the answer a closed one, or
+    // one that asks for a token, gets, so the route tells a stranger nothing of which exist.
+    let policy = match enrollment::policy(&ctx.db, organization_id).await? {
+        Some(row) => Some(Policy::stored(&row.enrollment_policy)?),
+        None => None,
     };
+    // Looked up whatever the policy, so that the refusals take the same reads.
+    let token = presented_token(&body, organization_id, ctx).await?;
     let presented = match (&token, body.get("enrollmentToken")) {
         (Some(found), _) => Presented::Found(found),
         (None, None | Some(Value::Null)) => Presented::Nothing,
@@ -198,6 +213,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     ));
     let address = client_address(&req);
     let network = client_network(&req);
+    let site = client_site(&req);
     let public_key_text = public_key.to_base64();
     let row = runners::NewRunner {
         id: &id,
@@ -215,6 +231,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         address: address.as_deref(),
         enroll_network: Some(&network),
         enrollment_token_id,
+        enroll_site: Some(&site),
         state: RunnerState::PendingApproval.as_str(),
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),
@@ -232,6 +249,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         "fingerprint": fingerprint.as_str(),
         "address": address,
         "network": network,
+        "site": site,
         "enrollmentTokenId": enrollment_token_id,
     })
     .to_string();
@@ -243,6 +261,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             organization_id,
             max_pending_enrollments(&ctx.env),
             max_pending_enrollments_per_network(&ctx.env),
+            max_pending_enrollments_per_site(&ctx.env),
         )?,
         runners::insert(&ctx.db, &row)?,
         events::insert(
@@ -274,7 +293,8 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         )?);
     }
     // A taken fingerprint is the guard table's 409 FINGERPRINT_TAKEN; a network past its share
-    // 429 PENDING_ENROLLMENTS_FROM_NETWORK_AT_CAP; a token spent or revoked since it was read
+    // 429 PENDING_ENROLLMENTS_FROM_NETWORK_AT_CAP, a site past its share
+    // 429 PENDING_ENROLLMENTS_FROM_SITE_AT_CAP; a token spent or revoked since it was read
     // 403 ENROLLMENT_TOKEN_INVALID.
     store::batch(&ctx.db, statements).await?;
     let runner = runners::get(&ctx.db, organization_id, &id)
@@ -330,17 +350,19 @@ pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response
 pub(crate) async fn session(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // An address that keeps failing is turned away before its next guess is looked at.
     gate::check(&ctx.env, ctx.db.trips(), &req, Bucket::FailedSession).await?;
-    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
     let master = master_secret(&ctx.env)?;
-    let found = if body.contains_key("fingerprint") {
-        keypair_runner(&body, ctx).await
-    } else {
-        bootstrap_runner(&body, ctx).await
+    let found = match json_object_capped(&mut req, SMALL_BODY_BYTES).await {
+        Ok(body) if body.contains_key("fingerprint") => keypair_runner(&body, ctx).await,
+        Ok(body) => bootstrap_runner(&body, ctx).await,
+        Err(err) => Err(err),
     };
     let runner = match found {
         Ok(runner) => runner,
         Err(err) => {
-            if err.status() == 401 {
+            // A refusal of the request itself counts as a failed guess does: a body that does
+            // not parse, is too big or is malformed costs the server as much, and would
+            // otherwise be free to repeat.
+            if counts_as_failure(err.status()) {
                 gate::take(&ctx.env, ctx.db.trips(), &req, Bucket::FailedSession).await?;
             }
             return Err(err);
@@ -390,6 +412,13 @@ pub(crate) async fn session(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         }),
     )
     .map_err(ApiError::from)
+}
+
+/// The `/session` refusals spent from the network's failure budget (`FAILED_SESSIONS_PER_MINUTE`):
+/// a wrong guess (401) and a request refused as malformed (400, 413, 422). Not a `429` (already
+/// counted) nor a failure of ours (5xx).
+fn counts_as_failure(status: u16) -> bool {
+    matches!(status, 400 | 401 | 413 | 422)
 }
 
 /// Every refusal is the same `401` with no hint of which part was wrong, so the endpoint
@@ -478,4 +507,19 @@ pub(crate) async fn get_self_claims(req: Request, ctx: &Ctx) -> ApiResult<Respon
     .await?;
     let claims: Vec<_> = claims.iter().map(RunnerClaimView::from).collect();
     json_response(200, &serde_json::json!({ "claims": claims })).map_err(ApiError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counts_as_failure;
+
+    #[test]
+    fn a_malformed_session_request_counts_as_a_failure_and_a_failure_of_ours_does_not() {
+        for status in [400, 401, 413, 422] {
+            assert!(counts_as_failure(status), "{status}");
+        }
+        for status in [200, 429, 500, 503] {
+            assert!(!counts_as_failure(status), "{status}");
+        }
+    }
 }

@@ -10,7 +10,7 @@ use worker::{Request, Response};
 use super::views::jobs::EventView;
 use super::views::respond;
 use super::views::runners::{rotation_refusal, RunnerClaimView, RunnerView};
-use super::{limit_param, optional_str, refuse_unknown, required_name, Cursor};
+use super::{limit_param, optional_str, plain_number, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
@@ -22,18 +22,28 @@ use crate::Ctx;
 pub(crate) const BOOTSTRAP_TOKEN_PREFIX: &str = "erb";
 /// Bootstrap tokens may be given a lifetime of at most ten years.
 const MAX_BOOTSTRAP_TTL_SECONDS: i64 = 10 * 365 * 24 * 3600;
+/// A bootstrap token's lifetime when the registration or rotation names none: 90 days. The
+/// token is the runner's standing secret (the SDK exchanges it again whenever its credential
+/// nears expiry), so it is long enough for a fleet to rotate on a schedule and short enough
+/// that a token copied off a host long ago stops working by itself.
+const DEFAULT_BOOTSTRAP_TTL_SECONDS: i64 = 90 * 24 * 3600;
 
-pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<Option<i64>> {
-    match body.get("bootstrapTokenTtlSeconds") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
-            Some(s) if (1..=MAX_BOOTSTRAP_TTL_SECONDS).contains(&s) => Ok(Some(now + s * 1000)),
-            _ => Err(ApiError::unprocessable(
-                ErrorCode::InvalidField,
-                format!("bootstrapTokenTtlSeconds must be an integer from 1 to {MAX_BOOTSTRAP_TTL_SECONDS}"),
-            )),
-        },
-    }
+/// When a new bootstrap token expires: `bootstrapTokenTtlSeconds` from now (1 s to ten years),
+/// [`DEFAULT_BOOTSTRAP_TTL_SECONDS`] when absent or null.
+pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<i64> {
+    let seconds = match body.get("bootstrapTokenTtlSeconds") {
+        None | Some(Value::Null) => DEFAULT_BOOTSTRAP_TTL_SECONDS,
+        Some(v) => v
+            .as_i64()
+            .filter(|s| (1..=MAX_BOOTSTRAP_TTL_SECONDS).contains(s))
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    ErrorCode::InvalidField,
+                    format!("bootstrapTokenTtlSeconds must be an integer from 1 to {MAX_BOOTSTRAP_TTL_SECONDS}"),
+                )
+            })?,
+    };
+    Ok(now + seconds * 1000)
 }
 
 pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -87,7 +97,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         name,
         runner_key: Some(runner_key),
         bootstrap_token_hash: Some(&token_hash),
-        bootstrap_token_expires_at: token_expires_at,
+        bootstrap_token_expires_at: Some(token_expires_at),
         public_key: None,
         fingerprint: None,
         product: None,
@@ -96,6 +106,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         address: None,
         enroll_network: None,
         enrollment_token_id: None,
+        enroll_site: None,
         state: "active",
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),
@@ -407,7 +418,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         id,
         read_generation: runner.credential_generation,
         token_hash: &token_hash,
-        token_expires_at,
+        token_expires_at: Some(token_expires_at),
         now: ctx.now,
     };
     let actor = caller.actor();
@@ -448,15 +459,37 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     .map_err(ApiError::from)
 }
 
+/// `GET /api/remote-runners/{id}/events?limit=&cursor=`: the runner's audit trail, newest
+/// first (by event id, the timeline's total order), keyset-paged as the other lists are.
 pub(crate) async fn events(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
     load(ctx, &caller.organization_id, id).await?;
     let limit = limit_param(&req, 200, 1000)?;
-    let rows = events::for_runner(&ctx.db, &caller.organization_id, id, limit).await?;
+    let before = match Cursor::from_query(&req)? {
+        None => i64::MAX,
+        Some(cursor) => plain_number(&cursor.id, 18).ok_or_else(|| {
+            ApiError::unprocessable(
+                ErrorCode::InvalidCursor,
+                "cursor must be a nextCursor this list returned",
+            )
+        })?,
+    };
+    // One more than the page, to know whether another page follows.
+    let mut rows =
+        events::for_runner(&ctx.db, &caller.organization_id, id, before, limit + 1).await?;
+    let next_cursor = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|e| Cursor::encode(e.at, &e.id.to_string()))
+    } else {
+        None
+    };
     json_response(
         200,
-        &json!({ "events": rows.iter().map(EventView::from).collect::<Vec<_>>() }),
+        &json!({
+            "events": rows.iter().map(EventView::from).collect::<Vec<_>>(),
+            "nextCursor": next_cursor,
+        }),
     )
     .map_err(ApiError::from)
 }

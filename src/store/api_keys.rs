@@ -16,6 +16,16 @@ pub(crate) struct ApiKeyRow {
     pub(crate) created_at: i64,
     pub(crate) last_used_at: Option<i64>,
     pub(crate) revoked_at: Option<i64>,
+    /// When the key stops authenticating; `None` for keys made before keys expired (migration
+    /// 0013) and for `scripts/bootstrap-admin`'s first key.
+    pub(crate) expires_at: Option<i64>,
+}
+
+impl ApiKeyRow {
+    /// Whether the key authenticates at `now`: not revoked and not past its end.
+    pub(crate) fn live_at(&self, now: i64) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)
+    }
 }
 
 pub(crate) async fn by_hash(db: &Db, key_hash: &str) -> ApiResult<Option<ApiKeyRow>> {
@@ -49,6 +59,7 @@ pub(crate) struct NewApiKey<'a> {
     pub(crate) role: &'a str,
     pub(crate) scopes_json: &'a str,
     pub(crate) created_at: i64,
+    pub(crate) expires_at: i64,
 }
 
 pub(crate) fn insert(db: &Db, key: &NewApiKey<'_>) -> ApiResult<worker::D1PreparedStatement> {
@@ -64,6 +75,7 @@ pub(crate) fn insert(db: &Db, key: &NewApiKey<'_>) -> ApiResult<worker::D1Prepar
             key.role.into(),
             key.scopes_json.into(),
             Arg::Int(key.created_at),
+            Arg::Int(key.expires_at),
         ],
     )
 }

@@ -39,11 +39,17 @@ pub(crate) fn set_pending_caps(
     org: &str,
     per_organization: i64,
     per_network: i64,
+    per_site: i64,
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/enrollment/set_pending_caps.sql"),
-        &[org.into(), per_organization.into(), per_network.into()],
+        &[
+            org.into(),
+            per_organization.into(),
+            per_network.into(),
+            per_site.into(),
+        ],
     )
 }
 

@@ -70,16 +70,18 @@ pub(crate) struct EventRow {
     pub(crate) at: i64,
 }
 
+/// At most `limit` of the runner's events with an id below `before`, newest first.
 pub(crate) async fn for_runner(
     db: &Db,
     org: &str,
     runner: &str,
+    before: i64,
     limit: i64,
 ) -> ApiResult<Vec<EventRow>> {
     all(
         db,
         include_str!("queries/events/for_runner.sql"),
-        &[org.into(), runner.into(), limit.into()],
+        &[org.into(), runner.into(), Arg::Int(before), limit.into()],
     )
     .await
 }

@@ -99,6 +99,13 @@ pub(crate) const GUARDS: &[Guard] = &[
         ErrorCode::PendingEnrollmentsFromNetworkAtCap,
         "the organization has as many runners from this network waiting for approval as it allows; an administrator must approve or revoke some first, or issue an enrollment token",
     ),
+    // Migration 0012: one site's (an IPv6 /48's) share.
+    guard(
+        "pending_enrollments_from_site_at_cap",
+        429,
+        ErrorCode::PendingEnrollmentsFromSiteAtCap,
+        "the organization has as many runners from this site (an IPv6 /48, or an IPv4 address) waiting for approval as it allows; an administrator must approve or revoke some first, or issue an enrollment token",
+    ),
     // The token was live when read and was spent or revoked before the insert: one answer.
     guard(
         "enrollment_token_invalid",

@@ -171,6 +171,8 @@ pub(crate) struct NewRunner<'a> {
     pub(crate) enroll_network: Option<&'a str>,
     /// The enrollment token that admitted it: the insert spends one of its uses (migration 0009).
     pub(crate) enrollment_token_id: Option<&'a str>,
+    /// The site (IPv6 /48 or IPv4 address) a key-pair runner enrolled from.
+    pub(crate) enroll_site: Option<&'a str>,
     pub(crate) state: &'a str,
     pub(crate) capabilities_json: &'a str,
     pub(crate) capabilities_hash: &'a str,
@@ -215,6 +217,7 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
             Arg::Int(r.now),
             r.enroll_network.into(),
             r.enrollment_token_id.into(),
+            r.enroll_site.into(),
         ],
     )
 }
@@ -482,47 +485,43 @@ pub(crate) fn claiming_states() -> String {
     states_where(RunnerState::can_claim)
 }
 
-/// What an enrollment that waited too long for approval does to its runner, by state
-/// (`runners/expire_enrollments.sql`): the protocol's `enrollment_expired` move.
+/// The states an enrollment that waited too long for approval expires from: the keys of the
+/// protocol's `enrollment_expired` move (`runners/delete_expired_enrollments*.sql`).
 pub(crate) fn enrollment_expired_moves() -> String {
     moves(RunnerInput::EnrollmentExpired)
 }
 
-/// The cron pass's expiry of at most `limit` enrollments registered before `cutoff` and never
-/// approved, at `now`: their audit events, their files deleted, and the protocol's
-/// `enrollment_expired` move (three statements, in that order, for one batch).
-pub(crate) fn expire_enrollments(
+/// The cron pass's deletion of at most `limit` enrollments registered before `cutoff` and never
+/// approved: their events, files and challenges, then the runners (four statements, in that
+/// order, for one batch; the last one's row count is the number deleted). The key of a deleted
+/// enrollment may enroll again.
+pub(crate) fn delete_expired_enrollments(
     db: &Db,
     cutoff: i64,
     limit: i64,
-    now: i64,
-) -> ApiResult<[D1PreparedStatement; 3]> {
+) -> ApiResult<[D1PreparedStatement; 4]> {
     let moves = enrollment_expired_moves();
+    let args = [cutoff.into(), limit.into(), moves.as_str().into()];
     Ok([
         stmt(
             db,
-            include_str!("queries/runners/expired_enrollment_events.sql"),
-            &[
-                cutoff.into(),
-                limit.into(),
-                now.into(),
-                moves.as_str().into(),
-            ],
+            include_str!("queries/runners/delete_expired_enrollment_events.sql"),
+            &args,
         )?,
         stmt(
             db,
-            include_str!("queries/runners/expired_enrollment_files.sql"),
-            &[cutoff.into(), limit.into(), moves.as_str().into()],
+            include_str!("queries/runners/delete_expired_enrollment_files.sql"),
+            &args,
         )?,
         stmt(
             db,
-            include_str!("queries/runners/expire_enrollments.sql"),
-            &[
-                cutoff.into(),
-                limit.into(),
-                now.into(),
-                moves.as_str().into(),
-            ],
+            include_str!("queries/runners/delete_expired_enrollment_challenges.sql"),
+            &args,
+        )?,
+        stmt(
+            db,
+            include_str!("queries/runners/delete_expired_enrollments.sql"),
+            &args,
         )?,
     ])
 }

@@ -903,6 +903,123 @@ class EnrollmentPolicyTests(SchemaTest):
         self.w.keypair_runner(org, enroll_network="2001:db8:1:2::/64")
 
 
+    def test_pending_enrollments_stop_at_the_sites_share(self):
+        # Migration 0012: one IPv6 /48 (or IPv4 address) has its own share, across its /64s.
+        org, other = self.w.org(), self.w.org()
+        self.execute("UPDATE organizations SET max_pending_enrollments_per_site = 2 WHERE id = ?", org)
+        site = "2001:db8:1::/48"
+        first = self.w.keypair_runner(org, enroll_network="2001:db8:1:1::/64", enroll_site=site)
+        self.w.keypair_runner(org, enroll_network="2001:db8:1:2::/64", enroll_site=site)
+        self.assertRefused(self.w.keypair_runner, org, enroll_network="2001:db8:1:3::/64", enroll_site=site,
+                           message="pending_enrollments_from_site_at_cap")
+        # Another site, another organization, and a token's enrollments are not counted.
+        self.w.keypair_runner(org, enroll_network="2001:db8:2:1::/64", enroll_site="2001:db8:2::/48")
+        self.w.keypair_runner(other, enroll_network="2001:db8:1:3::/64", enroll_site=site)
+        self.w.keypair_runner(org, enroll_network="2001:db8:1:3::/64", enroll_site=site,
+                              enrollment_token_id=self.w.enrollment_token(org))
+        # Approving one frees its slot; the site an enrollment came from never changes.
+        self.execute("UPDATE runners SET state = 'active', approved_at = ? WHERE id = ?", NOW, first)
+        self.w.keypair_runner(org, enroll_network="2001:db8:1:3::/64", enroll_site=site)
+        self.assertRefused(self.execute, "UPDATE runners SET enroll_site = 'x' WHERE id = ?", first,
+                           message="runner_enrollment_is_fixed")
+        # Only a key-pair enrollment has a site.
+        self.assertRefused(self.w.runner, org, enroll_site=site, message="CHECK constraint failed")
+
+    def test_a_tokens_enrollments_neither_count_against_nor_stop_at_the_organizations_cap(self):
+        org = self.w.org()
+        self.execute("UPDATE organizations SET max_pending_enrollments = 2 WHERE id = ?", org)
+        token = self.w.enrollment_token(org, max_uses=3)
+        self.w.keypair_runner(org, enrollment_token_id=token)
+        self.w.keypair_runner(org)
+        self.w.keypair_runner(org)
+        self.assertRefused(self.w.keypair_runner, org, message="pending_enrollments_at_cap")
+        # The token still admits at the cap, and its runners did not take a slot.
+        self.w.keypair_runner(org, enrollment_token_id=token)
+        self.assertEqual(self.w.one(
+            "SELECT count(*) FROM runners WHERE organization_id = ? AND state = 'pending_approval'", org)[0], 4)
+
+    def delete_expired(self, cutoff, limit=500):
+        moves = '{"pending_approval":"revoked"}'
+        batch(self.conn, [
+            (query("runners/delete_expired_enrollment_events"), (cutoff, limit, moves)),
+            (query("runners/delete_expired_enrollment_files"), (cutoff, limit, moves)),
+            (query("runners/delete_expired_enrollment_challenges"), (cutoff, limit, moves)),
+            (query("runners/delete_expired_enrollments"), (cutoff, limit, moves)),
+        ])
+
+    def test_the_cron_pass_deletes_an_expired_enrollment_its_files_and_events_only(self):
+        org = self.w.org()
+        stale = self.w.keypair_runner(org, registered_at=NOW - 10, updated_at=NOW - 10)
+        fresh = self.w.keypair_runner(org)
+        approved = self.w.keypair_runner(org, registered_at=NOW - 10, updated_at=NOW - 10)
+        self.execute("UPDATE runners SET state = 'active', approved_at = ? WHERE id = ?", NOW, approved)
+        for runner in (stale, fresh, approved):
+            self.w.insert("runner_files", {"runner_id": runner, "organization_id": org, "name": "lscpu.txt",
+                                           "content": "x86_64", "content_hash": sha("x86_64"),
+                                           "uploaded_at": NOW})
+            self.w.insert("job_events", {"organization_id": org, "runner_id": runner, "actor": "runner:" + runner,
+                                         "type": "runner.enrolled", "at": NOW})
+        self.delete_expired(cutoff=NOW)
+        for table, column in (("runners", "id"), ("runner_files", "runner_id"), ("job_events", "runner_id")):
+            counts = [self.w.one(f"SELECT count(*) FROM {table} WHERE {column} = ?", r)[0]
+                      for r in (stale, fresh, approved)]
+            self.assertEqual(counts, [0, 1, 1], table)
+        # An approved runner's events stay append-only.
+        self.assertRefused(self.execute, "DELETE FROM job_events WHERE runner_id = ?", approved,
+                           message="job_events_are_append_only")
+
+    def test_the_cron_pass_deletes_at_most_its_limit_of_expired_enrollments(self):
+        org = self.w.org()
+        runners = [self.w.keypair_runner(org, registered_at=NOW - 10 + i, updated_at=NOW) for i in range(3)]
+        self.delete_expired(cutoff=NOW, limit=2)
+        left = [r for r in runners if self.w.one("SELECT count(*) FROM runners WHERE id = ?", r)[0]]
+        self.assertEqual(left, runners[2:])
+
+    def test_an_api_key_ends_after_it_was_made_or_never(self):
+        # Migration 0013: NULL (keys made before, and bootstrap-admin's) or after created_at.
+        org = self.w.org()
+        self.w.api_key(org)
+        self.w.api_key(org, expires_at=NOW + 1)
+        self.assertRefused(self.w.api_key, org, expires_at=NOW, message="CHECK constraint failed")
+        # The insert the worker sends binds it.
+        self.execute(query("api_keys/insert"), "key_x", org, "ci", "erk_01234567", sha("x"), "member",
+                     '["runs:read"]', NOW, NOW + 90 * 86_400_000)
+        self.assertEqual(self.w.one("SELECT expires_at FROM api_keys WHERE id = 'key_x'")[0], NOW + 90 * 86_400_000)
+
+    def test_a_runners_events_page_newest_first_before_a_cursor(self):
+        org, other_org = self.w.org(), self.w.org()
+        runner, other = self.w.runner(org), self.w.runner(org)
+        for r, o in ((runner, org), (other, org), (runner, org), (runner, org)):
+            self.w.insert("job_events", {"organization_id": o, "runner_id": r, "actor": "system:test",
+                                         "type": "runner.tags_changed", "at": NOW})
+        ids = [row[0] for row in self.execute(
+            "SELECT id FROM job_events WHERE runner_id = ? ORDER BY id DESC", runner).fetchall()]
+        page = lambda org_id, before, limit: [row[0] for row in self.execute(
+            query("events/for_runner"), org_id, runner, before, limit).fetchall()]
+        self.assertEqual(page(org, 2**63 - 1, 2), ids[:2])
+        self.assertEqual(page(org, ids[1], 2), ids[2:])
+        self.assertEqual(page(other_org, 2**63 - 1, 10), [])
+
+    def test_migration_0012_deletes_the_enrollments_the_cron_pass_revoked_before_it(self):
+        before = [m for m in MIGRATIONS if os.path.basename(m) < "0012"]
+        conn = open_database(before)
+        w = World(conn)
+        org = w.org()
+        expired = w.keypair_runner(org, state="revoked", revoked_at=NOW,
+                                   state_reason="enrollment expired before approval")
+        by_admin = w.keypair_runner(org, state="revoked", revoked_at=NOW, state_reason="not ours")
+        for runner in (expired, by_admin):
+            w.insert("job_events", {"organization_id": org, "runner_id": runner, "actor": "system:cron",
+                                    "type": "runner.enrollment_expired", "at": NOW})
+        for path in MIGRATIONS[len(before):]:
+            apply_migration(conn, path)
+        self.assertEqual([w.one("SELECT count(*) FROM runners WHERE id = ?", r)[0] for r in (expired, by_admin)],
+                         [0, 1])
+        self.assertEqual([w.one("SELECT count(*) FROM job_events WHERE runner_id = ?", r)[0]
+                          for r in (expired, by_admin)], [0, 1])
+        conn.close()
+
+
 # =============================================================================================
 # Runners
 # =============================================================================================

@@ -121,6 +121,9 @@ wire_names! {
         PendingEnrollmentsAtCap = "PENDING_ENROLLMENTS_AT_CAP",
         /// As many runners from this network wait for approval as the organization allows.
         PendingEnrollmentsFromNetworkAtCap = "PENDING_ENROLLMENTS_FROM_NETWORK_AT_CAP",
+        /// As many runners from this site (an IPv6 /48, an IPv4 address) wait for approval as
+        /// the organization allows.
+        PendingEnrollmentsFromSiteAtCap = "PENDING_ENROLLMENTS_FROM_SITE_AT_CAP",
         /// An enrollment carries more files, or more bytes of them, than it may.
         EnrollFilesTooLarge = "ENROLL_FILES_TOO_LARGE",
         /// A key-pair runner has no bootstrap token to rotate.
@@ -458,6 +461,10 @@ mod tests {
         (
             ErrorCode::RunnerPendingApproval,
             "retired: older servers' answer, which runners still read",
+        ),
+        (
+            ErrorCode::EnrollmentClosed,
+            "retired (issue 41: a closed organization is answered as one that asks for a token is): older servers' answer, which runners still read",
         ),
     ];
 

@@ -43,6 +43,9 @@ pub(crate) struct RunnerView<'a> {
     active_claims: i64,
     completed_jobs: i64,
     registered_at: Option<String>,
+    /// When the bootstrap token stops exchanging (`null`: a key-pair runner, or a token issued
+    /// before tokens had a default lifetime, valid until rotated).
+    bootstrap_token_expires_at: Option<String>,
     approved_at: Option<String>,
     revoked_at: Option<String>,
     last_seen_at: Option<String>,
@@ -125,6 +128,7 @@ impl<'a> RunnerView<'a> {
             active_claims: runner.active_claims,
             completed_jobs: runner.completed_jobs,
             registered_at: rfc3339(runner.registered_at),
+            bootstrap_token_expires_at: runner.bootstrap_token_expires_at.and_then(rfc3339),
             approved_at: runner.approved_at.and_then(rfc3339),
             revoked_at: runner.revoked_at.and_then(rfc3339),
             last_seen_at: runner.last_seen_at.and_then(rfc3339),
@@ -254,7 +258,7 @@ mod tests {
                 "capabilities": {"runtimes": ["python3.12"]}, "capabilityHash": "ab".repeat(32),
                 "protocolVersion": "1", "problemTypes": [], "external": true, "tags": ["eu"],
                 "maxConcurrentJobs": 2, "activeClaims": 1, "completedJobs": 4,
-                "registeredAt": "2025-12-31T23:59:00.000Z",
+                "registeredAt": "2025-12-31T23:59:00.000Z", "bootstrapTokenExpiresAt": null,
                 "approvedAt": "2026-01-01T00:00:00.000Z", "revokedAt": null,
                 "lastSeenAt": "2026-01-01T00:00:00.000Z", "lastHeartbeatAt": null,
                 "files": [{

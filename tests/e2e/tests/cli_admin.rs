@@ -1220,11 +1220,12 @@ async fn enrollment_policy_and_tokens_are_set_issued_listed_and_revoked_from_the
     assert_eq!(twice.status.code(), Some(1), "{}", shown(&twice));
     assert!(stderr(&twice).contains("NOT_FOUND"), "{}", shown(&twice));
 
-    // Closed refuses every runner; open lets them in without a token.
+    // Closed refuses every runner (answered as a token policy is, so that a stranger cannot
+    // tell them apart); open lets them in without a token.
     ok(&org, &["enrollment", "policy", "closed"]);
     let closed = enroll_runner(&scratch, &org, None);
     assert!(
-        stderr(&closed).contains("ENROLLMENT_CLOSED"),
+        stderr(&closed).contains("ENROLLMENT_TOKEN_REQUIRED"),
         "{}",
         shown(&closed)
     );

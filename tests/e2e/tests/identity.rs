@@ -414,7 +414,8 @@ async fn enrollment_refuses_operator_tags_a_known_key_and_an_unknown_organizatio
         .await
         .expect_error(409, "FINGERPRINT_TAKEN");
 
-    // Unknown organization.
+    // Unknown organization: answered as one that asks for a token is, so that a stranger
+    // cannot tell which organizations exist (issue 41).
     let stranger = KeyPairRunner::generate();
     stranger
         .enroll_from(
@@ -422,7 +423,7 @@ async fn enrollment_refuses_operator_tags_a_known_key_and_an_unknown_organizatio
             &stranger.enrollment("org_doesnotexist0000000000"),
         )
         .await
-        .expect_error(404, "NOT_FOUND");
+        .expect_error(403, "ENROLLMENT_TOKEN_REQUIRED");
 }
 
 // =============================================================================================
@@ -1050,6 +1051,7 @@ async fn member_key_with_runs_read_lists_runners_but_cannot_register() {
             "scopes",
             "role",
             "createdAt",
+            "expiresAt",
             "apiKey"
         ]),
         "{reply:?}"
@@ -1219,7 +1221,8 @@ async fn api_key_list_never_shows_a_key_or_its_hash() {
                 "role",
                 "createdAt",
                 "lastUsedAt",
-                "revokedAt"
+                "revokedAt",
+                "expiresAt"
             ]),
             "{entry}"
         );
@@ -1761,4 +1764,103 @@ async fn bad_runner_file_names_are_refused() {
     )
     .await;
     assert!(matches!(reply.status, 200 | 201), "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_runners_events_page_newest_first_and_every_event_is_reachable() {
+    let org = bootstrap_org("identity-events-page");
+    let (runner_id, _) = register_simple_runner(&org, "events").await;
+    // 1,100 audit events, more than one page may hold (1,000), written as an operator would.
+    d1(&format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1100) \
+         INSERT INTO job_events (organization_id, runner_id, actor, type, reason, at) \
+         SELECT {}, {}, 'api_key:e2e', 'runner.tags_changed', 'change ' || i, {} + i FROM n",
+        sql_text(&org.id),
+        sql_text(&runner_id),
+        now_ms()
+    ));
+    let total = 1100 + 1; // and the registration's own event
+    let mut ids: Vec<i64> = Vec::new();
+    let mut cursor: Option<String> = None;
+    // At most 3 pages of 500 hold them all; a list that never ends fails the loop's bound.
+    for page_number in 0..4 {
+        let path = match &cursor {
+            None => format!("/api/remote-runners/{runner_id}/events?limit=500"),
+            Some(c) => format!("/api/remote-runners/{runner_id}/events?limit=500&cursor={c}"),
+        };
+        let page = get(&path, &org.admin_key).await.expect(200);
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        if page_number == 0 {
+            // Newest first: the last change is the first row.
+            assert_eq!(events[0]["reason"], "change 1100", "{}", events[0]);
+        }
+        ids.extend(
+            events
+                .iter()
+                .map(|e| e["id"].as_i64().expect("an integer id")),
+        );
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(ids.len(), total, "every event once");
+    assert!(
+        ids.windows(2).all(|w| w[0] > w[1]),
+        "newest first, no repeat"
+    );
+    // A cursor this list did not write is refused with a code.
+    get(
+        &format!("/api/remote-runners/{runner_id}/events?cursor=not-a-cursor"),
+        &org.admin_key,
+    )
+    .await
+    .expect_error(422, "INVALID_CURSOR");
+}
+
+#[tokio::test]
+async fn a_bootstrap_token_registered_without_a_lifetime_expires_in_90_days() {
+    let org = bootstrap_org("identity-bootstrap-expiry");
+    let (runner_id, token) = register_simple_runner(&org, "expiring").await;
+    // The token's lifetime is on the record: 90 days from now (to the minute).
+    let record = runner_record(&org.admin_key, &runner_id).await;
+    let expires = record["bootstrapTokenExpiresAt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no bootstrapTokenExpiresAt in {record}"))
+        .to_owned();
+    let stored = d1(&format!(
+        "SELECT bootstrap_token_expires_at - registered_at AS ttl FROM runners WHERE id = {}",
+        sql_text(&runner_id)
+    ));
+    assert_eq!(
+        d1_rows(&stored)[0]["ttl"],
+        90 * 86_400_000_i64,
+        "{stored} ({expires})"
+    );
+    exchange(&runner_id, &token).await;
+    // 91 days on (the stored times moved back, as the clock cannot be moved forward here), the
+    // token no longer exchanges: the one answer for every refusal.
+    d1(&format!(
+        "UPDATE runners SET bootstrap_token_expires_at = bootstrap_token_expires_at - {} \
+         WHERE id = {}",
+        91 * 86_400_000_i64,
+        sql_text(&runner_id)
+    ));
+    session(&runner_id, &token)
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    // Rotation gives the new token a fresh 90 days.
+    let rotated = post(
+        &format!("/api/remote-runners/{runner_id}/rotate"),
+        Some(&org.admin_key),
+        &json!({}),
+    )
+    .await
+    .expect(200);
+    let fresh = rotated["bootstrapToken"].as_str().expect("a new token");
+    assert!(
+        rotated["runner"]["bootstrapTokenExpiresAt"].is_string(),
+        "{rotated}"
+    );
+    exchange(&runner_id, fresh).await;
 }

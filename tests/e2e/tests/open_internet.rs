@@ -592,7 +592,7 @@ async fn challenges_and_failed_sessions_are_limited_per_address() {
 }
 
 #[tokio::test]
-async fn the_cron_pass_expires_old_enrollments_and_deletes_spent_challenges() {
+async fn the_cron_pass_deletes_old_enrollments_and_spent_challenges() {
     let org = bootstrap_org("open-purge");
     let stale = KeyPairRunner::generate();
     let mut body = stale.enrollment(&org.id);
@@ -614,25 +614,26 @@ async fn the_cron_pass_expires_old_enrollments_and_deletes_spent_challenges() {
         "UPDATE runner_challenges SET issued_at = issued_at - 120000, expires_at = expires_at - 120000 WHERE runner_id = {}",
         sql_text(&approved_id)
     ));
+    // An approved runner registered long ago is not an expired enrollment.
+    d1(&format!(
+        "UPDATE runners SET registered_at = registered_at - {day} WHERE id = {}",
+        sql_text(&approved_id)
+    ));
 
     fire_cron().await;
 
-    let record = runner_record(&org.admin_key, &stale_id).await;
-    assert_eq!(record["state"], "revoked", "{record}");
-    assert_eq!(record["files"], json!([]), "{record}");
+    // Deleted with its files and events (issue 41; attacks
+    // an_enrollment_nobody_approved_in_a_day_is_deleted_and_its_key_may_enroll_again).
+    get_runner(&org.admin_key, &stale_id)
+        .await
+        .expect_error(404, "NOT_FOUND");
     assert_eq!(
         runner_record(&org.admin_key, &fresh_id).await["state"],
         "pending_approval"
     );
-    let events = get(
-        &format!("/api/remote-runners/{stale_id}/events"),
-        &org.admin_key,
-    )
-    .await
-    .expect(200);
-    assert!(
-        events.to_string().contains("runner.enrollment_expired"),
-        "{events}"
+    assert_eq!(
+        runner_record(&org.admin_key, &approved_id).await["state"],
+        "active"
     );
     let left = d1(&format!(
         "SELECT count(*) AS n FROM runner_challenges WHERE runner_id = {}",

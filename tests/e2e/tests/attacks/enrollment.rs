@@ -299,13 +299,14 @@ async fn a_closed_organization_refuses_every_enrollment_and_reopening_lets_them_
     let org = bootstrap_org("attack-closed");
     let token = secret_of(&new_token(&org, &json!({ "maxUses": 3 })).await);
     assert_eq!(set_policy(&org, "closed").await["policy"], "closed");
+    // Answered as an organization that asks for a token, or does not exist, is (issue 41).
     enroll_with(&org.id, None)
         .await
-        .expect_error(403, "ENROLLMENT_CLOSED");
+        .expect_error(403, "ENROLLMENT_TOKEN_REQUIRED");
     // Not even with a live token, which is not spent.
     enroll_with(&org.id, Some(&token))
         .await
-        .expect_error(403, "ENROLLMENT_CLOSED");
+        .expect_error(403, "ENROLLMENT_TOKEN_INVALID");
     assert_eq!(listed(&org).await[0]["uses"], 0);
     // Another organization is not closed by it.
     let other = bootstrap_org("attack-closed-other");
@@ -495,4 +496,154 @@ async fn the_cron_pass_deletes_tokens_a_week_past_expiry_that_admitted_no_one() 
         ids.contains(&json!(used)) && ids.contains(&json!(recent)),
         "{ids:?}"
     );
+}
+
+/// An IPv6 /48 (what one free tunnel broker account is given) of the documentation range
+/// 3fff::/20 that no other test uses: `address(j, i)` is address `i` of its /64 number `j`.
+fn fresh_site() -> impl Fn(u32, u32) -> String {
+    let b = random_bytes();
+    let (x, y) = (
+        u16::from_be_bytes([b[0], b[1]]) & 0x0fff,
+        u16::from_be_bytes([b[2], b[3]]),
+    );
+    move |j: u32, i: u32| format!("3fff:{x:x}:{y:x}:{j:x}::{:x}", i + 1)
+}
+
+/// Token-less enrollments of fresh keys into `org`, five from each of the /64s `0..nets` of
+/// `site` (each /64 at its share, MAX_PENDING_ENROLLMENTS_PER_NETWORK).
+async fn fill_from(site: &impl Fn(u32, u32) -> String, nets: u32, org: &Org) {
+    for j in 0..nets {
+        for i in 0..5 {
+            let runner = KeyPairRunner::generate();
+            runner
+                .enroll_from(&site(j, i), &runner.enrollment(&org.id))
+                .await
+                .expect(201);
+        }
+    }
+}
+
+#[tokio::test]
+async fn strangers_filling_every_token_less_slot_do_not_block_an_admins_tokens() {
+    let org = bootstrap_org("attack-squat-tokens");
+    let token = secret_of(&new_token(&org, &json!({ "maxUses": 2 })).await);
+    // MAX_PENDING_ENROLLMENTS (100) token-less enrollments from five /48s, each at its share
+    // (MAX_PENDING_ENROLLMENTS_PER_SITE, 20: four /64s at five each).
+    for _ in 0..5 {
+        fill_from(&fresh_site(), 4, &org).await;
+    }
+    let late = KeyPairRunner::generate();
+    late.enroll_from(&fresh_site()(0, 0), &late.enrollment(&org.id))
+        .await
+        .expect_error(429, "PENDING_ENROLLMENTS_AT_CAP");
+    // The admin's own runners, with the admin's token, still enroll: token enrollments are
+    // bounded by the token's uses and do not compete for the strangers' slots.
+    for _ in 0..2 {
+        let own = KeyPairRunner::generate();
+        let mut body = own.enrollment(&org.id);
+        body["enrollmentToken"] = json!(token);
+        own.enroll_from(&fresh_site()(0, 0), &body)
+            .await
+            .expect(201);
+    }
+}
+
+#[tokio::test]
+async fn strangers_from_one_ipv6_48_fill_only_its_share_of_pending_enrollments() {
+    let org = bootstrap_org("attack-squat-site");
+    let site = fresh_site();
+    // MAX_PENDING_ENROLLMENTS_PER_SITE (20): four /64s of the /48 at their share of five.
+    fill_from(&site, 4, &org).await;
+    // A fifth /64 of the same /48 is turned away, though its own share is untouched.
+    let late = KeyPairRunner::generate();
+    late.enroll_from(&site(4, 0), &late.enrollment(&org.id))
+        .await
+        .expect_error(429, "PENDING_ENROLLMENTS_FROM_SITE_AT_CAP");
+    // Controls: another /48 enrolls into the same organization, the squatted /48 into
+    // another one, and an admin's token from the squatted /48 into this one.
+    late.enroll_from(&fresh_site()(0, 0), &late.enrollment(&org.id))
+        .await
+        .expect(201);
+    let other = bootstrap_org("attack-squat-site-other");
+    let elsewhere = KeyPairRunner::generate();
+    elsewhere
+        .enroll_from(&site(5, 0), &elsewhere.enrollment(&other.id))
+        .await
+        .expect(201);
+    let token = secret_of(&new_token(&org, &json!({})).await);
+    let admitted = KeyPairRunner::generate();
+    let mut body = admitted.enrollment(&org.id);
+    body["enrollmentToken"] = json!(token);
+    admitted.enroll_from(&site(6, 0), &body).await.expect(201);
+}
+
+#[tokio::test]
+async fn an_enrollment_nobody_approved_in_a_day_is_deleted_and_its_key_may_enroll_again() {
+    let org = bootstrap_org("attack-squat-expiry");
+    let stale = KeyPairRunner::generate();
+    let mut body = stale.enrollment(&org.id);
+    body["files"] = json!({ "lscpu.txt": "x86_64" });
+    let stale_id = id_of(&stale.enroll_from(&fresh_address(), &body).await.expect(201)["runner"]);
+    let fresh = KeyPairRunner::generate();
+    let fresh_id = fresh.enroll(&org).await;
+    // A day and a minute old (the default PENDING_ENROLLMENT_MAX_AGE_HOURS is 24).
+    d1(&format!(
+        "UPDATE runners SET registered_at = registered_at - {} WHERE id = {}",
+        DAY + 60_000,
+        sql_text(&stale_id)
+    ));
+
+    edgerunner_e2e::recovery::fire_cron().await;
+
+    get_runner(&org.admin_key, &stale_id)
+        .await
+        .expect_error(404, "NOT_FOUND");
+    let left = d1(&format!(
+        "SELECT (SELECT count(*) FROM runners WHERE id = {id}) \
+              + (SELECT count(*) FROM runner_files WHERE runner_id = {id}) \
+              + (SELECT count(*) FROM job_events WHERE runner_id = {id}) AS n",
+        id = sql_text(&stale_id)
+    ));
+    assert_eq!(d1_rows(&left)[0]["n"], 0, "{left}");
+    assert_eq!(
+        runner_record(&org.admin_key, &fresh_id).await["state"],
+        "pending_approval"
+    );
+    // The operator who missed the day enrolls the same key again.
+    stale
+        .enroll_from(&fresh_address(), &stale.enrollment(&org.id))
+        .await
+        .expect(201);
+}
+
+/// Status and error body, for comparing answers.
+fn answer(reply: &Reply) -> (u16, String) {
+    (reply.status, reply.text.clone())
+}
+
+#[tokio::test]
+async fn enroll_answers_a_stranger_alike_for_unknown_closed_and_token_organizations() {
+    let closed = bootstrap_org("attack-alike-closed");
+    set_policy(&closed, "closed").await;
+    let token_only = bootstrap_org("attack-alike-token");
+    set_policy(&token_only, "token").await;
+    let open = bootstrap_org("attack-alike-open");
+    let unknown = format!("org_{}", &sha256_hex(&random_bytes())[..24]);
+
+    // Without a token: one answer whether the organization is unknown, closed or asks for one.
+    let mut without = Vec::new();
+    for org_id in [&unknown, &closed.id, &token_only.id] {
+        without.push(answer(&enroll_with(org_id, None).await));
+    }
+    assert_eq!(without[0].0, 403, "{without:?}");
+    assert!(without.iter().all(|a| *a == without[0]), "{without:?}");
+
+    // With a token that admits nothing: one answer whatever the organization and its policy.
+    let bogus = format!("ere_{}", sha256_hex(&random_bytes()));
+    let mut with = Vec::new();
+    for org_id in [&unknown, &closed.id, &token_only.id, &open.id] {
+        with.push(answer(&enroll_with(org_id, Some(&bogus)).await));
+    }
+    assert_eq!(with[0].0, 403, "{with:?}");
+    assert!(with.iter().all(|a| *a == with[0]), "{with:?}");
 }

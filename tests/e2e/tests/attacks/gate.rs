@@ -176,3 +176,49 @@ async fn a_runner_holds_at_most_five_live_challenges_and_the_newest_always_works
     let granted: Value = session(&oldest_live).await.expect(200);
     assert!(granted["token"].is_string(), "{granted}");
 }
+
+#[tokio::test]
+async fn session_requests_refused_as_malformed_count_against_the_networks_failure_budget() {
+    let org = bootstrap_org("attack-session-budget");
+    let (runner_id, token) = register_simple_runner(&org, "budget").await;
+    let address = fresh_address();
+    let from = |request: reqwest::RequestBuilder| {
+        send(
+            "POST /api/remote-runners/session".to_owned(),
+            request.header("CF-Connecting-IP", address.clone()),
+        )
+    };
+    let session = || client().post(url("/api/remote-runners/session"));
+    // FAILED_SESSIONS_PER_MINUTE (20) refusals, none of them a wrong guess: JSON that does not
+    // parse (400), a field the route does not know (422), a body past its 16 KiB (413).
+    for n in 0..20 {
+        match n % 3 {
+            0 => from(
+                session()
+                    .header("Content-Type", "application/json")
+                    .body("{\"runnerId\":"),
+            )
+            .await
+            .expect_error(400, "INVALID_JSON"),
+            1 => from(
+                session()
+                    .json(&json!({ "runnerId": runner_id, "bootstrapToken": "guess", "extra": 1 })),
+            )
+            .await
+            .expect_error(422, "UNKNOWN_FIELD"),
+            _ => {
+                from(session().json(
+                    &json!({ "runnerId": runner_id, "bootstrapToken": "x".repeat(17 * 1024) }),
+                ))
+                .await
+                .expect_error(413, "BODY_TOO_LARGE")
+            }
+        };
+    }
+    // The network has spent its budget: it is turned away, even with the right token.
+    let reply =
+        from(session().json(&json!({ "runnerId": runner_id, "bootstrapToken": token }))).await;
+    reply.expect_error(429, "RATE_LIMITED");
+    // The runner itself, from its own address, is not.
+    exchange(&runner_id, &token).await;
+}

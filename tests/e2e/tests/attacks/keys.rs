@@ -203,3 +203,59 @@ async fn a_runner_naming_a_malformed_job_or_claim_id_is_refused_at_the_edge() {
     .await
     .expect_error(404, "NOT_FOUND");
 }
+
+#[tokio::test]
+async fn an_api_key_made_without_a_lifetime_stops_working_after_90_days() {
+    let org = bootstrap_org("attack-key-expiry");
+    let made = post(
+        "/api/developer/api-keys",
+        Some(&org.admin_key),
+        &json!({ "name": "ci", "scopes": ["runs:read"] }),
+    )
+    .await
+    .expect(201);
+    let key = made["apiKey"].as_str().expect("the key").to_owned();
+    let id = made["id"].as_str().expect("an id").to_owned();
+    // Its lifetime is in the answer: 90 days, unless expiresInDays says otherwise.
+    assert!(made["expiresAt"].is_string(), "no expiresAt in {made}");
+    let stored = d1(&format!(
+        "SELECT expires_at - created_at AS ttl FROM api_keys WHERE id = {}",
+        sql_text(&id)
+    ));
+    assert_eq!(d1_rows(&stored)[0]["ttl"], 90 * 86_400_000_i64, "{stored}");
+    get("/api/remote-runners", &key).await.expect(200);
+    // 91 days on (the stored times moved back: the clock cannot be moved forward here).
+    d1(&format!(
+        "UPDATE api_keys SET created_at = created_at - {day91}, expires_at = expires_at - {day91} \
+         WHERE id = {}",
+        sql_text(&id),
+        day91 = 91 * 86_400_000_i64
+    ));
+    get("/api/remote-runners", &key)
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+    // The list says when each key ends; a lifetime outside 1-365 days is refused by name.
+    let listed = get("/api/developer/api-keys", &org.admin_key)
+        .await
+        .expect(200);
+    assert!(listed.to_string().contains("expiresAt"), "{listed}");
+    for bad in [json!(0), json!(366), json!("30"), json!(1.5)] {
+        post(
+            "/api/developer/api-keys",
+            Some(&org.admin_key),
+            &json!({ "name": "ci", "scopes": ["runs:read"], "expiresInDays": bad }),
+        )
+        .await
+        .expect_error(422, "INVALID_EXPIRES_IN");
+    }
+    let year = post(
+        "/api/developer/api-keys",
+        Some(&org.admin_key),
+        &json!({ "name": "ci", "scopes": ["runs:read"], "expiresInDays": 365 }),
+    )
+    .await
+    .expect(201);
+    get("/api/remote-runners", year["apiKey"].as_str().expect("key"))
+        .await
+        .expect(200);
+}

@@ -1,7 +1,8 @@
--- store::runners::expire_enrollments, second: the files of each expired enrollment (a
+-- store::runners::delete_expired_enrollments, second: the files of each expired enrollment (a
 -- stranger's uploads are not kept). ?1 cutoff, ?2 at most this many,
 -- ?3 runners::enrollment_expired_moves() (JSON object, from → to)
 DELETE FROM runner_files
  WHERE runner_id IN (SELECT id FROM runners
                       WHERE state IN (SELECT key FROM json_each(?3)) AND registered_at < ?1
+                        AND approved_at IS NULL
                       ORDER BY registered_at, id LIMIT ?2)
