@@ -23,9 +23,9 @@
 //! - [`worker`]: `edgerunner runner start`: claim up to capacity, run, stream, complete, and
 //!   drain or give back work on shutdown (`worker/claim_loop.rs` the loop, `worker/job.rs` one
 //!   job's task, `worker/command.rs` its command and output).
-//! - [`workdir`]: the runner's private work directory and each job's (fresh names from
-//!   `tempfile`, `0700`), and owner-only job files that are never written through a planted
-//!   link.
+//! - [`workdir`]: the runner's private work directory and each job's (fresh random names,
+//!   `0700`), made and filled through open directory handles, and owner-only job files that
+//!   are never written through a planted link.
 //! - [`keyfile`], [`config`]: the runner's key (owner-only file) and configuration.
 //! - [`admin`]: the REST operations an admin uses daily, with an API key.
 //! - [`custody`]: offline verification of a job's custody bundle (`edgerunner verify`).

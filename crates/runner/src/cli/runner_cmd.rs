@@ -257,7 +257,8 @@ pub struct StartArgs {
     #[arg(long)]
     pub exit_when_idle: bool,
     /// Where this runner makes its private work directory (a fresh `edgerunner-<random>`,
-    /// mode 0700) for job directories [default: $TMPDIR]
+    /// mode 0700) for job directories; refused when it or a directory above it is group- or
+    /// world-writable without the sticky bit [default: $TMPDIR]
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
     /// Keep each job's directory (input.json, artifact.json, files it wrote)
