@@ -341,6 +341,30 @@ fn probe_isolation() -> Result<Isolation, CliError> {
     Ok(Isolation { launcher, host })
 }
 
+/// Where the runner's record says what it enforces: a file of its own on the server, which
+/// an admin reads (`GET /api/remote-runners/{id}/files/isolation.json`).
+const ISOLATION_FILE: &str = "/api/remote-runners/self/files/isolation.json";
+
+/// Puts what this host enforces in the runner's record; a failure is logged, never fatal.
+async fn record_isolation(client: &RunnerClient, http: &Http, host: isolation::HostIsolation) {
+    let put = async {
+        let session = client.session().await?;
+        http.send(
+            reqwest::Method::PUT,
+            ISOLATION_FILE,
+            Some(session.token()),
+            Some(&host.to_value()),
+        )
+        .await
+    };
+    if let Err(error) = put.await {
+        warn!(
+            event = "runner.isolation_unrecorded",
+            "could not record what this runner enforces in its record ({ISOLATION_FILE}): {error}"
+        );
+    }
+}
+
 fn usage(error: JobEnvError) -> CliError {
     CliError::Usage(error.to_string())
 }
@@ -666,6 +690,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         signals.abort();
         return Ok(ExitCode::SUCCESS);
     };
+    record_isolation(&client, &http, isolation.host).await;
     let capacity = args.capacity.unwrap_or_else(|| {
         record["maxConcurrentJobs"]
             .as_u64()

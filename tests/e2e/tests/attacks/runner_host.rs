@@ -5,7 +5,8 @@
 //! - Processes a job leaves behind, even in a session of their own or double-forked, end with
 //!   the job.
 //! - A job has no controlling terminal, even when the runner has one.
-//! - A job whose requirements say `network: deny_all` cannot open a connection.
+//! - A job whose requirements say `network: deny_all` cannot open a connection, and the
+//!   runner's record says what it enforces.
 //! - A job past its `memoryMb` fails, and its exited event says which limit it ran into.
 
 use std::path::Path;
@@ -247,6 +248,21 @@ async fn a_deny_all_job_cannot_open_a_connection_to_the_server() {
         !stdout.iter().any(|line| line == "connected"),
         "{stdout:#?}"
     );
+    // What the runner enforces is in its record, for an admin to read.
+    let (_, runner_id) = env
+        .iter()
+        .find(|(name, _)| *name == "EVALGATE_RUNNER_ID")
+        .expect("the runner's id");
+    let recorded = get(
+        &format!("/api/remote-runners/{runner_id}/files/isolation.json"),
+        &org.admin_key,
+    )
+    .await;
+    assert_eq!(recorded.status, 200, "{}", recorded.text);
+    let enforced: Value = serde_json::from_str(&recorded.text).expect("JSON");
+    assert_eq!(enforced["networkDenyAll"], true, "{enforced}");
+    assert_eq!(enforced["processSweep"], true, "{enforced}");
+    assert_eq!(enforced["session"], true, "{enforced}");
 }
 
 fn requirements_with_memory(memory_mb: u64) -> Value {
