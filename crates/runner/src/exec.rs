@@ -182,7 +182,7 @@ pub async fn run(
         .ok_or_else(|| ExecError("the command exited before it could be watched".into()))?;
     // Should this future be dropped mid-run, the job's processes go before the launcher does
     // (`kill_on_drop` kills only the launcher, which would orphan them).
-    let sweep = SweepOnDrop {
+    let mut sweep = SweepOnDrop {
         launcher: spec.launcher.is_some().then_some(group),
     };
 
@@ -226,13 +226,15 @@ pub async fn run(
             (status, Ending::Stopped(request.unwrap_or(StopRequest::Shutdown)), killed)
         }
     };
+    // The launcher has been waited for: its pid is free for reuse, so nothing may be
+    // signalled by it any more.
+    sweep.disarm();
     let status = status.map_err(|error| ExecError(format!("waiting for the command: {error}")))?;
     // Sweep what the shell left in its group; ESRCH (nothing left) is the usual answer. (The
     // launcher has already killed everything under it, in any group or session.)
     if !launched {
         let _ = killpg(group, Signal::SIGKILL);
     }
-    drop(sweep);
     let elapsed = started.elapsed();
 
     let (stdout_bytes, stdout_sha256, _) = match stdout {
@@ -267,6 +269,13 @@ pub async fn run(
 /// Kills every process under the launcher when dropped before the command was waited for.
 struct SweepOnDrop {
     launcher: Option<Pid>,
+}
+
+impl SweepOnDrop {
+    /// Once the launcher is reaped its pid may name another process: never signal by it.
+    fn disarm(&mut self) {
+        self.launcher = None;
+    }
 }
 
 impl Drop for SweepOnDrop {
