@@ -245,10 +245,16 @@ pub async fn run(
         Some(task) => finish_reader(task).await,
         None => (0, Sha256Hex::from_digest(Sha256::digest(b"").into()), false),
     };
+    // SIGXCPU comes only from RLIMIT_CPU; a SIGKILL the runner did not send is the kernel's
+    // hard limit a second later only when enough time has passed for it (a job that kills
+    // itself sooner is not said to have reached the limit).
     let cpu_killed = status.signal() == Some(Signal::SIGXCPU as i32)
         || (status.signal() == Some(Signal::SIGKILL as i32)
             && !killed
-            && spec.confinement.cpu_seconds.is_some());
+            && spec
+                .confinement
+                .cpu_seconds
+                .is_some_and(|seconds| started.elapsed() >= Duration::from_secs(seconds)));
     let ending = match ending {
         Ending::Exited if launched && cpu_killed => Ending::CpuTimeExceeded,
         other => other,

@@ -14,7 +14,9 @@
 //! - enters a new network namespace (`unshare(CLONE_NEWNET)`, inside a user namespace of its
 //!   own when the runner is not root) for a `network: deny_all` job: no interface but a
 //!   loopback that is down, so no connection leaves;
-//! - sets `RLIMIT_CPU` from `limits.cpuSeconds` and `RLIMIT_AS` from `limits.memoryMb`.
+//! - sets `RLIMIT_CPU` from `limits.cpuSeconds` and `RLIMIT_AS` from `limits.memoryMb`
+//!   (rlimits bound each process, not the job's processes together: that would take a cgroup
+//!   per job, which the runner does not make).
 //!
 //! The shell runs as the `--run-as` user when given (the launcher stays the runner's user, so
 //! it can enter the namespace and signal every process of the job). When the shell exits, the
