@@ -18,6 +18,9 @@
 //!   (rlimits bound each process, not the job's processes together: that would take a cgroup
 //!   per job, which the runner does not make).
 //!
+//! Should the runner itself die, the launcher (whose parent-death signal is `SIGHUP`) kills
+//! every process under it too.
+//!
 //! The shell runs as the `--run-as` user when given (the launcher stays the runner's user, so
 //! it can enter the namespace and signal every process of the job). When the shell exits, the
 //! launcher kills and reaps every process left under it, then exits as the shell did (same
@@ -40,7 +43,7 @@ use std::process::{Command, ExitCode, Stdio};
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::{kill, raise, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{getpid, setsid, Pid};
+use nix::unistd::{getpid, getppid, setsid, Pid};
 
 /// The first argument that makes `edgerunner` the job launcher (not a subcommand in `--help`:
 /// only the runner starts it).
@@ -172,7 +175,8 @@ pub fn probe(launcher: &Path) -> HostIsolation {
 }
 
 /// Signals the launcher keeps from itself: the runner's `SIGTERM` is for the job's processes,
-/// not for the launcher that must outlive them to sweep.
+/// not for the launcher that must outlive them to sweep; `SIGCHLD` and `SIGHUP` (the runner
+/// is gone) are waited for instead.
 fn held_signals() -> SigSet {
     let mut set = SigSet::empty();
     for signal in [
@@ -180,6 +184,7 @@ fn held_signals() -> SigSet {
         Signal::SIGINT,
         Signal::SIGHUP,
         Signal::SIGQUIT,
+        Signal::SIGCHLD,
     ] {
         set.add(signal);
     }
@@ -205,9 +210,10 @@ pub fn launcher_main(args: &[OsString]) -> ExitCode {
         Ok(parsed) => parsed,
         Err(reason) => return setup_failed(&reason),
     };
-    if let Err(reason) = confine(&confinement) {
-        return setup_failed(&reason);
-    }
+    let runner = match confine(&confinement) {
+        Ok(runner) => runner,
+        Err(reason) => return setup_failed(&reason),
+    };
     let myself = match std::env::current_exe() {
         Ok(path) => path,
         Err(error) => return setup_failed(&format!("cannot find its own binary: {error}")),
@@ -233,7 +239,7 @@ pub fn launcher_main(args: &[OsString]) -> ExitCode {
         Err(error) => return setup_failed(&format!("cannot start {:?}: {error}", program[0])),
     };
     let shell = Pid::from_raw(i32::try_from(shell.id()).unwrap_or(i32::MAX));
-    let status = wait_for(shell);
+    let status = wait_for(shell, runner);
     sweep_children();
     exit_as(status)
 }
@@ -261,21 +267,31 @@ fn setup_failed(reason: &str) -> ExitCode {
     ExitCode::from(SETUP_FAILED)
 }
 
-fn confine(confinement: &Confinement) -> Result<(), String> {
+/// Confines this process (the launcher's first stage); returns the runner's pid.
+fn confine(confinement: &Confinement) -> Result<Pid, String> {
+    let runner = getppid();
     setsid().map_err(|error| format!("setsid: {error}"))?;
     held_signals()
         .thread_block()
         .map_err(|error| format!("blocking SIGTERM: {error}"))?;
     #[cfg(target_os = "linux")]
-    nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|error| format!("prctl PR_SET_CHILD_SUBREAPER: {error}"))?;
+    {
+        nix::sys::prctl::set_child_subreaper(true)
+            .map_err(|error| format!("prctl PR_SET_CHILD_SUBREAPER: {error}"))?;
+        // Should the runner die, the job ends too (see `wait_for`).
+        nix::sys::prctl::set_pdeathsig(Signal::SIGHUP)
+            .map_err(|error| format!("prctl PR_SET_PDEATHSIG: {error}"))?;
+        if getppid() != runner {
+            return Err("the runner is gone".into());
+        }
+    }
     if confinement.deny_network {
         #[cfg(target_os = "linux")]
         own_network()?;
         #[cfg(not(target_os = "linux"))]
         return Err("network deny_all needs Linux network namespaces".into());
     }
-    Ok(())
+    Ok(runner)
 }
 
 /// Enters a new network namespace: directly where this process may (root), else inside a new
@@ -316,15 +332,31 @@ fn set_limits(limits: &Confinement) -> Result<(), String> {
     Ok(())
 }
 
-/// Reaps children until `shell` ends; returns how it ended.
-fn wait_for(shell: Pid) -> WaitStatus {
+/// Reaps children until `shell` ends; returns how it ended. Should the runner die meanwhile
+/// (`SIGHUP`, the parent-death signal, and a new parent), every process under the launcher is
+/// killed: a job does not outlive the runner that ran it.
+fn wait_for(shell: Pid, runner: Pid) -> WaitStatus {
+    let mut wakeups = SigSet::empty();
+    wakeups.add(Signal::SIGCHLD);
+    wakeups.add(Signal::SIGHUP);
     loop {
-        match waitpid(None, None) {
-            Ok(status) if status.pid() == Some(shell) => return status,
-            // An orphan of the job, re-parented here and reaped.
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            // No child at all: the shell cannot be waited for (it is gone).
-            Err(_) => return WaitStatus::Exited(shell, i32::from(SETUP_FAILED)),
+        // Whatever has ended, the shell or an orphan re-parented here. A SIGCHLD that comes
+        // after this stays pending (held) and ends the wait below at once.
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(status) if status.pid() == Some(shell) => return status,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                // No child at all: the shell cannot be waited for (it is gone).
+                Err(_) => return WaitStatus::Exited(shell, i32::from(SETUP_FAILED)),
+            }
+        }
+        // A SIGHUP from a job (it may signal its launcher) changes nothing while the runner
+        // is there.
+        if let Ok(Signal::SIGHUP) = wakeups.wait() {
+            if getppid() != runner {
+                kill_descendants(getpid());
+            }
         }
     }
 }

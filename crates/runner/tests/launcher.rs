@@ -226,3 +226,61 @@ async fn a_deny_all_job_has_no_network_where_the_host_allows_a_namespace() {
         "the control: the host has more than a loopback"
     );
 }
+
+/// The runner killed outright (no chance to stop its jobs): its launchers see it go and end
+/// their jobs, leftovers included.
+#[test]
+fn a_job_ends_when_the_runner_that_started_it_dies() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let (left, shell) = (unique_seconds(), format!("{}1", unique_seconds()));
+    let launcher = env!("CARGO_BIN_EXE_edgerunner");
+    // A stand-in for the runner: it prints its pid, then launches a job that leaves a
+    // process behind, says ready once it runs, and sleeps.
+    let runner = format!(
+        "echo $$; \"{launcher}\" __job-launcher -- sh -c \
+         'setsid sleep {left} </dev/null >/dev/null 2>&1 & \
+          for _ in $(seq 100); do pgrep -fx \"sleep {left}\" >/dev/null && break; sleep 0.05; done; \
+          echo ready; exec sleep {shell}'"
+    );
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(&runner)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh runs");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let pid: Option<i32> = lines
+        .next()
+        .and_then(Result::ok)
+        .and_then(|line| line.trim().parse().ok());
+    let ready = lines.next().and_then(Result::ok);
+    let running_before = (running(&left).len(), running(&shell).len());
+
+    // Killed whatever the controls found, so that nothing is left behind on failure.
+    let stand_in = pid.map_or(nix::unistd::Pid::from_raw(child.id() as i32), |pid| {
+        nix::unistd::Pid::from_raw(pid)
+    });
+    let _ = nix::sys::signal::kill(stand_in, nix::sys::signal::SIGKILL);
+    let _ = child.wait();
+    // Bounded: the kernel wakes the launcher at once; it has ten seconds.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline
+        && !(running(&left).is_empty() && running(&shell).is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let remaining: Vec<i32> = running(&left).into_iter().chain(running(&shell)).collect();
+    for pid in &remaining {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert_eq!(ready.as_deref(), Some("ready"));
+    assert_eq!(
+        running_before,
+        (1, 1),
+        "the control: the job and its leftover ran"
+    );
+    assert!(remaining.is_empty(), "outlived the runner: {remaining:?}");
+}
