@@ -27,7 +27,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::isolation::{kill_descendants, Confinement};
+use crate::isolation::{self, kill_descendants, Confinement};
 use crate::stream::{LogLine, OutputStream};
 
 /// What to run and within which bounds.
@@ -156,7 +156,7 @@ pub async fn run(
             command
         }
     };
-    let mut child = command
+    command
         .arg("-c")
         .arg(&spec.command)
         // A job must not read the runner's credentials out of its environment.
@@ -166,15 +166,18 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|error| {
-            ExecError(format!(
-                "cannot start `sh -c {:?}` in {}: {error}",
-                spec.command,
-                spec.current_dir.display()
-            ))
-        })?;
+        .kill_on_drop(true);
+    let spawned = match spec.launcher {
+        Some(_) => isolation::spawn_launcher(|| command.spawn(), Child::id),
+        None => command.spawn(),
+    };
+    let mut child = spawned.map_err(|error| {
+        ExecError(format!(
+            "cannot start `sh -c {:?}` in {}: {error}",
+            spec.command,
+            spec.current_dir.display()
+        ))
+    })?;
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -227,8 +230,11 @@ pub async fn run(
         }
     };
     // The launcher has been waited for: its pid is free for reuse, so nothing may be
-    // signalled by it any more.
+    // signalled by it any more; what a job left after killing its launcher is ended now.
     sweep.disarm();
+    if launched {
+        isolation::launcher_ended(group);
+    }
     let status = status.map_err(|error| ExecError(format!("waiting for the command: {error}")))?;
     // Sweep what the shell left in its group; ESRCH (nothing left) is the usual answer. (The
     // launcher has already killed everything under it, in any group or session.)

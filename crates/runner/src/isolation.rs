@@ -19,7 +19,9 @@
 //!   per job, which the runner does not make).
 //!
 //! Should the runner itself die, the launcher (whose parent-death signal is `SIGHUP`) kills
-//! every process under it too.
+//! every process under it too. Should a job kill its launcher (a job of the runner's own user
+//! may), the runner, a subreaper as well ([`adopt_strays`]), gets what the job left and ends
+//! it ([`launcher_ended`]).
 //!
 //! The shell runs as the `--run-as` user when given (the launcher stays the runner's user, so
 //! it can enter the namespace and signal every process of the job). When the shell exits, the
@@ -39,6 +41,8 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::{kill, raise, SigSet, Signal};
@@ -473,6 +477,70 @@ pub fn kill_descendants(root: Pid) -> usize {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
     }
     under.len()
+}
+
+/// The launchers this process has running, by pid: a child of the runner that is not one of
+/// them is a stray (see [`launcher_ended`]). Held while a launcher is spawned, so that one
+/// just forked is never taken for a stray.
+static LAUNCHERS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Whether this process adopts strays ([`adopt_strays`]).
+static ADOPTING: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process (the runner) a child subreaper too: a job of the runner's own user may
+/// kill its launcher, and what it leaves behind then comes here instead of to `init`, to be
+/// ended by [`launcher_ended`]. Only for a process whose children are all launchers.
+pub fn adopt_strays() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|error| format!("prctl PR_SET_CHILD_SUBREAPER: {error}"))?;
+    ADOPTING.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Spawns a launcher with `spawn` and notes its pid, both under the lock.
+pub fn spawn_launcher<T>(
+    spawn: impl FnOnce() -> std::io::Result<T>,
+    pid: impl Fn(&T) -> Option<u32>,
+) -> std::io::Result<T> {
+    let mut launchers = LAUNCHERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let child = spawn()?;
+    if let Some(id) = pid(&child).and_then(|id| i32::try_from(id).ok()) {
+        launchers.push(id);
+    }
+    Ok(child)
+}
+
+/// Called once a launcher has been waited for: forgets it, and when this process adopts
+/// strays, kills and reaps every child that is not a running launcher (what a job left after
+/// its launcher was killed), until none is left.
+pub fn launcher_ended(launcher: Pid) {
+    let mut launchers = LAUNCHERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    launchers.retain(|pid| *pid != launcher.as_raw());
+    if !ADOPTING.load(Ordering::SeqCst) {
+        return;
+    }
+    let me = getpid();
+    for _ in 0..MAX_SWEEP_ROUNDS {
+        let strays: Vec<Pid> = children_of(me)
+            .into_iter()
+            .filter(|pid| !launchers.contains(&pid.as_raw()))
+            .collect();
+        if strays.is_empty() {
+            return;
+        }
+        for stray in &strays {
+            let _ = kill(*stray, Signal::SIGKILL);
+        }
+        // Each is this process's child and killed: the wait is short.
+        for stray in &strays {
+            let _ = waitpid(*stray, None);
+        }
+    }
 }
 
 /// Why a job cannot be run under the confinement it asks for on this host.

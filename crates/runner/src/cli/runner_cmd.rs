@@ -659,6 +659,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
     // Each job's HOME is its own (in its directory), never the --run-as user's shared one.
     let run_as = args.run_as.as_deref().map(run_as_user).transpose()?;
     let isolation = probe_isolation()?;
+    isolation::adopt_strays().map_err(CliError::Failed)?;
     job_env::check_files_outside(
         &exec_dir,
         &[
