@@ -81,6 +81,7 @@ pub(crate) async fn chatty(
                 },
                 job_env: job_env.clone(),
                 run_as: None,
+                isolation: None,
             },
         );
         let (_keep, shutdown) = tokio::sync::watch::channel(ShutdownState::Running);

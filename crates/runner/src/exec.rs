@@ -2,13 +2,15 @@
 //!
 //! The command runs as `sh -c '<command>'` in [`ExecSpec::current_dir`] (for `runner start`, the
 //! directory it was started in), with [`ExecSpec::env`] as its whole environment (nothing of the
-//! runner's is inherited: [`crate::job_env`] says what is given), in a process group of its own,
-//! with stdin closed
-//! and stdout and stderr read line by line. Stopping it — wall time exceeded, cancellation
-//! requested, claim lost, runner giving work back — always goes the same way: `SIGTERM` to
-//! the whole group, [`ExecSpec::grace`] to exit, then `SIGKILL` to the group. When the shell
-//! itself exits, whatever it left running in its group is killed too, so that no stray
-//! process keeps writing into a finished job's pipes.
+//! runner's is inherited: [`crate::job_env`] says what is given), with stdin closed and stdout
+//! and stderr read line by line. The runner starts it through the job launcher
+//! ([`ExecSpec::launcher`], see [`crate::isolation`]): a session of its own with no terminal,
+//! the job's limits and network confinement, and a subreaper that kills whatever the job
+//! leaves behind, `setsid` or double fork included. Stopping it — wall time exceeded,
+//! cancellation requested, claim lost, runner giving work back — always goes the same way:
+//! `SIGTERM` to the session's process group, [`ExecSpec::grace`] to exit, then `SIGKILL` to
+//! every process under the launcher. When the shell itself exits, the launcher kills what is
+//! left, so that no stray process outlives its job or keeps writing into its pipes.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -25,6 +27,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::isolation::{self, kill_descendants, Confinement};
 use crate::stream::{LogLine, OutputStream};
 
 /// What to run and within which bounds.
@@ -42,6 +45,12 @@ pub struct ExecSpec {
     pub grace: Duration,
     /// Another OS user to run the command as (the runner must be root).
     pub run_as: Option<RunAs>,
+    /// The `edgerunner` binary that launches the command confined (see [`crate::isolation`]);
+    /// `None` runs `sh` directly in a process group of its own, unconfined (for tests of
+    /// this module alone).
+    pub launcher: Option<PathBuf>,
+    /// Limits and network confinement the launcher applies (`run_as` is added from above).
+    pub confinement: Confinement,
 }
 
 /// The OS user a command runs as instead of the runner's (`runner start --run-as`).
@@ -71,6 +80,9 @@ pub enum Ending {
     Exited,
     /// Stopped at the wall-time limit.
     WallTimeExceeded,
+    /// Killed by the kernel at its CPU-time limit (`SIGXCPU`, or `SIGKILL` a second later,
+    /// under `RLIMIT_CPU`).
+    CpuTimeExceeded,
     /// Stopped on request.
     Stopped(StopRequest),
 }
@@ -80,6 +92,7 @@ impl Ending {
         match self {
             Self::Exited => "exited",
             Self::WallTimeExceeded => "wall_time_exceeded",
+            Self::CpuTimeExceeded => "cpu_time_exceeded",
             Self::Stopped(StopRequest::Cancel { .. }) => "cancelled",
             Self::Stopped(StopRequest::Lost { .. }) => "claim_lost",
             Self::Stopped(StopRequest::Shutdown) => "given_back",
@@ -100,6 +113,8 @@ pub struct ExecOutcome {
     pub stdout_sha256: Sha256Hex,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
+    /// Whether the command's stderr said an allocation failed (see [`says_allocation_failed`]).
+    pub allocation_failed: bool,
     pub elapsed: Duration,
 }
 
@@ -123,11 +138,25 @@ pub async fn run(
     mut stop: watch::Receiver<Option<StopRequest>>,
 ) -> Result<ExecOutcome, ExecError> {
     let started = Instant::now();
-    let mut command = Command::new("sh");
-    if let Some(user) = spec.run_as {
-        command.uid(user.uid).gid(user.gid);
-    }
-    let mut child = command
+    let mut command = match &spec.launcher {
+        Some(launcher) => {
+            let mut confinement = spec.confinement.clone();
+            confinement.run_as = spec.run_as.map(|user| (user.uid, user.gid));
+            let mut command = Command::new(launcher);
+            // The launcher makes its own session (and so its own group, whose id is its pid).
+            command.args(confinement.to_args()).arg("sh");
+            command
+        }
+        None => {
+            let mut command = Command::new("sh");
+            if let Some(user) = spec.run_as {
+                command.uid(user.uid).gid(user.gid);
+            }
+            command.process_group(0);
+            command
+        }
+    };
+    command
         .arg("-c")
         .arg(&spec.command)
         // A job must not read the runner's credentials out of its environment.
@@ -137,21 +166,28 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|error| {
-            ExecError(format!(
-                "cannot start `sh -c {:?}` in {}: {error}",
-                spec.command,
-                spec.current_dir.display()
-            ))
-        })?;
+        .kill_on_drop(true);
+    let spawned = match spec.launcher {
+        Some(_) => isolation::spawn_launcher(|| command.spawn(), Child::id),
+        None => command.spawn(),
+    };
+    let mut child = spawned.map_err(|error| {
+        ExecError(format!(
+            "cannot start `sh -c {:?}` in {}: {error}",
+            spec.command,
+            spec.current_dir.display()
+        ))
+    })?;
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw)
         .ok_or_else(|| ExecError("the command exited before it could be watched".into()))?;
+    // Should this future be dropped mid-run, the job's processes go before the launcher does
+    // (`kill_on_drop` kills only the launcher, which would orphan them).
+    let mut sweep = SweepOnDrop {
+        launcher: spec.launcher.is_some().then_some(group),
+    };
 
     let stdout = child
         .stdout
@@ -161,6 +197,7 @@ pub async fn run(
         .stderr
         .take()
         .map(|err| tokio::spawn(read_lines(err, OutputStream::Stderr, lines.clone(), false)));
+    let launched = spec.launcher.is_some();
     drop(lines);
 
     let deadline = spec.wall_limit.map(|limit| started + limit);
@@ -184,26 +221,49 @@ pub async fn run(
     let (status, ending, killed) = tokio::select! {
         status = child.wait() => (status, Ending::Exited, false),
         () = wall => {
-            let (status, killed) = terminate(&mut child, group, spec.grace).await;
+            let (status, killed) = terminate(&mut child, group, spec.grace, launched).await;
             (status, Ending::WallTimeExceeded, killed)
         }
         request = requested => {
-            let (status, killed) = terminate(&mut child, group, spec.grace).await;
+            let (status, killed) = terminate(&mut child, group, spec.grace, launched).await;
             (status, Ending::Stopped(request.unwrap_or(StopRequest::Shutdown)), killed)
         }
     };
+    // The launcher has been waited for: its pid is free for reuse, so nothing may be
+    // signalled by it any more; what a job left after killing its launcher is ended now.
+    sweep.disarm();
+    if launched {
+        isolation::launcher_ended(group);
+    }
     let status = status.map_err(|error| ExecError(format!("waiting for the command: {error}")))?;
-    // Sweep what the shell left in its group; ESRCH (nothing left) is the usual answer.
-    let _ = killpg(group, Signal::SIGKILL);
+    // Sweep what the shell left in its group; ESRCH (nothing left) is the usual answer. (The
+    // launcher has already killed everything under it, in any group or session.)
+    if !launched {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
     let elapsed = started.elapsed();
 
-    let (stdout_bytes, stdout_sha256) = match stdout {
+    let (stdout_bytes, stdout_sha256, _) = match stdout {
         Some(task) => finish_reader(task).await,
-        None => (0, Sha256Hex::from_digest(Sha256::digest(b"").into())),
+        None => (0, Sha256Hex::from_digest(Sha256::digest(b"").into()), false),
     };
-    let (stderr_bytes, _) = match stderr {
+    let (stderr_bytes, _, allocation_failed) = match stderr {
         Some(task) => finish_reader(task).await,
-        None => (0, Sha256Hex::from_digest(Sha256::digest(b"").into())),
+        None => (0, Sha256Hex::from_digest(Sha256::digest(b"").into()), false),
+    };
+    // SIGXCPU comes only from RLIMIT_CPU; a SIGKILL the runner did not send is the kernel's
+    // hard limit a second later only when enough time has passed for it (a job that kills
+    // itself sooner is not said to have reached the limit).
+    let cpu_killed = status.signal() == Some(Signal::SIGXCPU as i32)
+        || (status.signal() == Some(Signal::SIGKILL as i32)
+            && !killed
+            && spec
+                .confinement
+                .cpu_seconds
+                .is_some_and(|seconds| started.elapsed() >= Duration::from_secs(seconds)));
+    let ending = match ending {
+        Ending::Exited if launched && cpu_killed => Ending::CpuTimeExceeded,
+        other => other,
     };
     Ok(ExecOutcome {
         ending,
@@ -213,20 +273,55 @@ pub async fn run(
         stdout_sha256,
         stdout_bytes,
         stderr_bytes,
+        allocation_failed,
         elapsed,
     })
 }
 
-/// `SIGTERM` to the group, `grace` to exit, then `SIGKILL`. Returns the status and whether
-/// the kill was needed.
+/// Kills every process under the launcher when dropped before the command was waited for.
+struct SweepOnDrop {
+    launcher: Option<Pid>,
+}
+
+impl SweepOnDrop {
+    /// Once the launcher is reaped its pid may name another process: never signal by it.
+    fn disarm(&mut self) {
+        self.launcher = None;
+    }
+}
+
+impl Drop for SweepOnDrop {
+    fn drop(&mut self) {
+        if let Some(launcher) = self.launcher.take() {
+            let _ = kill_descendants(launcher);
+        }
+    }
+}
+
+/// `SIGTERM` to the group, `grace` to exit, then `SIGKILL`: to every process under the
+/// launcher (which then reaps them and exits as its shell did), or to the group when there is
+/// no launcher. Returns the status and whether the kill was needed.
 async fn terminate(
     child: &mut Child,
     group: Pid,
     grace: Duration,
+    launched: bool,
 ) -> (std::io::Result<ExitStatus>, bool) {
     let _ = killpg(group, Signal::SIGTERM);
     match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => (status, false),
+        Err(_) if launched => {
+            kill_descendants(group);
+            match tokio::time::timeout(LAUNCHER_SWEEP, child.wait()).await {
+                Ok(status) => (status, true),
+                // A launcher that does not finish its sweep: all of it, by force.
+                Err(_) => {
+                    kill_descendants(group);
+                    let _ = killpg(group, Signal::SIGKILL);
+                    (child.wait().await, true)
+                }
+            }
+        }
         Err(_) => {
             let _ = killpg(group, Signal::SIGKILL);
             (child.wait().await, true)
@@ -234,7 +329,29 @@ async fn terminate(
     }
 }
 
-type ReaderResult = (u64, Sha256Hex);
+/// How long a launcher has to reap its killed job and exit.
+const LAUNCHER_SWEEP: Duration = Duration::from_secs(5);
+
+/// Lines on stderr that say an allocation failed, as common runtimes word it (Python,
+/// `strerror(ENOMEM)`, coreutils, C++, Rust, Node.js, Go). Matched case-insensitively.
+const ALLOCATION_FAILED: [&str; 7] = [
+    "memoryerror",
+    "cannot allocate memory",
+    "memory exhausted",
+    "std::bad_alloc",
+    "memory allocation of",
+    "heap out of memory",
+    "out of memory",
+];
+
+/// Whether a line of stderr says an allocation failed (see [`ALLOCATION_FAILED`]).
+pub fn says_allocation_failed(line: &[u8]) -> bool {
+    let line = String::from_utf8_lossy(line).to_ascii_lowercase();
+    ALLOCATION_FAILED.iter().any(|marker| line.contains(marker))
+}
+
+/// Bytes read, their SHA-256, and whether a line said an allocation failed.
+type ReaderResult = (u64, Sha256Hex, bool);
 
 async fn finish_reader(task: tokio::task::JoinHandle<ReaderResult>) -> ReaderResult {
     // The group is dead, so its pipes close; a process that left the group (setsid) could keep
@@ -244,7 +361,7 @@ async fn finish_reader(task: tokio::task::JoinHandle<ReaderResult>) -> ReaderRes
         Ok(Ok(result)) => result,
         _ => {
             abort.abort();
-            (0, Sha256Hex::from_digest(Sha256::digest(b"").into()))
+            (0, Sha256Hex::from_digest(Sha256::digest(b"").into()), false)
         }
     }
 }
@@ -253,7 +370,8 @@ async fn finish_reader(task: tokio::task::JoinHandle<ReaderResult>) -> ReaderRes
 /// size (each then cut to [`crate::stream::MAX_LINE_BYTES`] in its chunk).
 const MAX_PENDING_LINE: usize = 64 * 1024;
 
-/// Reads `pipe` to its end, line by line; hashes the bytes when `hash` is set.
+/// Reads `pipe` to its end, line by line; hashes the bytes when `hash` is set (stdout), looks
+/// for a failed allocation when it is not (stderr).
 async fn read_lines(
     pipe: impl AsyncRead + Unpin,
     stream: OutputStream,
@@ -264,6 +382,7 @@ async fn read_lines(
     let mut digest = Sha256::new();
     let mut total: u64 = 0;
     let mut pending: Vec<u8> = Vec::new();
+    let mut allocation_failed = false;
     loop {
         let available = match reader.fill_buf().await {
             Ok([]) | Err(_) => break,
@@ -280,13 +399,19 @@ async fn read_lines(
         reader.consume(taken);
         total += taken as u64;
         if complete || pending.len() >= MAX_PENDING_LINE {
+            allocation_failed |= !hash && says_allocation_failed(&pending);
             forward(&mut pending, stream, &lines).await;
         }
     }
     if !pending.is_empty() {
+        allocation_failed |= !hash && says_allocation_failed(&pending);
         forward(&mut pending, stream, &lines).await;
     }
-    (total, Sha256Hex::from_digest(digest.finalize().into()))
+    (
+        total,
+        Sha256Hex::from_digest(digest.finalize().into()),
+        allocation_failed,
+    )
 }
 
 /// Sends `pending` as one line (without its newline) and empties it.
@@ -319,6 +444,8 @@ mod tests {
             wall_limit: None,
             grace: Duration::from_millis(300),
             run_as: None,
+            launcher: None,
+            confinement: Confinement::default(),
         }
     }
 
@@ -336,6 +463,24 @@ mod tests {
         });
         let outcome = run(&spec, tx, stop).await.expect("runs");
         (outcome, collector.await.expect("collector"))
+    }
+
+    #[test]
+    fn allocation_failures_are_told_by_what_runtimes_print() {
+        for line in [
+            "MemoryError",
+            "tail: memory exhausted",
+            "bash: fork: Cannot allocate memory",
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "memory allocation of 1073741824 bytes failed",
+            "FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory",
+            "fatal error: runtime: out of memory",
+        ] {
+            assert!(says_allocation_failed(line.as_bytes()), "{line}");
+        }
+        for line in ["memory: 12 MB used", "allocated 300 MB", ""] {
+            assert!(!says_allocation_failed(line.as_bytes()), "{line}");
+        }
     }
 
     #[tokio::test]

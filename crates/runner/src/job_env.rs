@@ -8,8 +8,10 @@
 //! job's code is not the operator's to vouch for. So the job's process starts from an empty
 //! environment ([`crate::exec`] clears it) and gets exactly:
 //!
-//! - `PATH`, `HOME`, `LANG`, `LC_*` and `TZ`, those of them the runner has;
-//! - `TMPDIR`: a fresh `tmp` directory (`0700`) inside the job's own directory, removed with it;
+//! - `PATH`, `LANG`, `LC_*` and `TZ`, those of them the runner has;
+//! - `TMPDIR` and `HOME`: a fresh `tmp` and `home` directory (`0700`) inside the job's own
+//!   directory, removed with it: nothing one job leaves in its home or temp files reaches the
+//!   next, even when all jobs run as one `--run-as` user;
 //! - the job's values the runner sets: `EDGERUNNER_WORKDIR`, `EDGERUNNER_INPUT`,
 //!   `EDGERUNNER_ARTIFACT`, `EDGERUNNER_JOB_ID`, `EDGERUNNER_CLAIM_ID`, `EDGERUNNER_ATTEMPT`;
 //! - the variables the operator names (`--pass-env NAME`, `"passEnv"` in the config file), at
@@ -17,8 +19,8 @@
 //!
 //! No `EVALGATE_*` variable reaches a job: the protocol defines none for jobs, and in the
 //! runner's environment they are its settings and its bootstrap token. Names in the runner's own
-//! namespaces (`EVALGATE_*`, `EDGERUNNER_*`, any case) cannot be passed, nor `TMPDIR`, which the
-//! runner sets; and a variable whose value holds one of the runner's credentials is refused
+//! namespaces (`EVALGATE_*`, `EDGERUNNER_*`, any case) cannot be passed, nor `TMPDIR` and `HOME`,
+//! which the runner sets; and a variable whose value holds one of the runner's credentials is refused
 //! whatever its name (an operator's `CURL_AUTH="Bearer $EVALGATE_RUNNER_BOOTSTRAP_TOKEN"`).
 //! All of this is decided once, when the runner starts ([`JobEnvironment::new`]); a refusal is a
 //! usage error there, never a surprise in a job.
@@ -35,7 +37,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// Variables a job gets from the runner's environment without being named (with `LC_*`).
-pub const INHERITED: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+pub const INHERITED: [&str; 3] = ["PATH", "LANG", "TZ"];
 
 /// The most variables `--pass-env` and `"passEnv"` may name together.
 pub const MAX_PASS_ENV: usize = 64;
@@ -92,7 +94,7 @@ impl PassEnv {
 }
 
 /// A name `--pass-env` accepts: letters, digits and `_`, not starting with a digit, at most
-/// [`MAX_NAME_BYTES`]; not the runner's own (`EVALGATE_*`, `EDGERUNNER_*`, `TMPDIR`).
+/// [`MAX_NAME_BYTES`]; not the runner's own (`EVALGATE_*`, `EDGERUNNER_*`, `TMPDIR`, `HOME`).
 pub fn check_name(name: &str) -> Result<(), JobEnvError> {
     let shaped = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
@@ -109,7 +111,10 @@ pub fn check_name(name: &str) -> Result<(), JobEnvError> {
             name: (*credential).to_owned(),
         });
     }
-    if RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p)) || upper == "TMPDIR" {
+    if RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p))
+        || upper == "TMPDIR"
+        || upper == "HOME"
+    {
         return Err(JobEnvError::Reserved {
             name: name.to_owned(),
         });
@@ -170,22 +175,19 @@ impl JobEnvironment {
     }
 
     /// One job's whole environment: what [`JobEnvironment::new`] picked, `TMPDIR` = `tmp_dir`,
-    /// and the job's own values (`EDGERUNNER_*`), in name order.
+    /// `HOME` = `home_dir` (both the job's own), and the job's own values (`EDGERUNNER_*`), in
+    /// name order.
     pub fn for_job(
         &self,
         tmp_dir: &Path,
+        home_dir: &Path,
         job_values: Vec<(String, String)>,
     ) -> Vec<(String, OsString)> {
         let mut env = self.base.clone();
         env.insert("TMPDIR".to_owned(), tmp_dir.as_os_str().to_owned());
+        env.insert("HOME".to_owned(), home_dir.as_os_str().to_owned());
         env.extend(job_values.into_iter().map(|(k, v)| (k, OsString::from(v))));
         env.into_iter().collect()
-    }
-
-    /// Sets the jobs' `HOME` (to the `--run-as` user's), in place of the runner's.
-    pub fn with_home(mut self, home: OsString) -> Self {
-        self.base.insert("HOME".to_owned(), home);
-        self
     }
 
     /// The names every job gets from the runner, for the start-up log (never the values).
@@ -234,7 +236,7 @@ pub enum JobEnvError {
     Credential {
         name: String,
     },
-    /// In the runner's namespaces, or `TMPDIR`.
+    /// In the runner's namespaces, or `TMPDIR` or `HOME`.
     Reserved {
         name: String,
     },
@@ -270,7 +272,7 @@ impl fmt::Display for JobEnvError {
             Self::Reserved { name } => write!(
                 f,
                 "--pass-env {name}: EVALGATE_* and EDGERUNNER_* are the runner's own settings \
-                 and credentials, and the job values it sets itself, and it sets TMPDIR; pass \
+                 and credentials, and the job values it sets itself, and it sets TMPDIR and HOME; pass \
                  the value under another name"
             ),
             Self::HoldsCredential { name } => write!(
@@ -334,6 +336,7 @@ mod tests {
     fn job(env: &JobEnvironment) -> BTreeMap<String, String> {
         env.for_job(
             Path::new("/srv/jobs/job-1/tmp"),
+            Path::new("/srv/jobs/job-1/home"),
             vec![("EDGERUNNER_JOB_ID".into(), "job_1".into())],
         )
         .into_iter()
@@ -364,6 +367,7 @@ mod tests {
             job["TMPDIR"], "/srv/jobs/job-1/tmp",
             "not the runner's TMPDIR"
         );
+        assert_eq!(job["HOME"], "/srv/jobs/job-1/home", "not the runner's HOME");
         assert_eq!(job["LC_NUMERIC"], "de_DE.UTF-8");
         assert_eq!(job["PATH"], "/usr/local/bin:/usr/bin:/bin");
         let all = format!("{job:?}");
@@ -376,7 +380,7 @@ mod tests {
         let sparse = vec![(OsString::from("PATH"), OsString::from("/bin"))];
         let env = JobEnvironment::new(sparse, &PassEnv::default(), &[]).expect("ok");
         assert_eq!(env.names(), ["PATH"]);
-        assert_eq!(job(&env).len(), 3, "PATH, TMPDIR and the job's value");
+        assert_eq!(job(&env).len(), 4, "PATH, TMPDIR, HOME and the job's value");
     }
 
     #[test]
@@ -412,6 +416,7 @@ mod tests {
             "EDGERUNNER_WORKDIR",
             "EDGERUNNER_JOB_ID",
             "TMPDIR",
+            "HOME",
         ] {
             assert!(
                 matches!(PassEnv::parse([name]), Err(JobEnvError::Reserved { .. })),
@@ -475,9 +480,9 @@ mod tests {
                 name: "CURL_AUTH".into()
             })
         );
-        let home = format!("/home/{KEY}");
+        let lang = format!("C.{KEY}");
         let refused = JobEnvironment::new(
-            runner_env(&[("HOME", home.as_str())]),
+            runner_env(&[("LANG", lang.as_str())]),
             &PassEnv::default(),
             &[TOKEN, KEY],
         );

@@ -12,17 +12,20 @@
 //!   into chunks while the next lines are read, within the attempt's stream limits.
 //! - [`log_payload`]: a log chunk's lines read back, from the segments the runner writes or
 //!   the one-object-per-line shape of earlier runners.
-//! - [`exec`]: running one job's command (in a given directory) in its own process group, with
+//! - [`exec`]: running one job's command (in a given directory) through the job launcher, with
 //!   wall-time limit, cancellation (terminate, grace, kill) and output capture.
+//! - [`isolation`]: the job launcher (`edgerunner __job-launcher`): a session of its own,
+//!   a subreaper that kills every process the job leaves, rlimits from the job's limits, a
+//!   network namespace for `deny_all`; and the start-up probe of what this host enforces.
 //! - [`job_env`]: what a job's process gets of the runner's environment (an allowlist, its own
 //!   `TMPDIR`, the variables the operator names; never a credential), decided at start.
 //! - [`evidence`]: where a completion's evaluation run comes from.
 //! - [`worker`]: `edgerunner runner start`: claim up to capacity, run, stream, complete, and
 //!   drain or give back work on shutdown (`worker/claim_loop.rs` the loop, `worker/job.rs` one
 //!   job's task, `worker/command.rs` its command and output).
-//! - [`workdir`]: the runner's private work directory and each job's (fresh names from
-//!   `tempfile`, `0700`), and owner-only job files that are never written through a planted
-//!   link.
+//! - [`workdir`]: the runner's private work directory and each job's (fresh random names,
+//!   `0700`), made and filled through open directory handles, and owner-only job files that
+//!   are never written through a planted link.
 //! - [`keyfile`], [`config`]: the runner's key (owner-only file) and configuration.
 //! - [`admin`]: the REST operations an admin uses daily, with an API key.
 //! - [`custody`]: offline verification of a job's custody bundle (`edgerunner verify`).
@@ -45,6 +48,7 @@ pub mod evidence;
 pub mod exec;
 pub mod heartbeat;
 pub mod http;
+pub mod isolation;
 pub mod job_env;
 pub mod keyfile;
 pub mod log_payload;

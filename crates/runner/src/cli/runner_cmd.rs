@@ -27,13 +27,14 @@ use crate::evidence::{EvidenceApi, EvidenceSource};
 use crate::exec::RunAs;
 use crate::heartbeat::HeartbeatConfig;
 use crate::http::{ClientError, Http};
+use crate::isolation;
 use crate::job_env::{self, JobEnvError, JobEnvironment, PassEnv};
 use crate::keyfile;
 use crate::report::{self, Format, LogLayer, Terminal};
 use crate::session::Credentials;
 use crate::stream::BatchLimits;
 use crate::workdir::RunnerWorkDir;
-use crate::worker::{JobOutcome, Progress, ShutdownState, Worker, WorkerConfig};
+use crate::worker::{Isolation, JobOutcome, Progress, ShutdownState, Worker, WorkerConfig};
 
 #[derive(Debug, Subcommand)]
 pub enum RunnerCommand {
@@ -239,17 +240,20 @@ pub struct StartArgs {
     /// started in (so `./evaluate.sh` is found there), with EDGERUNNER_WORKDIR (the job's own
     /// private directory, for its files), EDGERUNNER_INPUT and EDGERUNNER_ARTIFACT (files in
     /// it), EDGERUNNER_JOB_ID, EDGERUNNER_CLAIM_ID and EDGERUNNER_ATTEMPT set. It starts from an
-    /// empty environment: only PATH, HOME, LANG, LC_*, TZ, TMPDIR (a private directory in
-    /// EDGERUNNER_WORKDIR) and what --pass-env names; never the runner's credentials
+    /// empty environment: only PATH, LANG, LC_*, TZ, HOME and TMPDIR (private directories in
+    /// EDGERUNNER_WORKDIR) and what --pass-env names; never the runner's credentials. It runs
+    /// in a session of its own without a terminal, within the job's cpuSeconds and memoryMb
+    /// (rlimits) and, for network deny_all, in a network namespace of its own; every process
+    /// it starts ends with the job
     #[arg(long = "exec", value_name = "COMMAND")]
     pub command: String,
     /// A variable of the runner's environment jobs also get; repeatable (with the config
-    /// file's "passEnv", at most 64). EVALGATE_*, EDGERUNNER_* and TMPDIR are refused: they are
+    /// file's "passEnv", at most 64). EVALGATE_*, EDGERUNNER_*, TMPDIR and HOME are refused: they are
     /// the runner's settings and credentials, and what it sets for each job itself
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
-    /// Run each job's command as this OS user (uid and primary group, HOME its home), its job
-    /// directory handed to it; only when the runner runs as root. The start directory and
+    /// Run each job's command as this OS user (uid and primary group), its job directory
+    /// (with its HOME and TMPDIR) handed to it; only when the runner runs as root. The start directory and
     /// --work-dir must be reachable by that user
     #[arg(long, value_name = "USER")]
     pub run_as: Option<String>,
@@ -279,7 +283,8 @@ pub struct StartArgs {
     #[arg(long)]
     pub exit_when_idle: bool,
     /// Where this runner makes its private work directory (a fresh `edgerunner-<random>`,
-    /// mode 0700) for job directories [default: $TMPDIR]
+    /// mode 0700) for job directories; refused when it or a directory above it is group- or
+    /// world-writable without the sticky bit [default: $TMPDIR]
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
     /// Keep each job's directory (input.json, artifact.json, files it wrote)
@@ -319,9 +324,9 @@ pub struct StartArgs {
     pub evaluation_run_field: String,
 }
 
-/// The `--run-as` user: its ids and home. Only root may run commands as another user, and
+/// The `--run-as` user's ids. Only root may run commands as another user, and
 /// running them as root would give them the runner's every file.
-fn run_as_user(name: &str) -> Result<(RunAs, std::ffi::OsString), CliError> {
+fn run_as_user(name: &str) -> Result<RunAs, CliError> {
     if !nix::unistd::geteuid().is_root() {
         return Err(CliError::Usage(format!(
             "--run-as {name}: only a runner running as root can run jobs as another user"
@@ -335,13 +340,59 @@ fn run_as_user(name: &str) -> Result<(RunAs, std::ffi::OsString), CliError> {
             "--run-as {name}: that is root, the runner's own user; name an unprivileged one"
         )));
     }
-    Ok((
-        RunAs {
-            uid: user.uid.as_raw(),
-            gid: user.gid.as_raw(),
-        },
-        user.dir.into_os_string(),
-    ))
+    Ok(RunAs {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    })
+}
+
+/// The job launcher (this binary) and what it can enforce here, tried once at start and
+/// logged: a host without network namespaces refuses `network: deny_all` jobs rather than run
+/// them open.
+fn probe_isolation() -> Result<Isolation, CliError> {
+    let launcher = std::env::current_exe().map_err(|error| {
+        CliError::Failed(format!(
+            "cannot find this binary, which launches each job: {error}"
+        ))
+    })?;
+    let host = isolation::probe(&launcher);
+    let enforced = host.to_value();
+    if host.network_namespace {
+        info!(event = "runner.isolation", enforced = %enforced, "jobs are confined: {enforced}");
+    } else {
+        warn!(
+            event = "runner.isolation",
+            enforced = %enforced,
+            "this host gives jobs no network namespace (it needs root or unprivileged user \
+             namespaces): jobs whose requirements say network deny_all are refused, not run \
+             open; enforced: {enforced}"
+        );
+    }
+    Ok(Isolation { launcher, host })
+}
+
+/// Where the runner's record says what it enforces: a file of its own on the server, which
+/// an admin reads (`GET /api/remote-runners/{id}/files/isolation.json`).
+const ISOLATION_FILE: &str = "/api/remote-runners/self/files/isolation.json";
+
+/// Puts what this host enforces in the runner's record; a failure is logged, never fatal.
+async fn record_isolation(client: &RunnerClient, http: &Http, host: isolation::HostIsolation) {
+    let put = async {
+        let session = client.session().await?;
+        http.send(
+            reqwest::Method::PUT,
+            ISOLATION_FILE,
+            Some(session.token()),
+            Some(&host.to_value()),
+        )
+        .await
+    };
+    if let Err(error) = put.await {
+        warn!(
+            event = "runner.isolation_unrecorded",
+            "could not record what this runner enforces in its record ({ISOLATION_FILE}): {error}"
+        );
+    }
 }
 
 fn usage(error: JobEnvError) -> CliError {
@@ -641,13 +692,10 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
         JobEnvironment::new(std::env::vars_os(), &pass, &secrets).map_err(usage)?
     };
-    let (run_as, job_env) = match &args.run_as {
-        None => (None, job_env),
-        Some(name) => {
-            let (user, home) = run_as_user(name)?;
-            (Some(user), job_env.with_home(home))
-        }
-    };
+    // Each job's HOME is its own (in its directory), never the --run-as user's shared one.
+    let run_as = args.run_as.as_deref().map(run_as_user).transpose()?;
+    let isolation = probe_isolation()?;
+    isolation::adopt_strays().map_err(CliError::Failed)?;
     job_env::check_files_outside(
         &exec_dir,
         &[
@@ -679,6 +727,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         signals.abort();
         return Ok(ExitCode::SUCCESS);
     };
+    record_isolation(&client, &http, isolation.host).await;
     let capacity = args.capacity.unwrap_or_else(|| {
         record["maxConcurrentJobs"]
             .as_u64()
@@ -744,6 +793,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
             evidence,
             job_env,
             run_as,
+            isolation: Some(isolation),
         },
     );
     // A status line only where a person watches: human lines on a terminal.

@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::job::{JobRun, Prepared};
-use super::{OutputFigures, ShutdownState};
+use super::{Isolation, OutputFigures, ShutdownState};
 use crate::client::Assignment;
 use crate::exec::{self, Ending, ExecOutcome, ExecSpec, StopRequest};
 use crate::heartbeat::{is_claim_lost, ClaimStatus, Heartbeat};
+use crate::isolation::{Confinement, Unenforceable};
 use crate::stream::{pump_lines, ChunkStream, PumpReport};
 use crate::workdir::JobDir;
 
@@ -48,7 +49,9 @@ pub fn result_hash(exit_code: Option<i32>, stdout_sha256: &Sha256Hex) -> Sha256H
 pub fn completion_status(outcome: &ExecOutcome) -> Option<CompletionStatus> {
     match &outcome.ending {
         Ending::Exited if outcome.exit_code == Some(0) => Some(CompletionStatus::Succeeded),
-        Ending::Exited | Ending::WallTimeExceeded => Some(CompletionStatus::Failed),
+        Ending::Exited | Ending::WallTimeExceeded | Ending::CpuTimeExceeded => {
+            Some(CompletionStatus::Failed)
+        }
         Ending::Stopped(StopRequest::Cancel { .. }) => Some(CompletionStatus::Cancelled),
         Ending::Stopped(StopRequest::Lost { .. } | StopRequest::Shutdown) => None,
     }
@@ -125,21 +128,26 @@ impl JobRun {
             let input = dir.write_file("input.json", input_text.as_bytes());
             let artifact =
                 dir.write_file("artifact.json", artifact["content"].to_string().as_bytes());
-            // The job's TMPDIR: private, and removed with the job's directory.
-            let tmp = dir
-                .create_dir("tmp")
-                .and_then(|tmp| match self.config.run_as {
-                    Some(user) => dir.hand_to(user.uid, user.gid).map(|()| tmp),
-                    None => Ok(tmp),
-                });
-            match (input, artifact, tmp) {
-                (Ok(input), Ok(artifact), Ok(tmp)) => Ok((dir.path(), input, artifact, tmp)),
+            // The job's TMPDIR and HOME: private, fresh, and removed with the job's directory,
+            // so that nothing one job leaves there reaches the next (under --run-as, all jobs
+            // share one user).
+            let private = dir.create_dir("tmp").and_then(|tmp| {
+                let home = dir.create_dir("home")?;
+                match self.config.run_as {
+                    Some(user) => dir.hand_to(user.uid, user.gid).map(|()| (tmp, home)),
+                    None => Ok((tmp, home)),
+                }
+            });
+            match (input, artifact, private) {
+                (Ok(input), Ok(artifact), Ok(private)) => {
+                    Ok((dir.path(), input, artifact, private))
+                }
                 (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
                     Err(format!("{}: {error}", dir.path().display()))
                 }
             }
         });
-        let (workdir, input_path, artifact_path, tmp_dir) = match written {
+        let (workdir, input_path, artifact_path, (tmp_dir, home_dir)) = match written {
             Ok(paths) => paths,
             Err(error) => {
                 let reason = format!(
@@ -185,13 +193,32 @@ impl JobRun {
                 artifact_path.display().to_string(),
             ),
         ];
-        let env = self.config.job_env.for_job(&tmp_dir, job_values);
+        let env = self.config.job_env.for_job(&tmp_dir, &home_dir, job_values);
+        let confinement = match confinement_for(assignment, self.config.isolation.as_ref()) {
+            Ok(confinement) => confinement,
+            Err(reason) => {
+                let reason = reason.to_string();
+                let note = json!({ "event": "refused", "reason": reason });
+                let _ = stream.send(ChunkKind::Log, note).await;
+                error!(
+                    event = "job.unenforceable",
+                    reason = reason.as_str(),
+                    "{label}: {reason}; not run"
+                );
+                return Prepared::Complete {
+                    status: CompletionStatus::Failed,
+                    result_hash: None,
+                    summary: format!("not run: {reason}"),
+                };
+            }
+        };
 
         let wall_seconds = assignment.wall_seconds();
         let started = json!({
             "event": "started",
             "command": self.config.command,
             "wallSeconds": wall_seconds,
+            "enforced": enforced(&confinement, self.config.isolation.as_ref()),
         });
         if let Err(error) = stream.send(ChunkKind::Log, started).await {
             if is_claim_lost(&error) {
@@ -220,6 +247,12 @@ impl JobRun {
             wall_limit: wall_seconds.map(Duration::from_secs),
             grace: self.config.grace,
             run_as: self.config.run_as,
+            launcher: self
+                .config
+                .isolation
+                .as_ref()
+                .map(|isolation| isolation.launcher.clone()),
+            confinement: confinement.clone(),
         };
         let (lines, received) = mpsc::channel(1024);
         let started_at = Instant::now();
@@ -290,8 +323,16 @@ impl JobRun {
             "linesOverLimit": pumped.lines_over_limit,
             "linesOverStreamLimit": pumped.lines_over_stream_limit,
             "cancelReason": cancel_reason,
+            "limit": limit_reached(&outcome, &confinement),
         });
-        let summary = describe(&outcome);
+        let summary = match limit_reached(&outcome, &confinement) {
+            Some(limit) => format!(
+                "{}; {}",
+                describe(&outcome),
+                explain_limit(limit, &confinement)
+            ),
+            None => describe(&outcome),
+        };
         let Some(status) = completion_status(&outcome) else {
             if matches!(outcome.ending, Ending::Stopped(StopRequest::Shutdown)) {
                 let _ = stream.send(ChunkKind::Log, exited).await;
@@ -392,6 +433,9 @@ pub(super) fn describe(outcome: &ExecOutcome) -> String {
         Ending::WallTimeExceeded => {
             format!("wall-time limit exceeded: stopped after {seconds:.1} s ({how}{killed})")
         }
+        Ending::CpuTimeExceeded => {
+            format!("CPU-time limit exceeded: killed after {seconds:.1} s ({how})")
+        }
         Ending::Stopped(StopRequest::Cancel { reason }) => format!(
             "cancellation requested{}: stopped after {seconds:.1} s ({how}{killed})",
             reason
@@ -405,6 +449,82 @@ pub(super) fn describe(outcome: &ExecOutcome) -> String {
         Ending::Stopped(StopRequest::Shutdown) => {
             format!("runner shutting down: stopped after {seconds:.1} s ({how}{killed})")
         }
+    }
+}
+
+/// What the launcher applies to this job: its `limits.cpuSeconds` and `limits.memoryMb` as
+/// rlimits, and a network namespace of its own unless its `network` is an allowlist (absent
+/// means `deny_all`). Refused when it asks for `deny_all` on a host that cannot enforce it.
+pub(super) fn confinement_for(
+    assignment: &Assignment,
+    isolation: Option<&Isolation>,
+) -> Result<Confinement, Unenforceable> {
+    let requirements = assignment.envelope().requirements.as_map();
+    let limit = |name: &str| {
+        requirements
+            .get("limits")
+            .and_then(|limits| limits.get(name))
+            .and_then(Value::as_u64)
+    };
+    let deny_network = requirements
+        .get("network")
+        .is_none_or(|network| network["mode"] == "deny_all" || network == "deny_all");
+    if deny_network && isolation.is_some_and(|isolation| !isolation.host.network_namespace) {
+        return Err(Unenforceable::NetworkDenyAll);
+    }
+    Ok(Confinement {
+        cpu_seconds: limit("cpuSeconds"),
+        memory_mb: limit("memoryMb"),
+        deny_network,
+        run_as: None,
+    })
+}
+
+/// What holds for this job, for its `started` event: nothing without a launcher.
+fn enforced(confinement: &Confinement, isolation: Option<&Isolation>) -> Value {
+    match isolation {
+        None => json!({ "launcher": false }),
+        Some(isolation) => json!({
+            "launcher": true,
+            "ownSession": true,
+            "processSweep": isolation.host.process_sweep,
+            "cpuSeconds": confinement.cpu_seconds,
+            "memoryMb": confinement.memory_mb,
+            "networkDenyAll": confinement.deny_network,
+        }),
+    }
+}
+
+/// The limit a failed command ran into, where that can be told: `cpuSeconds` when the kernel
+/// killed it for CPU time; `memoryMb` when it failed under an address-space limit and its
+/// stderr said an allocation failed. A job that fails an allocation silently is not told apart
+/// from any other failure.
+pub(super) fn limit_reached(
+    outcome: &ExecOutcome,
+    confinement: &Confinement,
+) -> Option<&'static str> {
+    match outcome.ending {
+        Ending::CpuTimeExceeded => Some("cpuSeconds"),
+        Ending::Exited
+            if outcome.exit_code != Some(0)
+                && outcome.allocation_failed
+                && confinement.memory_mb.is_some() =>
+        {
+            Some("memoryMb")
+        }
+        _ => None,
+    }
+}
+
+fn explain_limit(limit: &str, confinement: &Confinement) -> String {
+    match (limit, confinement.memory_mb, confinement.cpu_seconds) {
+        ("memoryMb", Some(mb), _) => format!(
+            "an allocation failed at its memory limit ({mb} MB of address space, RLIMIT_AS)"
+        ),
+        ("cpuSeconds", _, Some(seconds)) => {
+            format!("it used its {seconds} s of CPU time (RLIMIT_CPU)")
+        }
+        _ => format!("it reached its {limit} limit"),
     }
 }
 
@@ -466,8 +586,39 @@ mod tests {
             stdout_sha256: stable_json::sha256_hex(b""),
             stdout_bytes: 0,
             stderr_bytes: 0,
+            allocation_failed: false,
             elapsed: Duration::from_millis(5),
         }
+    }
+
+    #[test]
+    fn a_limit_is_named_only_where_it_can_be_told() {
+        let limited = Confinement {
+            memory_mb: Some(64),
+            cpu_seconds: Some(10),
+            ..Confinement::default()
+        };
+        let mut failed = outcome(Ending::Exited, Some(1));
+        assert_eq!(
+            limit_reached(&failed, &limited),
+            None,
+            "any failure is not memory"
+        );
+        failed.allocation_failed = true;
+        assert_eq!(limit_reached(&failed, &limited), Some("memoryMb"));
+        assert!(explain_limit("memoryMb", &limited).contains("64 MB"));
+        assert_eq!(
+            limit_reached(&failed, &Confinement::default()),
+            None,
+            "no limit, so not the limit"
+        );
+        let mut succeeded = outcome(Ending::Exited, Some(0));
+        succeeded.allocation_failed = true;
+        assert_eq!(limit_reached(&succeeded, &limited), None, "it coped");
+        let cpu = outcome(Ending::CpuTimeExceeded, None);
+        assert_eq!(limit_reached(&cpu, &limited), Some("cpuSeconds"));
+        assert_eq!(completion_status(&cpu), Some(CompletionStatus::Failed));
+        assert!(describe(&cpu).starts_with("CPU-time limit exceeded"));
     }
 
     #[test]

@@ -60,6 +60,7 @@ use crate::evidence::EvidenceSource;
 use crate::exec::RunAs;
 use crate::heartbeat::HeartbeatConfig;
 use crate::http::ClientError;
+use crate::isolation::HostIsolation;
 use crate::job_env::JobEnvironment;
 use crate::stream::BatchLimits;
 use crate::workdir::RunnerWorkDir;
@@ -102,6 +103,17 @@ pub struct WorkerConfig {
     pub job_env: JobEnvironment,
     /// Run each command as this user, its job directory handed to it (`--run-as`).
     pub run_as: Option<RunAs>,
+    /// The job launcher and what this host lets it enforce (`runner start` always has one);
+    /// `None` runs commands unconfined, for a process that embeds the worker.
+    pub isolation: Option<Isolation>,
+}
+
+/// How jobs are confined on this host: the launcher (this binary) and what the start-up probe
+/// found it can enforce (see [`crate::isolation`]).
+#[derive(Clone, Debug)]
+pub struct Isolation {
+    pub launcher: PathBuf,
+    pub host: HostIsolation,
 }
 
 /// Where the runner is in its life.

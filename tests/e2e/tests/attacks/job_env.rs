@@ -23,7 +23,12 @@ const PRINT_ENV: &str = "env; echo '--- workdir'; ls -la \"$EDGERUNNER_WORKDIR\"
                          echo '--- start dir'; ls -la .; echo '--- tmp'; ls -la \"$TMPDIR\"";
 
 /// `edgerunner ARGS` in `dir` with exactly `env` (and PATH, HOME, a private XDG_CONFIG_HOME).
-fn edgerunner(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+pub(super) fn edgerunner(
+    scratch: &Scratch,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Command {
     let mut command = Command::new(required_env("EDGERUNNER_BIN"));
     command
         .args(args)
@@ -39,7 +44,7 @@ fn edgerunner(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, &str)]
     command
 }
 
-fn shown(output: &Output) -> String {
+pub(super) fn shown(output: &Output) -> String {
     format!(
         "status {}\nstderr:\n{}",
         output.status,
@@ -48,7 +53,12 @@ fn shown(output: &Output) -> String {
 }
 
 /// `runner start … --exit-when-idle` in `dir`, run to its end (bounded).
-async fn run_runner(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(super) async fn run_runner(
+    scratch: &Scratch,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     let work = scratch.path("work");
     let mut all = vec![
         "runner",
@@ -70,7 +80,7 @@ async fn run_runner(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, 
 
 /// The job's whole stored stream, read page by page as `admin jobs logs` reads it: the pages'
 /// text (every chunk, every field) and the job's stdout lines.
-async fn stored_stream(admin_key: &str, job_id: &str) -> (String, Vec<String>) {
+pub(super) async fn stored_stream(admin_key: &str, job_id: &str) -> (String, Vec<String>) {
     let mut text = String::new();
     let mut stdout = Vec::new();
     let mut cursor = "0.-1".to_owned();
@@ -102,7 +112,7 @@ async fn stored_stream(admin_key: &str, job_id: &str) -> (String, Vec<String>) {
     panic!("the stream of {job_id} has more than 100 pages");
 }
 
-async fn succeeded(org: &Org, job_id: &str, runner: &Output) {
+pub(super) async fn succeeded(org: &Org, job_id: &str, runner: &Output) {
     let done = job(&org.admin_key, job_id).await;
     assert_eq!(done["state"], "succeeded", "{done}\n{}", shown(runner));
 }
@@ -116,7 +126,7 @@ fn assert_absent(stream: &str, secrets: &[(&str, &str)]) {
     }
 }
 
-fn assert_line(stdout: &[String], wanted: &str) {
+pub(super) fn assert_line(stdout: &[String], wanted: &str) {
     assert!(
         stdout.iter().any(|line| line == wanted),
         "no line {wanted:?} in the job's output: {stdout:#?}"

@@ -12,3 +12,4 @@ mod job_env;
 mod keys;
 mod redirects;
 mod runner_files;
+mod runner_host;

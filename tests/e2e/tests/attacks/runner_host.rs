@@ -1,0 +1,300 @@
+//! A job cannot reach past its own run on the runner host. The runner starts the real CLI the
+//! README's way on a job written as an attacker would write it, and then looks at the host (its
+//! process table) or at the job's stored stream for what the job managed to do.
+//!
+//! - Processes a job leaves behind, even in a session of their own or double-forked, end with
+//!   the job.
+//! - A job has no controlling terminal, even when the runner has one.
+//! - A job whose requirements say `network: deny_all` cannot open a connection, and the
+//!   runner's record says what it enforces.
+//! - A job past its `memoryMb` fails, and its exited event says which limit it ran into.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use edgerunner_e2e::jobs::*;
+use edgerunner_e2e::*;
+use serde_json::{json, Value};
+
+use super::job_env::{assert_line, run_runner, shown, stored_stream, succeeded};
+
+/// One organization, a release, a runner's registration and one queued job with
+/// `requirements`: what the tests below each need. Returns the org, the runner's environment
+/// and the job's id.
+async fn one_job(name: &str, requirements: &Value) -> (Org, Vec<(&'static str, String)>, String) {
+    let org = bootstrap_org(name);
+    let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
+    let (runner, token) = register_runner(&org.admin_key, &registration(name)).await;
+    let run_id = evaluation_run(&org.admin_key).await;
+    let enqueued = enqueue_job(
+        &org.admin_key,
+        &release,
+        &json!({"evaluationRunId": run_id.to_json(), "task": name}),
+        requirements,
+    )
+    .await;
+    let env = vec![
+        ("EVALGATE_BASE_URL", base_url()),
+        ("EVALGATE_RUNNER_ID", id_of(&runner)),
+        ("EVALGATE_RUNNER_BOOTSTRAP_TOKEN", token),
+    ];
+    (org, env, id_of(&enqueued))
+}
+
+fn borrowed<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// A number no other process on this host has as its `sleep` argument.
+fn unique_seconds() -> u64 {
+    let text = unique("sleep");
+    let digits: u64 = text.bytes().fold(0u64, |acc, b| {
+        acc.wrapping_mul(31).wrapping_add(u64::from(b))
+    });
+    5_000_000 + digits % 1_000_000
+}
+
+/// The pids whose whole command line is exactly `argv` (zombies have none, and do not count).
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .collect()
+}
+
+/// The job's `exited` event, as stored in its stream.
+async fn exited_event(admin_key: &str, job_id: &str) -> Value {
+    let (text, _) = stored_stream(admin_key, job_id).await;
+    // Each page is a JSON object on its own; the event is in one chunk's payload.
+    let mut found = None;
+    for page in serde_json::Deserializer::from_str(&text).into_iter::<Value>() {
+        let page = page.expect("a stored page is JSON");
+        for chunk in page["chunks"].as_array().into_iter().flatten() {
+            if chunk["payload"]["event"] == "exited" {
+                found = Some(chunk["payload"].clone());
+            }
+        }
+    }
+    found.unwrap_or_else(|| panic!("no exited event in the stream of {job_id}: {text}"))
+}
+
+#[tokio::test]
+async fn processes_a_job_leaves_behind_in_a_new_session_or_double_forked_end_with_it() {
+    let (org, env, job_id) = one_job("attack-leftovers", &requirements("prompt")).await;
+    let (alone, orphan) = (unique_seconds(), unique_seconds() + 1);
+    let (alone, orphan) = (alone.to_string(), orphan.to_string());
+    // One leaves the job's process group and session (setsid); the other is double-forked
+    // (its parent shell exits at once) as well. Both then say they are running.
+    let command = format!(
+        "setsid sleep {alone} </dev/null >/dev/null 2>&1 & \
+         sh -c 'setsid sleep {orphan} </dev/null >/dev/null 2>&1 &'; \
+         for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do \
+           pgrep -fx 'sleep {alone}' >/dev/null && pgrep -fx 'sleep {orphan}' >/dev/null && break; \
+           sleep 0.1; \
+         done; \
+         pgrep -fx 'sleep {alone}' >/dev/null && echo alone-running; \
+         pgrep -fx 'sleep {orphan}' >/dev/null && echo orphan-running; true"
+    );
+    let scratch = Scratch::new("leftovers");
+    let project = scratch.dir("project");
+    let output = run_runner(&scratch, &project, &["--exec", &command], &borrowed(&env)).await;
+    let left: Vec<i32> = [&alone, &orphan]
+        .iter()
+        .flat_map(|seconds| processes_running(&["sleep", seconds]))
+        .collect();
+    // Never leave them running for the next test, whatever this one finds.
+    for pid in &left {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    }
+    assert!(output.status.success(), "{}", shown(&output));
+    succeeded(&org, &job_id, &output).await;
+    let (_, stdout) = stored_stream(&org.admin_key, &job_id).await;
+    // The control: both were running while the job was.
+    assert_line(&stdout, "alone-running");
+    assert_line(&stdout, "orphan-running");
+    assert!(
+        left.is_empty(),
+        "processes of the finished job are still running: {left:?}"
+    );
+}
+
+/// Runs `program args` with a new pseudo-terminal as its controlling terminal (Python's `pty`),
+/// its output read to the end; bounded.
+const UNDER_A_TERMINAL: &str = "import os, pty, sys\n\
+pid, fd = pty.fork()\n\
+if pid == 0:\n    os.execvp(sys.argv[1], sys.argv[1:])\n\
+while True:\n    try:\n        data = os.read(fd, 65536)\n    except OSError:\n        break\n    \
+if not data:\n        break\n    sys.stdout.buffer.write(data)\n\
+_, status = os.waitpid(pid, 0)\n\
+sys.exit(os.waitstatus_to_exitcode(status))\n";
+
+fn under_a_terminal(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new("python3");
+    command
+        .arg("-c")
+        .arg(UNDER_A_TERMINAL)
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", scratch.dir("home"))
+        .env("XDG_CONFIG_HOME", scratch.path("xdg"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command.envs(env.iter().copied());
+    command
+}
+
+const OPEN_TTY: &str =
+    "if (exec 3</dev/tty) 2>/dev/null; then echo tty-opened; else echo no-tty; fi";
+
+#[tokio::test]
+async fn a_job_has_no_controlling_terminal_even_when_the_runner_has_one() {
+    let (org, env, job_id) = one_job("attack-tty", &requirements("prompt")).await;
+    let scratch = Scratch::new("tty");
+    let project = scratch.dir("project");
+    // The control: what runs under the wrapper has a terminal to open.
+    let control = under_a_terminal(&scratch, &project, &["sh", "-c", OPEN_TTY], &[])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        String::from_utf8_lossy(&control.stdout).contains("tty-opened"),
+        "{}",
+        shown(&control)
+    );
+
+    let bin = required_env("EDGERUNNER_BIN");
+    let work = scratch.path("work");
+    let args = [
+        bin.as_str(),
+        "runner",
+        "start",
+        "--log-format",
+        "json",
+        "--poll-interval",
+        "0.2",
+        "--exit-when-idle",
+        "--work-dir",
+        work.to_str().expect("UTF-8 path"),
+        "--exec",
+        OPEN_TTY,
+    ];
+    let child = under_a_terminal(&scratch, &project, &args, &borrowed(&env))
+        .spawn()
+        .expect("python3 runs");
+    let output: Output = output_within(child, Duration::from_secs(90), "the runner").await;
+    assert!(output.status.success(), "{}", shown(&output));
+    succeeded(&org, &job_id, &output).await;
+    let (_, stdout) = stored_stream(&org.admin_key, &job_id).await;
+    assert_line(&stdout, "no-tty");
+}
+
+/// Connects to the server's host and port; prints `connected`, or `refused: <error>`.
+fn connect_script() -> String {
+    let base = base_url();
+    let authority = base
+        .split("://")
+        .nth(1)
+        .expect("a URL")
+        .split('/')
+        .next()
+        .expect("an authority");
+    let (host, port) = authority.rsplit_once(':').expect("a port");
+    format!(
+        "python3 -c \"import socket\ntry:\n    socket.create_connection(('{host}', {port}), 5)\n    \
+         print('connected')\nexcept OSError as e:\n    print('refused:', e)\""
+    )
+}
+
+#[tokio::test]
+async fn a_deny_all_job_cannot_open_a_connection_to_the_server() {
+    let wanted = requirements("prompt");
+    assert_eq!(wanted["network"]["mode"], "deny_all");
+    let (org, env, job_id) = one_job("attack-network", &wanted).await;
+    let script = connect_script();
+    // The control: from the test's own process, the same script reaches the server.
+    let control = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .expect("sh runs");
+    assert_eq!(
+        String::from_utf8_lossy(&control.stdout).trim(),
+        "connected",
+        "{}",
+        shown(&control)
+    );
+    let scratch = Scratch::new("network");
+    let project = scratch.dir("project");
+    let output = run_runner(&scratch, &project, &["--exec", &script], &borrowed(&env)).await;
+    assert!(output.status.success(), "{}", shown(&output));
+    succeeded(&org, &job_id, &output).await;
+    let (_, stdout) = stored_stream(&org.admin_key, &job_id).await;
+    assert!(
+        stdout.iter().any(|line| line.starts_with("refused:")),
+        "a deny_all job reached the server: {stdout:#?}"
+    );
+    assert!(
+        !stdout.iter().any(|line| line == "connected"),
+        "{stdout:#?}"
+    );
+    // What the runner enforces is in its record, for an admin to read.
+    let (_, runner_id) = env
+        .iter()
+        .find(|(name, _)| *name == "EVALGATE_RUNNER_ID")
+        .expect("the runner's id");
+    let recorded = get(
+        &format!("/api/remote-runners/{runner_id}/files/isolation.json"),
+        &org.admin_key,
+    )
+    .await;
+    assert_eq!(recorded.status, 200, "{}", recorded.text);
+    let enforced: Value = serde_json::from_str(&recorded.text).expect("JSON");
+    assert_eq!(enforced["networkDenyAll"], true, "{enforced}");
+    assert_eq!(enforced["processSweep"], true, "{enforced}");
+    assert_eq!(enforced["session"], true, "{enforced}");
+}
+
+fn requirements_with_memory(memory_mb: u64) -> Value {
+    let mut wanted = requirements("prompt");
+    wanted["limits"] = limits(60, memory_mb, 120, 1_048_576);
+    wanted
+}
+
+#[tokio::test]
+async fn a_job_past_its_memory_limit_fails_and_its_exited_event_says_why() {
+    let (org, env, job_id) = one_job("attack-memory", &requirements_with_memory(64)).await;
+    let scratch = Scratch::new("memory");
+    let project = scratch.dir("project");
+    let allocate = "python3 -c 'b = bytearray(300 * 1024 * 1024); print(\"allocated\", len(b))'";
+    let output = run_runner(&scratch, &project, &["--exec", allocate], &borrowed(&env)).await;
+    assert!(output.status.success(), "{}", shown(&output));
+    let done = job(&org.admin_key, &job_id).await;
+    assert_eq!(done["state"], "failed", "{done}\n{}", shown(&output));
+    let (_, stdout) = stored_stream(&org.admin_key, &job_id).await;
+    assert!(
+        !stdout.iter().any(|line| line.starts_with("allocated")),
+        "{stdout:#?}"
+    );
+    let exited = exited_event(&org.admin_key, &job_id).await;
+    assert_eq!(exited["limit"], "memoryMb", "{exited}");
+
+    // The control: under the same limit, an allocation it allows succeeds.
+    let small = "python3 -c 'b = bytearray(16 * 1024 * 1024); print(\"allocated\", len(b))'";
+    let (org, env, job_id) = one_job("attack-memory-small", &requirements_with_memory(64)).await;
+    let output = run_runner(&scratch, &project, &["--exec", small], &borrowed(&env)).await;
+    assert!(output.status.success(), "{}", shown(&output));
+    succeeded(&org, &job_id, &output).await;
+    let (_, stdout) = stored_stream(&org.admin_key, &job_id).await;
+    assert_line(&stdout, "allocated 16777216");
+}
