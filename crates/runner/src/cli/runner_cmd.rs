@@ -517,13 +517,16 @@ async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
         Err(error) => {
             let hint = match error.code() {
                 Some(ErrorCode::EnrollmentTokenRequired) => Some(
-                    "this organization enrolls runners only with an enrollment token: ask an \
-                     admin for one (edgerunner admin enrollment tokens create) and set \
-                     EDGERUNNER_ENROLLMENT_TOKEN or pass --enrollment-token-file FILE",
+                    "enrolling here takes an enrollment token (or the organization is closed, \
+                     or --organization names none: the server answers all three alike): check \
+                     the organization id, ask an admin for a token (edgerunner admin enrollment \
+                     tokens create) and set EDGERUNNER_ENROLLMENT_TOKEN or pass \
+                     --enrollment-token-file FILE",
                 ),
                 Some(ErrorCode::EnrollmentTokenInvalid) => Some(
-                    "the enrollment token is unknown, expired, revoked or used up: ask an admin \
-                     for a new one",
+                    "the enrollment token does not admit this enrollment (unknown, expired, \
+                     revoked or used up, of another organization, or the organization is \
+                     closed): ask an admin for a new one",
                 ),
                 Some(ErrorCode::EnrollmentClosed) => Some(
                     "this organization does not accept enrollments now: ask an admin \
