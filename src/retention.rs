@@ -154,18 +154,13 @@ async fn record_pass(
     let detail = json!({ "deletedJobs": deleted }).to_string();
     let event = events::insert(
         db,
-        &events::NewEvent {
-            organization_id: organization,
-            job_id: None,
-            runner_id: None,
-            claim_id: None,
+        &events::NewEvent::of_organization(
+            organization,
             actor,
-            kind: EventKind::RetentionPass,
-            attempt: None,
-            reason: None,
-            detail_json: Some(&detail),
-            at: now,
-        },
+            EventKind::RetentionPass,
+            Some(&detail),
+            now,
+        ),
     )?;
     store::batch(db, vec![event]).await?;
     Ok(())

@@ -111,16 +111,14 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
             events::insert(
                 &ctx.db,
                 &events::NewEvent {
-                    organization_id: &caller.organization_id,
-                    job_id: None,
-                    runner_id: None,
-                    claim_id: None,
-                    actor: &actor,
-                    kind: EventKind::ApiKeyCreated,
-                    attempt: None,
                     reason: Some(name),
-                    detail_json: Some(&detail),
-                    at: ctx.now,
+                    ..events::NewEvent::of_organization(
+                        &caller.organization_id,
+                        &actor,
+                        EventKind::ApiKeyCreated,
+                        Some(&detail),
+                        ctx.now,
+                    )
                 },
             )?,
         ],
@@ -157,18 +155,14 @@ pub(crate) async fn revoke(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     let caller = auth::admin(&req, ctx).await?;
     caller.require_admin()?;
     let actor = caller.actor();
-    let event = events::NewEvent {
-        organization_id: &caller.organization_id,
-        job_id: None,
-        runner_id: None,
-        claim_id: None,
-        actor: &actor,
-        kind: EventKind::ApiKeyRevoked,
-        attempt: None,
-        reason: None,
-        detail_json: Some(&json!({ "apiKeyId": id }).to_string()),
-        at: ctx.now,
-    };
+    let detail = json!({ "apiKeyId": id }).to_string();
+    let event = events::NewEvent::of_organization(
+        &caller.organization_id,
+        &actor,
+        EventKind::ApiKeyRevoked,
+        Some(&detail),
+        ctx.now,
+    );
     let changed = store::batch(
         &ctx.db,
         vec![

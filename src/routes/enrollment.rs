@@ -234,31 +234,18 @@ pub(crate) async fn put_policy(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
     let org = caller.organization_id.as_str();
     let actor = caller.actor();
     let detail = json!({ "policy": policy.as_str() }).to_string();
-    let changed = store::batch(
+    events::set_organization_setting(
         &ctx.db,
-        vec![
-            enrollment::set_policy(&ctx.db, org, policy.as_str())?,
-            events::insert_if_changed(
-                &ctx.db,
-                &events::NewEvent {
-                    organization_id: org,
-                    job_id: None,
-                    runner_id: None,
-                    claim_id: None,
-                    actor: &actor,
-                    kind: EventKind::EnrollmentPolicySet,
-                    attempt: None,
-                    reason: None,
-                    detail_json: Some(&detail),
-                    at: ctx.now,
-                },
-            )?,
-        ],
+        enrollment::set_policy(&ctx.db, org, policy.as_str())?,
+        &events::NewEvent::of_organization(
+            org,
+            &actor,
+            EventKind::EnrollmentPolicySet,
+            Some(&detail),
+            ctx.now,
+        ),
     )
     .await?;
-    store::expect_one(changed[0], || {
-        ApiError::internal("an authenticated key's organization vanished")
-    })?;
     json_response(200, &policy_view(org, policy)).map_err(ApiError::from)
 }
 
@@ -332,16 +319,14 @@ pub(crate) async fn create_token(mut req: Request, ctx: &Ctx) -> ApiResult<Respo
             events::insert(
                 &ctx.db,
                 &events::NewEvent {
-                    organization_id: org,
-                    job_id: None,
-                    runner_id: None,
-                    claim_id: None,
-                    actor: &actor,
-                    kind: EventKind::EnrollmentTokenCreated,
-                    attempt: None,
                     reason: Some(name),
-                    detail_json: Some(&detail),
-                    at: ctx.now,
+                    ..events::NewEvent::of_organization(
+                        org,
+                        &actor,
+                        EventKind::EnrollmentTokenCreated,
+                        Some(&detail),
+                        ctx.now,
+                    )
                 },
             )?,
         ],
@@ -386,18 +371,13 @@ pub(crate) async fn revoke_token(req: Request, ctx: &Ctx, id: &str) -> ApiResult
     let org = caller.organization_id.as_str();
     let actor = caller.actor();
     let detail = json!({ "enrollmentTokenId": id }).to_string();
-    let event = events::NewEvent {
-        organization_id: org,
-        job_id: None,
-        runner_id: None,
-        claim_id: None,
-        actor: &actor,
-        kind: EventKind::EnrollmentTokenRevoked,
-        attempt: None,
-        reason: None,
-        detail_json: Some(&detail),
-        at: ctx.now,
-    };
+    let event = events::NewEvent::of_organization(
+        org,
+        &actor,
+        EventKind::EnrollmentTokenRevoked,
+        Some(&detail),
+        ctx.now,
+    );
     let changed = store::batch(
         &ctx.db,
         vec![

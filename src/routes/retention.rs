@@ -14,7 +14,7 @@ use super::views::{respond, retention::RetentionView};
 use crate::auth;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{json_object_capped, SMALL_BODY_BYTES};
-use crate::store::{self, events, retention};
+use crate::store::{events, retention};
 use crate::Ctx;
 
 /// `GET /api/developer/retention`.
@@ -51,31 +51,18 @@ pub(crate) async fn put_setting(mut req: Request, ctx: &Ctx) -> ApiResult<Respon
     let org = caller.organization_id.as_str();
     let actor = caller.actor();
     let detail = json!({ "retentionDays": days.get() }).to_string();
-    let changed = store::batch(
+    events::set_organization_setting(
         &ctx.db,
-        vec![
-            retention::set_days(&ctx.db, org, days.get())?,
-            events::insert_if_changed(
-                &ctx.db,
-                &events::NewEvent {
-                    organization_id: org,
-                    job_id: None,
-                    runner_id: None,
-                    claim_id: None,
-                    actor: &actor,
-                    kind: EventKind::RetentionSet,
-                    attempt: None,
-                    reason: None,
-                    detail_json: Some(&detail),
-                    at: ctx.now,
-                },
-            )?,
-        ],
+        retention::set_days(&ctx.db, org, days.get())?,
+        &events::NewEvent::of_organization(
+            org,
+            &actor,
+            EventKind::RetentionSet,
+            Some(&detail),
+            ctx.now,
+        ),
     )
     .await?;
-    store::expect_one(changed[0], || {
-        ApiError::internal("an authenticated key's organization vanished")
-    })?;
     let row = retention::setting(&ctx.db, org)
         .await?
         .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;

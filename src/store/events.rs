@@ -20,6 +20,46 @@ pub(crate) struct NewEvent<'a> {
     pub(crate) at: i64,
 }
 
+impl<'a> NewEvent<'a> {
+    /// An event of the organization itself (no job, runner or claim): a setting changed, a
+    /// key or token made or revoked, a retention pass.
+    pub(crate) fn of_organization(
+        organization_id: &'a str,
+        actor: &'a str,
+        kind: EventKind,
+        detail_json: Option<&'a str>,
+        at: i64,
+    ) -> Self {
+        NewEvent {
+            organization_id,
+            job_id: None,
+            runner_id: None,
+            claim_id: None,
+            actor,
+            kind,
+            attempt: None,
+            reason: None,
+            detail_json,
+            at,
+        }
+    }
+}
+
+/// An admin's change to one of the organization's own settings (`set`, a statement that
+/// changes its organization's row) and the event that records it, in one batch: the event is
+/// written only with the change. An organization that does not answer `set` is an internal
+/// error: the caller authenticated with one of its keys.
+pub(crate) async fn set_organization_setting(
+    db: &Db,
+    set: D1PreparedStatement,
+    event: &NewEvent<'_>,
+) -> ApiResult<()> {
+    let changed = super::batch(db, vec![set, insert_if_changed(db, event)?]).await?;
+    super::expect_one(changed[0], || {
+        crate::error::ApiError::internal("an authenticated key's organization vanished")
+    })
+}
+
 pub(crate) fn insert(db: &Db, event: &NewEvent<'_>) -> ApiResult<D1PreparedStatement> {
     insert_sql(db, include_str!("queries/events/insert.sql"), event)
 }

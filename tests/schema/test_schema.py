@@ -3005,16 +3005,19 @@ class ArchiveWorld(SchemaTest):
                             params["chunks"], params["stream_bytes"], params["head"],
                             params["at"], completions, unstored).rowcount
 
-    def prune_batch(self, job, limit):
-        statements = [(sql, (job, self.org, limit)) for sql in PRUNE_STATEMENTS]
+    def counted_batch(self, statements, params):
+        """The statements as one D1 batch, each with `params`: the rows each changed."""
         self.conn.execute("BEGIN")
         try:
-            deleted = [self.conn.execute(sql, params).rowcount for sql, params in statements]
+            changed = [self.conn.execute(sql, params).rowcount for sql in statements]
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
-        return deleted
+        return changed
+
+    def prune_batch(self, job, limit):
+        return self.counted_batch(PRUNE_STATEMENTS, (job, self.org, limit))
 
 
 class ArchiveTests(ArchiveWorld):
@@ -3264,25 +3267,10 @@ class RetentionTests(ArchiveWorld):
         return len(returned)
 
     def delete_evidence(self, job, limit):
-        statements = [(sql, (job, self.org, limit)) for sql in RETENTION_EVIDENCE_DELETES]
-        self.conn.execute("BEGIN")
-        try:
-            deleted = [self.conn.execute(sql, params).rowcount for sql, params in statements]
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
-        return deleted
+        return self.counted_batch(RETENTION_EVIDENCE_DELETES, (job, self.org, limit))
 
     def delete_job(self, job):
-        self.conn.execute("BEGIN")
-        try:
-            changed = [self.conn.execute(sql, (job, self.org)).rowcount for sql in RETENTION_JOB_DELETE]
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
-        return changed
+        return self.counted_batch(RETENTION_JOB_DELETE, (job, self.org))
 
     def test_an_organization_keeps_jobs_90_days_by_default_and_from_1_to_400(self):
         self.assertEqual(self.w.one("SELECT retention_days, retention_deleted_jobs FROM organizations"

@@ -79,27 +79,7 @@ fn printed_lines(double: &Double) -> Vec<String> {
 fn job_double(artifact: (u16, Value)) -> Double {
     let mut envelope = envelope(21);
     envelope.input_hash = stable_json::hash(&job_input());
-    let claim = assignment(&envelope, &signing("k"));
-    Double::start(Box::new(move |request, nth| match request.path.as_str() {
-        "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
-        "/api/remote-runners/self" => (200, Some(self_answer())),
-        "/api/remote-runners/claim" if nth == 0 => (200, Some(claim.clone())),
-        "/api/remote-runners/claim" => (204, None),
-        "/api/remote-runners/jobs/job_double/input" => (200, Some(job_input())),
-        "/api/remote-runners/jobs/job_double/artifact" => (artifact.0, Some(artifact.1.clone())),
-        "/api/remote-runners/heartbeat" => (
-            200,
-            Some(json!({
-                "cancelRequested": false, "state": "running",
-                "leaseExpiresAt": later(60).as_str(),
-            })),
-        ),
-        "/api/remote-runners/complete" => (
-            200,
-            Some(json!({"decision": "accepted", "rationale": "first", "jobState": "done"})),
-        ),
-        _ => (200, Some(json!({"accepted": true}))),
-    }))
+    one_job_double(&envelope, job_input(), artifact, ("", None))
 }
 
 /// [`runner_start`] with `extra` arguments, expecting success; its log.

@@ -126,6 +126,46 @@ pub(crate) fn spoiled() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// A double that hands out one genuine job, `envelope` (its `input_hash` must be the hash of
+/// `input`), and answers everything else a job needs as the server would: the input, the
+/// artifact read with `artifact`, heartbeats, chunks and the completion; then `204`. A request
+/// for `path` is answered with `answer` instead.
+pub(crate) fn one_job_double(
+    envelope: &JobEnvelope,
+    input: Value,
+    artifact: (u16, Value),
+    (path, answer): (&'static str, Option<(u16, Value)>),
+) -> Double {
+    let claim = assignment(envelope, &signing("k"));
+    Double::start(Box::new(move |request, nth| {
+        if let (true, Some((status, body))) = (request.path == path, &answer) {
+            return (*status, Some(body.clone()));
+        }
+        match request.path.as_str() {
+            "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
+            "/api/remote-runners/self" => (200, Some(self_answer())),
+            "/api/remote-runners/claim" if nth == 0 => (200, Some(claim.clone())),
+            "/api/remote-runners/claim" => (204, None),
+            "/api/remote-runners/jobs/job_double/input" => (200, Some(input.clone())),
+            "/api/remote-runners/jobs/job_double/artifact" => {
+                (artifact.0, Some(artifact.1.clone()))
+            }
+            "/api/remote-runners/heartbeat" => (
+                200,
+                Some(json!({
+                    "cancelRequested": false, "state": "running",
+                    "leaseExpiresAt": later(60).as_str(),
+                })),
+            ),
+            "/api/remote-runners/complete" => (
+                200,
+                Some(json!({"decision": "accepted", "rationale": "first", "jobState": "done"})),
+            ),
+            _ => (200, Some(json!({"accepted": true}))),
+        }
+    }))
+}
+
 /// One request the double received.
 #[derive(Clone, Debug)]
 pub(crate) struct Received {

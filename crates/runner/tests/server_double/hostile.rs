@@ -11,8 +11,7 @@ use serde_json::{json, Value};
 
 use crate::double::*;
 
-/// A double whose one job's envelope says `limits` and whose other answers are as the
-/// server's, but for `path`, answered with `answer` when given.
+/// A double whose one job's envelope says `limits`, answering `path` with `answer` (`200`).
 fn double_with(limits: Value, path: &'static str, answer: Option<Value>) -> Double {
     let content = json!({"template": "t"});
     let input = json!({"question": "2+2", "evaluationRunId": "evr_double"});
@@ -22,39 +21,17 @@ fn double_with(limits: Value, path: &'static str, answer: Option<Value>) -> Doub
         "executionKind": "prompt", "runtime": "python3.12", "limits": limits,
     }))
     .expect("requirements");
-    let claim = assignment(&envelope, &signing("k"));
     let artifact = json!({
         "versionId": 1,
         "contentHash": stable_json::hash(&content).as_str(),
         "content": content,
     });
-    Double::start(Box::new(move |request, nth| {
-        if request.path == path {
-            if let Some(answer) = &answer {
-                return (200, Some(answer.clone()));
-            }
-        }
-        match request.path.as_str() {
-            "/api/remote-runners/session" => (200, Some(session_answer("erc_double", 600))),
-            "/api/remote-runners/self" => (200, Some(self_answer())),
-            "/api/remote-runners/claim" if nth == 0 => (200, Some(claim.clone())),
-            "/api/remote-runners/claim" => (204, None),
-            "/api/remote-runners/jobs/job_double/input" => (200, Some(input.clone())),
-            "/api/remote-runners/jobs/job_double/artifact" => (200, Some(artifact.clone())),
-            "/api/remote-runners/heartbeat" => (
-                200,
-                Some(json!({
-                    "cancelRequested": false, "state": "running",
-                    "leaseExpiresAt": later(60).as_str(),
-                })),
-            ),
-            "/api/remote-runners/complete" => (
-                200,
-                Some(json!({"decision": "accepted", "rationale": "first", "jobState": "done"})),
-            ),
-            _ => (200, Some(json!({"accepted": true}))),
-        }
-    }))
+    one_job_double(
+        &envelope,
+        input,
+        (200, artifact),
+        (path, answer.map(|body| (200, body))),
+    )
 }
 
 fn completions(double: &Double) -> Vec<Value> {

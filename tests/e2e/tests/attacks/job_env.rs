@@ -133,12 +133,15 @@ pub(super) fn assert_line(stdout: &[String], wanted: &str) {
     );
 }
 
-#[tokio::test]
-async fn a_job_that_prints_env_and_lists_its_directories_finds_no_runner_secret() {
-    let org = bootstrap_org("attack-job-env");
+/// A registered runner, an evidence key (`runs:write`) for it, and one queued job whose input
+/// names no evaluation run (so the runner makes the run with that key, which is then in use):
+/// `(runner id, bootstrap token, evidence key, job id)`.
+async fn runner_with_evidence_key_and_a_job(
+    org: &Org,
+    name: &str,
+) -> (String, String, String, String) {
     let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
-    let (runner, token) = register_runner(&org.admin_key, &registration("job-env")).await;
-    let runner_id = id_of(&runner);
+    let (runner, token) = register_runner(&org.admin_key, &registration(name)).await;
     let evidence_key = new_api_key(
         &org.admin_key,
         &json!({ "name": "runner evidence", "scopes": ["runs:write"] }),
@@ -147,15 +150,22 @@ async fn a_job_that_prints_env_and_lists_its_directories_finds_no_runner_secret(
         .as_str()
         .expect("apiKey")
         .to_owned();
-    // No evaluationRunId: the runner makes the run with its evidence key, so that key is in use.
     let enqueued = enqueue_job(
         &org.admin_key,
         &release,
-        &json!({"task": "env"}),
+        &json!({ "task": name }),
         &requirements("prompt"),
     )
     .await;
-    let job_id = id_of(&enqueued);
+    (id_of(&runner), token, evidence_key, id_of(&enqueued))
+}
+
+#[tokio::test]
+async fn a_job_that_prints_env_and_lists_its_directories_finds_no_runner_secret() {
+    let org = bootstrap_org("attack-job-env");
+    // No evaluationRunId: the runner makes the run with its evidence key, so that key is in use.
+    let (runner_id, token, evidence_key, job_id) =
+        runner_with_evidence_key_and_a_job(&org, "job-env").await;
     let marker = unique("runner-only-marker");
     let base = base_url();
     // The README's setup: the admin's shell, then the runner's variables on top.
@@ -400,25 +410,8 @@ const READ_ARGV: &str = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < \"$f\"
 #[tokio::test]
 async fn no_runner_secret_is_on_a_command_line_a_job_can_read() {
     let org = bootstrap_org("attack-argv");
-    let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
-    let (runner, token) = register_runner(&org.admin_key, &registration("argv")).await;
-    let runner_id = id_of(&runner);
-    let evidence_key = new_api_key(
-        &org.admin_key,
-        &json!({ "name": "runner evidence", "scopes": ["runs:write"] }),
-    )
-    .await["apiKey"]
-        .as_str()
-        .expect("apiKey")
-        .to_owned();
-    let enqueued = enqueue_job(
-        &org.admin_key,
-        &release,
-        &json!({"task": "argv"}),
-        &requirements("prompt"),
-    )
-    .await;
-    let job_id = id_of(&enqueued);
+    let (runner_id, token, evidence_key, job_id) =
+        runner_with_evidence_key_and_a_job(&org, "argv").await;
     let base = base_url();
     let scratch = Scratch::new("argv");
     let project = scratch.dir("project");
