@@ -214,14 +214,23 @@ pub(crate) fn client_network(req: &Request) -> String {
 /// [`client_network`]'s rule on an address as text. An IPv4-mapped IPv6 address
 /// (`::ffff:192.0.2.1`) is its IPv4 address, so one host cannot count twice.
 pub(crate) fn network_of(address: &str) -> String {
+    prefix_of(address, 4)
+}
+
+/// The IPv4 address itself, or the IPv6 prefix of `segments` 16-bit segments the address is
+/// in (4: its /64, 3: its /48); `"unknown"` when it does not parse.
+fn prefix_of(address: &str, segments: usize) -> String {
     use std::net::IpAddr;
     match address.trim().parse::<IpAddr>() {
         Ok(IpAddr::V4(v4)) => v4.to_string(),
         Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
             Some(v4) => v4.to_string(),
             None => {
-                let s = v6.segments();
-                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+                let kept: Vec<String> = v6.segments()[..segments]
+                    .iter()
+                    .map(|segment| format!("{segment:x}"))
+                    .collect();
+                format!("{}::/{}", kept.join(":"), segments * 16)
             }
         },
         Err(_) => "unknown".to_owned(),
@@ -237,18 +246,7 @@ pub(crate) fn client_site(req: &Request) -> String {
 
 /// [`client_site`]'s rule on an address as text.
 pub(crate) fn site_of(address: &str) -> String {
-    use std::net::IpAddr;
-    match address.trim().parse::<IpAddr>() {
-        Ok(IpAddr::V4(v4)) => v4.to_string(),
-        Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
-            }
-        },
-        Err(_) => "unknown".to_owned(),
-    }
+    prefix_of(address, 3)
 }
 
 #[cfg(test)]

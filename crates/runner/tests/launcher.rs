@@ -257,7 +257,13 @@ fn a_job_ends_when_the_runner_that_started_it_dies() {
         .and_then(Result::ok)
         .and_then(|line| line.trim().parse().ok());
     let ready = lines.next().and_then(Result::ok);
-    let running_before = (running(&left).len(), running(&shell).len());
+    // The job says ready just before it execs its sleep: wait (bounded, 5 s) until both run.
+    let started = std::time::Instant::now() + Duration::from_secs(5);
+    let mut running_before = (running(&left).len(), running(&shell).len());
+    while running_before != (1, 1) && std::time::Instant::now() < started {
+        std::thread::sleep(Duration::from_millis(20));
+        running_before = (running(&left).len(), running(&shell).len());
+    }
 
     // Killed whatever the controls found, so that nothing is left behind on failure.
     let stand_in = pid.map_or(nix::unistd::Pid::from_raw(child.id() as i32), |pid| {

@@ -108,20 +108,7 @@ impl JobRun {
         };
         let artifact = match artifact {
             Ok(artifact) => artifact,
-            Err(reason) => {
-                let note = json!({ "event": "refused", "reason": reason });
-                let _ = stream.send(ChunkKind::Log, note).await;
-                error!(
-                    event = "job.inputs_refused",
-                    reason = reason.as_str(),
-                    "{label}: {reason}; not run"
-                );
-                return Prepared::Complete {
-                    status: CompletionStatus::Failed,
-                    result_hash: None,
-                    summary: format!("not run: {reason}"),
-                };
-            }
+            Err(reason) => return not_run(stream, &label, "job.inputs_refused", reason).await,
         };
 
         let written = job_dir.map_err(|error| error.to_string()).and_then(|dir| {
@@ -197,19 +184,7 @@ impl JobRun {
         let confinement = match confinement_for(assignment, self.config.isolation.as_ref()) {
             Ok(confinement) => confinement,
             Err(reason) => {
-                let reason = reason.to_string();
-                let note = json!({ "event": "refused", "reason": reason });
-                let _ = stream.send(ChunkKind::Log, note).await;
-                error!(
-                    event = "job.unenforceable",
-                    reason = reason.as_str(),
-                    "{label}: {reason}; not run"
-                );
-                return Prepared::Complete {
-                    status: CompletionStatus::Failed,
-                    result_hash: None,
-                    summary: format!("not run: {reason}"),
-                };
+                return not_run(stream, &label, "job.unenforceable", reason.to_string()).await
             }
         };
 
@@ -449,6 +424,23 @@ pub(super) fn describe(outcome: &ExecOutcome) -> String {
         Ending::Stopped(StopRequest::Shutdown) => {
             format!("runner shutting down: stopped after {seconds:.1} s ({how}{killed})")
         }
+    }
+}
+
+/// A job refused before its command runs: the refusal in its stream (a `refused` event) and
+/// the log (`event`), and a `failed` completion saying why.
+async fn not_run(stream: &mut ChunkStream, label: &str, event: &str, reason: String) -> Prepared {
+    let note = json!({ "event": "refused", "reason": reason });
+    let _ = stream.send(ChunkKind::Log, note).await;
+    error!(
+        event,
+        reason = reason.as_str(),
+        "{label}: {reason}; not run"
+    );
+    Prepared::Complete {
+        status: CompletionStatus::Failed,
+        result_hash: None,
+        summary: format!("not run: {reason}"),
     }
 }
 

@@ -22,14 +22,16 @@ use serde_json::{json, Value};
 const PRINT_ENV: &str = "env; echo '--- workdir'; ls -la \"$EDGERUNNER_WORKDIR\"; \
                          echo '--- start dir'; ls -la .; echo '--- tmp'; ls -la \"$TMPDIR\"";
 
-/// `edgerunner ARGS` in `dir` with exactly `env` (and PATH, HOME, a private XDG_CONFIG_HOME).
-pub(super) fn edgerunner(
+/// `program ARGS` in `dir` with exactly `env` (and PATH, HOME, a private XDG_CONFIG_HOME),
+/// standard input closed, standard error piped.
+pub(super) fn clean_command(
+    program: &str,
     scratch: &Scratch,
     dir: &Path,
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Command {
-    let mut command = Command::new(required_env("EDGERUNNER_BIN"));
+    let mut command = Command::new(program);
     command
         .args(args)
         .current_dir(dir)
@@ -38,9 +40,20 @@ pub(super) fn edgerunner(
         .env("HOME", scratch.dir("home"))
         .env("XDG_CONFIG_HOME", scratch.path("xdg"))
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::piped());
     command.envs(env.iter().copied());
+    command
+}
+
+/// `edgerunner ARGS` as [`clean_command`] runs it, its standard output discarded.
+pub(super) fn edgerunner(
+    scratch: &Scratch,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Command {
+    let mut command = clean_command(&required_env("EDGERUNNER_BIN"), scratch, dir, args, env);
+    command.stdout(Stdio::null());
     command
 }
 

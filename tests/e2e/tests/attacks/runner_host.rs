@@ -17,7 +17,7 @@ use edgerunner_e2e::jobs::*;
 use edgerunner_e2e::*;
 use serde_json::{json, Value};
 
-use super::job_env::{assert_line, run_runner, shown, stored_stream, succeeded};
+use super::job_env::{assert_line, clean_command, run_runner, shown, stored_stream, succeeded};
 
 /// One organization, a release, a runner's registration and one queued job with
 /// `requirements`: what the tests below each need. Returns the org, the runner's environment
@@ -138,20 +138,10 @@ _, status = os.waitpid(pid, 0)\n\
 sys.exit(os.waitstatus_to_exitcode(status))\n";
 
 fn under_a_terminal(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new("python3");
-    command
-        .arg("-c")
-        .arg(UNDER_A_TERMINAL)
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", scratch.dir("home"))
-        .env("XDG_CONFIG_HOME", scratch.path("xdg"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command.envs(env.iter().copied());
+    let mut all = vec!["-c", UNDER_A_TERMINAL];
+    all.extend_from_slice(args);
+    let mut command = clean_command("python3", scratch, dir, &all, env);
+    command.stdout(Stdio::piped());
     command
 }
 
