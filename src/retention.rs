@@ -111,9 +111,7 @@ pub(crate) async fn pass(
         }
     }
     report.more |= report.unfinished > 0;
-    for (organization, deleted) in &report.deleted_by_org {
-        record_pass(&db, organization, actor, now, *deleted).await?;
-    }
+    record_pass(&db, &report.deleted_by_org, actor, now).await?;
     Ok(json!({
         "expired": report.expired,
         "deleted": report.deleted,
@@ -143,25 +141,36 @@ async fn delete(db: &Db, bucket: &worker::Bucket, job: &ExpiringJob) -> ApiResul
     Ok(false)
 }
 
-/// One `retention.pass` event of `organization`: how many of its jobs the pass deleted.
+/// One `retention.pass` event for each organization the pass deleted from (how many of its
+/// jobs), all in one batch; none when it deleted nothing.
 async fn record_pass(
     db: &Db,
-    organization: &str,
+    deleted_by_org: &BTreeMap<String, usize>,
     actor: &str,
     now: i64,
-    deleted: usize,
 ) -> ApiResult<()> {
-    let detail = json!({ "deletedJobs": deleted }).to_string();
-    let event = events::insert(
-        db,
-        &events::NewEvent::of_organization(
-            organization,
-            actor,
-            EventKind::RetentionPass,
-            Some(&detail),
-            now,
-        ),
-    )?;
-    store::batch(db, vec![event]).await?;
+    if deleted_by_org.is_empty() {
+        return Ok(());
+    }
+    let details: Vec<(&str, String)> = deleted_by_org
+        .iter()
+        .map(|(org, deleted)| (org.as_str(), json!({ "deletedJobs": deleted }).to_string()))
+        .collect();
+    let events = details
+        .iter()
+        .map(|(org, detail)| {
+            events::insert(
+                db,
+                &events::NewEvent::of_organization(
+                    org,
+                    actor,
+                    EventKind::RetentionPass,
+                    Some(detail),
+                    now,
+                ),
+            )
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    store::batch(db, events).await?;
     Ok(())
 }

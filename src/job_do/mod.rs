@@ -168,7 +168,8 @@ impl JobObject {
             .map_err(JobRefusal::internal)??;
         // A finished job's alarm is its archive's (see `archive_alarm`).
         let finished = finished_by(&outcome.answer);
-        let grace = archive::grace_ms(&self.env);
+        // Read only for a finished job: a heartbeat or a chunk never needs it.
+        let grace = || archive::grace_ms(&self.env);
         if finished && outcome.alarm_at.is_none() && !outcome.clear_alarm {
             self.recall_alarm().await;
         }
@@ -176,9 +177,9 @@ impl JobObject {
             (Some(at), _, _) if keeps(self.alarm.get(), at, now_ms()) => None,
             (Some(at), _, _) => Some(Some(at)),
             // The operation ended the claim and the job: the lease's alarm becomes the archive's.
-            (None, true, true) => Some(archive_alarm(None, now_ms(), grace)),
+            (None, true, true) => Some(archive_alarm(None, now_ms(), grace())),
             // A finished job touched again: an alarm no later than its archive's stays.
-            (None, false, true) => archive_alarm(self.alarm.get(), now_ms(), grace).map(Some),
+            (None, false, true) => archive_alarm(self.alarm.get(), now_ms(), grace()).map(Some),
             (None, true, false) if self.alarm.get() == Some(None) => None,
             (None, true, false) => Some(None),
             (None, false, false) => None,

@@ -168,11 +168,15 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                 None => admin.retention().await?,
             };
             show(&answer, &|answer| {
+                let plural = |key: &str, one: &str, many: &str| {
+                    let n = text(answer, key);
+                    format!("{n} {}", if n == "1" { one } else { many })
+                };
                 format!(
-                    "{} keeps finished jobs {} days; retention has deleted {} jobs",
+                    "{} keeps finished jobs {}; retention has deleted {}",
                     text(answer, "organizationId"),
-                    text(answer, "retentionDays"),
-                    text(answer, "deletedJobs")
+                    plural("retentionDays", "day", "days"),
+                    plural("deletedJobs", "job", "jobs")
                 )
             })
         }
