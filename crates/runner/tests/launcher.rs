@@ -11,6 +11,9 @@ use edgerunner::isolation::Confinement;
 use edgerunner::stream::LogLine;
 use tokio::sync::{mpsc, watch};
 
+mod common;
+use common::running;
+
 fn spec(command: &str) -> ExecSpec {
     ExecSpec {
         command: command.to_owned(),
@@ -42,24 +45,7 @@ async fn run(
 
 /// A `sleep` argument no other process on this host has.
 fn unique_seconds() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{}",
-        7_000_000 + u64::from(nanos) % 1_000_000 + u64::from(std::process::id())
-    )
-}
-
-fn running(seconds: &str) -> Vec<i32> {
-    let wanted = format!("sleep\0{seconds}\0").into_bytes();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
-        .collect()
+    common::unique_seconds(7_000_000)
 }
 
 /// Leaves one `setsid` process and one double-forked one, says so, then runs `then`.

@@ -10,24 +10,13 @@ use edgerunner::isolation::{self, Confinement};
 use edgerunner::stream::LogLine;
 use tokio::sync::{mpsc, watch};
 
-fn running(seconds: &str) -> Vec<i32> {
-    let wanted = format!("sleep\0{seconds}\0").into_bytes();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
-        .collect()
-}
+mod common;
+use common::running;
 
 #[tokio::test]
 async fn what_a_job_leaves_after_killing_its_launcher_still_ends() {
     isolation::adopt_strays().expect("a subreaper");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let seconds = format!("{}", 8_000_000 + u64::from(nanos) % 1_000_000);
+    let seconds = common::unique_seconds(8_000_000);
     let command = format!(
         "setsid sleep {seconds} </dev/null >/dev/null 2>&1 & \
          for _ in $(seq 100); do pgrep -fx 'sleep {seconds}' >/dev/null && break; sleep 0.05; done; \
