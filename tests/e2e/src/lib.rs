@@ -21,6 +21,7 @@ pub mod jobs;
 mod operator;
 pub mod recovery;
 mod runner;
+pub mod terminal;
 
 pub use admin::*;
 pub use env::*;

@@ -8,7 +8,9 @@
 
 mod enrollment;
 mod gate;
+mod hostile_server;
 mod job_env;
+mod job_output;
 mod keys;
 mod redirects;
 mod runner_files;

@@ -8,12 +8,16 @@
 //! - A job whose requirements say `network: deny_all` cannot open a connection, and the
 //!   runner's record says what it enforces.
 //! - A job past its `memoryMb` fails, and its exited event says which limit it ran into.
+//! - Whoever may write above the runner's work directory cannot make the runner create, fill or
+//!   hand over a job directory somewhere else: a swapped-in link is never followed, and a
+//!   group- or world-writable ancestor is refused before any job is taken.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use edgerunner_e2e::jobs::*;
+use edgerunner_e2e::terminal::terminal_args;
 use edgerunner_e2e::*;
 use serde_json::{json, Value};
 
@@ -127,20 +131,8 @@ async fn processes_a_job_leaves_behind_in_a_new_session_or_double_forked_end_wit
     );
 }
 
-/// Runs `program args` with a new pseudo-terminal as its controlling terminal (Python's `pty`),
-/// its output read to the end; bounded.
-const UNDER_A_TERMINAL: &str = "import os, pty, sys\n\
-pid, fd = pty.fork()\n\
-if pid == 0:\n    os.execvp(sys.argv[1], sys.argv[1:])\n\
-while True:\n    try:\n        data = os.read(fd, 65536)\n    except OSError:\n        break\n    \
-if not data:\n        break\n    sys.stdout.buffer.write(data)\n\
-_, status = os.waitpid(pid, 0)\n\
-sys.exit(os.waitstatus_to_exitcode(status))\n";
-
 fn under_a_terminal(scratch: &Scratch, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut all = vec!["-c", UNDER_A_TERMINAL];
-    all.extend_from_slice(args);
-    let mut command = clean_command("python3", scratch, dir, &all, env);
+    let mut command = clean_command("python3", scratch, dir, &terminal_args(args), env);
     command.stdout(Stdio::piped());
     command
 }
@@ -287,4 +279,102 @@ async fn a_job_past_its_memory_limit_fails_and_its_exited_event_says_why() {
     succeeded(&org, &job_id, &output).await;
     let (_, stdout) = stored_stream(&org.admin_key, &job_id).await;
     assert_line(&stdout, "allocated 16777216");
+}
+
+/// Each job of the swap test runs this: it says how many entries the victim directory holds,
+/// and the first one renames the runner's directory away and plants a link to the victim in
+/// its place, as a local user who may write the work directory's parent could.
+fn swap_script(victim: &Path) -> String {
+    format!(
+        "v='{}'; d=$(dirname \"$EDGERUNNER_WORKDIR\"); \
+         echo \"victim holds $(ls -A \"$v\" | wc -l)\"; \
+         if [ ! -L \"$d\" ]; then mv \"$d\" \"$d.moved\" && ln -s \"$v\" \"$d\" && echo swapped; fi",
+        victim.display()
+    )
+}
+
+#[tokio::test]
+async fn a_runner_directory_swapped_for_a_link_sends_no_later_job_through_it() {
+    let (org, env, first) = one_job("attack-swap", &requirements("prompt")).await;
+    let release = release(&org.admin_key, "prompt", prompt_content(), &["staging"]).await;
+    let run_id = evaluation_run(&org.admin_key).await;
+    let input = json!({"evaluationRunId": run_id.to_json(), "task": "second"});
+    let second =
+        id_of(&enqueue_job(&org.admin_key, &release, &input, &requirements("prompt")).await);
+    let scratch = Scratch::new("swap");
+    let project = scratch.dir("project");
+    let victim = scratch.dir("victim");
+    std::fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let before = std::fs::metadata(&victim).expect("the victim");
+
+    let script = swap_script(&victim);
+    let output = run_runner(&scratch, &project, &["--exec", &script], &borrowed(&env)).await;
+    assert!(output.status.success(), "{}", shown(&output));
+    let mut swapped = 0;
+    for job_id in [&first, &second] {
+        succeeded(&org, job_id, &output).await;
+        let (_, stdout) = stored_stream(&org.admin_key, job_id).await;
+        // While each job ran, nothing of the runner's was in the victim.
+        assert_line(&stdout, "victim holds 0");
+        swapped += stdout.iter().filter(|line| *line == "swapped").count();
+    }
+    assert_eq!(swapped, 1, "the first job planted the link");
+    let after = std::fs::metadata(&victim).expect("the victim");
+    assert_eq!(
+        std::fs::read_dir(&victim).expect("readable").count(),
+        0,
+        "nothing was made in the link's target"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (after.uid(), after.gid(), after.mode()),
+        (before.uid(), before.gid(), before.mode()),
+        "the link's target kept its owner and mode"
+    );
+}
+
+#[tokio::test]
+async fn a_work_directory_below_a_group_writable_one_is_refused_before_any_job() {
+    use std::os::unix::fs::PermissionsExt;
+    let (org, env, job_id) = one_job("attack-shared-parent", &requirements("prompt")).await;
+    let scratch = Scratch::new("shared-parent");
+    let project = scratch.dir("project");
+    let shared = scratch.dir("shared");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o775)).expect("chmod");
+    let work = shared.join("work");
+    let args = [
+        "runner",
+        "start",
+        "--exit-when-idle",
+        "--poll-interval",
+        "0.2",
+        "--work-dir",
+        work.to_str().expect("UTF-8 path"),
+        "--exec",
+        "echo ran",
+    ];
+    let child = super::job_env::edgerunner(&scratch, &project, &args, &borrowed(&env))
+        .spawn()
+        .expect("edgerunner starts");
+    let refused = output_within(child, Duration::from_secs(60), "the runner").await;
+    assert!(!refused.status.success(), "{}", shown(&refused));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("writable by other users"), "{said}");
+    assert!(said.contains(shared.to_str().expect("UTF-8")), "{said}");
+    assert!(
+        !work.exists(),
+        "nothing was made below the shared directory"
+    );
+    let untouched = job(&org.admin_key, &job_id).await;
+    assert_eq!(untouched["state"], "queued", "{untouched}");
+
+    // The control: the same directory without group write runs the job.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let child = super::job_env::edgerunner(&scratch, &project, &args, &borrowed(&env))
+        .spawn()
+        .expect("edgerunner starts");
+    let ran = output_within(child, Duration::from_secs(90), "the runner").await;
+    assert!(ran.status.success(), "{}", shown(&ran));
+    succeeded(&org, &job_id, &ran).await;
 }
