@@ -1,7 +1,7 @@
 // The shell: sign-in, the top bar, tabs and client-side routing under /remote-runners.
 
 import { get, storedKey, storeKey, forgetKey, setUnauthorizedHandler } from './api.js';
-import { h, replace, errorBox, refreshTimes } from './dom.js';
+import { h, replace, errorBox, refreshTimes, timeAgo } from './dom.js';
 import { runnersView, runnerView } from './runners.js';
 import { jobsView, jobView } from './jobs.js';
 import { enrollmentView } from './enrollment.js';
@@ -113,7 +113,8 @@ function topBar(tab) {
             ' · ',
             h('span', { testid: 'identity-role' }, key.role || ''),
             ' · ',
-            h('span.scopes', { testid: 'identity-scopes' }, (key.scopes || []).join(' ')))),
+            h('span.scopes', { testid: 'identity-scopes' }, (key.scopes || []).join(' ')),
+            key.expiresAt ? [' · expires ', timeAgo(key.expiresAt, 'identity-expires')] : null)),
         h('button.btn.btn-small', { type: 'button', testid: 'signout', on: { click: signOut } }, 'Sign out'))));
 }
 

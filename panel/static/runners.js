@@ -336,6 +336,29 @@ function capabilitiesView(runner) {
     ]));
 }
 
+/** The file an edgerunner runner uploads at start-up: what it enforces on its host. */
+const ISOLATION_FILE = 'isolation.json';
+
+function isolationView(runner, isolation) {
+  const file = (runner.files || []).find((f) => f.name === ISOLATION_FILE);
+  if (!file) {
+    return h('p.muted', { testid: 'runner-isolation-none' },
+      'This runner has not reported what it enforces on its host (the edgerunner CLI does at start-up; an SDK runner does not). Its capabilities are what it declares.');
+  }
+  if (!isolation || isolation.error) return errorBox(isolation?.error || new Error('not read'), 'isolation.json: ');
+  const held = (value, yes, no) => h('span', { dataset: { held: String(value === true) } },
+    value === true ? yes : value === false ? no : h('span.muted', '—'));
+  return h('div', { testid: 'runner-isolation' },
+    facts([
+      ['Own session', held(isolation.session, 'yes: no controlling terminal', 'no')],
+      ['Processes end with the job', held(isolation.processSweep, 'yes: every process a job starts is killed with it', 'no: a job\'s leftover processes may outlive it')],
+      ['network: deny_all', held(isolation.networkDenyAll, 'enforced: a network namespace with no interfaces', 'not on this host: deny_all jobs are refused')],
+      ['Limits enforced', h('span', chips(isolation.rlimits), ' per process (rlimits)')],
+      ['Reported', timeAgo(file.uploadedAt)],
+    ]),
+    h('p.help', 'As the runner reported it when it started; it is the runner\'s own account of its host.'));
+}
+
 function valueText(value) {
   if (value === null || value === undefined) return h('span.muted', '—');
   if (typeof value === 'object') return h('code.json-inline', jsonText(value));
@@ -462,11 +485,16 @@ export function runnerView(ctx, id) {
     if (destroyed) return;
     clear(status);
     const [r, ev, cl] = data;
+    const iso = (r.files || []).some((f) => f.name === ISOLATION_FILE)
+      ? await getText(`/api/remote-runners/${enc(id)}/files/${ISOLATION_FILE}`)
+        .then((text) => JSON.parse(text)).catch((e) => ({ error: e }))
+      : null;
+    if (destroyed) return;
     runner = r;
-    render(r, ev, cl);
+    render(r, ev, cl, iso);
   }
 
-  function render(r, ev, cl) {
+  function render(r, ev, cl, iso) {
     document.title = `${r.name || r.id} · Runners · edgerunner`;
     title.textContent = r.name || r.id;
     replace(stateSlot, badge(r.state, 'runner-detail-state'));
@@ -492,7 +520,7 @@ export function runnerView(ctx, id) {
       clear(banner);
     }
 
-    const sig = JSON.stringify([r, ev, cl]);
+    const sig = JSON.stringify([r, ev, cl, iso]);
     if (sig === lastSig) return;
     lastSig = sig;
     const events = ev?.events || [];
@@ -516,9 +544,11 @@ export function runnerView(ctx, id) {
       card('Identity', facts([
         ['Fingerprint', r.fingerprint ? h('code.mono.wrap', { testid: 'runner-fingerprint' }, r.fingerprint) : null],
         ['Key id', mono(r.keyId)],
+        r.identityModel === 'keypair' ? null : ['Bootstrap token expires', timeAgo(r.bootstrapTokenExpiresAt, 'runner-token-expires')],
         ['Public key', r.publicKey ? h('code.mono.wrap', r.publicKey) : null],
       ]), { testid: 'runner-identity-card' }),
       card('Capabilities', capabilitiesView(r), { testid: 'runner-capabilities-card' }),
+      card('Isolation on its host', isolationView(r, iso), { testid: 'runner-isolation-card' }),
       card('Machine', machineView(r.machine), { testid: 'runner-machine-card' }),
       card('Claims', cl?.error ? errorBox(cl.error) : claimsView(base, claims), { testid: 'runner-claims-card' }),
       card('Uploaded files', filesView(r), { testid: 'runner-files-card' }),

@@ -412,6 +412,23 @@ test('registers a runner in the dialog; the token is shown once; a CLI runner us
     assert.equal(live.name, 'Panel GPU 1');
     const seen = await ok(org.adminKey, 'GET', `/api/remote-runners/${runnerId}`);
     assert.ok(seen.lastSeenAt, 'the server recorded the runner as seen');
+
+    // Its page says what it enforces on its host, exactly as the runner reported it.
+    const reported = await ok(org.adminKey, 'GET', `/api/remote-runners/${runnerId}/files/isolation.json`);
+    await page.click(`${sel('runner-row')}[data-runner-id="${runnerId}"] ${sel('runner-name')}`);
+    await page.waitForSelector(sel('runner-isolation'));
+    const held = await page.$$eval(`${sel('runner-isolation')} [data-held]`, (els) => els.map((el) => el.dataset.held));
+    assert.deepEqual(held, [reported.session, reported.processSweep, reported.networkDenyAll].map(String));
+    const shown = await text(page, sel('runner-isolation'));
+    for (const limit of reported.rlimits) assert.ok(shown.includes(limit), shown);
+    assert.ok(shown.includes(reported.networkDenyAll ? 'enforced' : 'not on this host'), shown);
+    await page.locator(sel('runner-isolation-card')).screenshot({ path: join(ARTIFACTS, 'runner-isolation.png') });
+    // And when its bootstrap token expires, as the API says (90 days by default).
+    const expires = await page.getAttribute(sel('runner-token-expires'), 'datetime');
+    assert.equal(expires, seen.bootstrapTokenExpiresAt);
+    assert.match(await text(page, sel('runner-token-expires')), /^in (89|90) d$/);
+    // The operator's first key (scripts/bootstrap-admin) has no end, and the bar says none.
+    assert.equal(await page.$(sel('identity-expires')), null);
   });
 });
 
@@ -690,6 +707,10 @@ test('a runs:read key sees lists and pages but no write control; a member key ca
     await signIn(page, reader);
     assert.equal(await text(page, sel('identity-role')), 'member');
     assert.equal(await text(page, sel('identity-scopes')), 'runs:read');
+    // A key made through the API ends (90 days by default), and the bar says when.
+    const self = await ok(reader, 'GET', '/api/developer/api-keys/self');
+    assert.equal(await page.getAttribute(sel('identity-expires'), 'datetime'), self.apiKey.expiresAt);
+    assert.match(await text(page, sel('identity-expires')), /^in (89|90) d$/);
     await page.waitForSelector(`${sel('runner-row')}[data-runner-id="${runner.id}"]`);
     assert.deepEqual(await presentControls(page), []);
 
