@@ -189,6 +189,7 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         (Get, ["api", "developer", "retention"]) => routes::retention::get_setting(req, &ctx).await,
         (Put, ["api", "developer", "retention"]) => routes::retention::put_setting(req, &ctx).await,
         (Post, ["api", "developer", "retention", "run"]) => routes::retention::run(req, &ctx).await,
+        (Get, ["api", "developer", "usage"]) => routes::retention::usage(req, &ctx).await,
         (Post, ["api", "developer", "enrollment-tokens"]) => {
             routes::enrollment::create_token(req, &ctx).await
         }
@@ -233,6 +234,12 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         }
         (Post, ["api", "remote-runners", "jobs", id, "archive"]) => {
             routes::jobs::archive(req, &ctx, id).await
+        }
+        (Post, ["api", "remote-runners", "jobs", id, "hold"]) => {
+            routes::retention::hold(req, &ctx, id).await
+        }
+        (Delete, ["api", "remote-runners", "jobs", id, "hold"]) => {
+            routes::retention::release(req, &ctx, id).await
         }
         (Get, ["api", "remote-runners", "jobs", id, "stream"]) => {
             routes::custody::stream_read(req, &ctx, id).await

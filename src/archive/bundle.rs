@@ -126,7 +126,7 @@ impl BundleWriter {
         // The keys in the order the document always had; `unstoredDecisions` is new and last.
         let head = format!(
             "{{\"bundleVersion\":1,\"job\":{},\"claims\":{},\"stream\":[",
-            to_value(&JobView::from(&job))?,
+            to_value(&JobView::custody(&job))?,
             to_value(&claims)?,
         );
         Ok(Some(BundleWriter {

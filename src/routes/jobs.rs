@@ -175,6 +175,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         &ctx.db,
         vec![
             jobs::insert(&ctx.db, &new_job)?,
+            store::usage::job_enqueued(&ctx.db, &caller.organization_id)?,
             events::insert(&ctx.db, &enqueued)?,
         ],
     )

@@ -1,6 +1,8 @@
 //! How long an organization keeps its finished jobs (`/api/developer/retention`): 90 days by
-//! default, 1 to 400 (`edgerunner_protocol::retention`); and an admin's retention pass at once
-//! (`/api/developer/retention/run`, see [`crate::retention`]).
+//! default, 1 to 400 (`edgerunner_protocol::retention`); an admin's retention pass at once
+//! (`/api/developer/retention/run`, see [`crate::retention`]); an admin's hold on a finished
+//! job (`/api/remote-runners/jobs/{id}/hold`), which retention passes by; and what the
+//! organization stores (`/api/developer/usage`).
 
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::kind::EventKind;
@@ -9,12 +11,14 @@ use edgerunner_protocol::time::UnixMillis;
 use serde_json::{json, Value};
 use worker::{Request, Response};
 
-use super::refuse_unknown;
-use super::views::{respond, retention::RetentionView};
+use super::views::jobs::JobView;
+use super::views::respond;
+use super::views::retention::{RetentionView, UsageView};
+use super::{refuse_unknown, required_str};
 use crate::auth;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::{json_object_capped, SMALL_BODY_BYTES};
-use crate::store::{events, retention};
+use crate::store::{events, jobs, retention, usage};
 use crate::Ctx;
 
 /// `GET /api/developer/retention`.
@@ -118,4 +122,94 @@ pub(crate) async fn run(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let org = caller.organization_id.as_str();
     let report = crate::retention::pass(&ctx.env, Some(org), now, limit, &caller.actor()).await?;
     json_response(200, &report).map_err(ApiError::from)
+}
+
+/// `GET /api/developer/usage`: what the organization stores, in one bounded read.
+pub(crate) async fn usage(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let org = caller.organization_id.as_str();
+    let (row, database_bytes) = usage::read(&ctx.db, org, ctx.now)
+        .await?
+        .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;
+    respond(200, &UsageView::of(org, &row, database_bytes))
+}
+
+/// The organization's job for a hold or its release: an unknown, foreign or expiring job is
+/// `404`, a live one `409 JOB_NOT_FINISHED`.
+async fn finished_job(ctx: &Ctx, org: &str, id: &str) -> ApiResult<jobs::JobRow> {
+    let job = jobs::get(&ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    if !job.state.is_terminal() {
+        return Err(ApiError::conflict(
+            ErrorCode::JobNotFinished,
+            format!("the job is {}; only a finished job is held", job.state),
+        ));
+    }
+    Ok(job)
+}
+
+/// The job as it stands after a hold or a release (gone in between: `404`).
+async fn job_now(ctx: &Ctx, org: &str, id: &str) -> ApiResult<Response> {
+    let job = jobs::get(&ctx.db, org, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    respond(200, &JobView::from(&job))
+}
+
+/// `POST /api/remote-runners/jobs/{id}/hold` `{"reason"}`: the finished job is kept past its
+/// retention until released, recorded as a `job.held` event of the organization (a job's own
+/// events are its archive's). Holding a held job changes nothing and answers it as it is.
+pub(crate) async fn hold(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let body = json_object_capped(&mut req, SMALL_BODY_BYTES).await?;
+    refuse_unknown(&body, &["reason"])?;
+    let reason = required_str(&body, "reason", 1000).map_err(|_| {
+        ApiError::unprocessable(
+            ErrorCode::ReasonRequired,
+            "a hold needs a reason (1 to 1000 characters)",
+        )
+    })?;
+    let org = caller.organization_id.as_str();
+    let job = finished_job(ctx, org, id).await?;
+    if job.held_at.is_none() {
+        let actor = caller.actor();
+        let detail = json!({ "jobId": id }).to_string();
+        let event = events::NewEvent {
+            reason: Some(reason),
+            ..events::NewEvent::of_organization(
+                org,
+                &actor,
+                EventKind::JobHeld,
+                Some(&detail),
+                ctx.now,
+            )
+        };
+        retention::hold(&ctx.db, org, id, ctx.now, &actor, reason, &event).await?;
+    }
+    job_now(ctx, org, id).await
+}
+
+/// `DELETE /api/remote-runners/jobs/{id}/hold`: retention applies to the job again, recorded
+/// as a `job.hold_released` event. Releasing a job that is not held changes nothing.
+pub(crate) async fn release(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require_admin()?;
+    let org = caller.organization_id.as_str();
+    let job = finished_job(ctx, org, id).await?;
+    if job.held_at.is_some() {
+        let actor = caller.actor();
+        let detail = json!({ "jobId": id }).to_string();
+        let event = events::NewEvent::of_organization(
+            org,
+            &actor,
+            EventKind::JobHoldReleased,
+            Some(&detail),
+            ctx.now,
+        );
+        retention::release(&ctx.db, org, id, &event).await?;
+    }
+    job_now(ctx, org, id).await
 }

@@ -148,14 +148,15 @@ pub(crate) async fn store(
     basis: Basis,
 ) -> ApiResult<bool> {
     let count = |n: u64| i64::try_from(n).map_err(ApiError::internal);
-    let changed = super::run(
+    let bundle_bytes = count(summary.bundle.bytes())?;
+    let stored = stmt(
         db,
         include_str!("queries/archive_store.sql"),
         &[
             job.into(),
             org.into(),
             summary.bundle.sha256().as_str().into(),
-            count(summary.bundle.bytes())?.into(),
+            bundle_bytes.into(),
             count(summary.stream.chunks)?.into(),
             count(summary.stream.bytes)?.into(),
             summary.stream.head.as_ref().map(Sha256Hex::as_str).into(),
@@ -163,9 +164,13 @@ pub(crate) async fn store(
             basis.completions.into(),
             basis.unstored_decisions.into(),
         ],
+    )?;
+    let changed = super::batch(
+        db,
+        vec![stored, super::usage::archive_stored(db, org, bundle_bytes)?],
     )
     .await?;
-    Ok(changed == 1)
+    Ok(changed.first() == Some(&1))
 }
 
 /// One prune batch (one D1 transaction): up to `limit` rows of each of the job's chunks,
@@ -205,11 +210,11 @@ pub(crate) async fn prune_batch(
 /// Records stage `pruned` (the schema checks that no row of the job is left). `false`: the
 /// job was not at stage `stored`.
 pub(crate) async fn mark_pruned(db: &Db, org: &str, job: &str) -> ApiResult<bool> {
-    let changed = super::run(
+    let marked = stmt(
         db,
         include_str!("queries/archive_mark_pruned.sql"),
         &[job.into(), org.into()],
-    )
-    .await?;
-    Ok(changed == 1)
+    )?;
+    let changed = super::batch(db, vec![marked, super::usage::job_pruned(db, org)?]).await?;
+    Ok(changed.first() == Some(&1))
 }

@@ -44,6 +44,14 @@ pub(crate) struct JobRow {
     pub(crate) last_unstored_decision: Option<String>,
     #[serde(default)]
     pub(crate) last_unstored_at: Option<i64>,
+    /// An admin's hold (migrations 0011, 0014): when, by whom and why; none when not held.
+    /// Only the admin reads and lists read them.
+    #[serde(default)]
+    pub(crate) held_at: Option<i64>,
+    #[serde(default)]
+    pub(crate) held_by: Option<String>,
+    #[serde(default)]
+    pub(crate) held_reason: Option<String>,
 }
 
 /// Duplicate, conflict and stale decisions stored in full per job; later ones are counted on

@@ -17,6 +17,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod releases;
 pub(crate) mod retention;
 pub(crate) mod runners;
+pub(crate) mod usage;
 
 use std::cell::Cell;
 use std::ops::Deref;
@@ -283,7 +284,7 @@ mod tests {
     const ROWS: [(&str, &str, &[&str]); 5] = [
         (
             "jobs::JobRow",
-            "id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, last_unstored_decision, last_unstored_at",
+            "id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, last_unstored_decision, last_unstored_at, held_at, held_by, held_reason",
             &[
                 include_str!("queries/jobs/select_job.sql"),
                 include_str!("queries/jobs/get.sql"),

@@ -3,10 +3,12 @@
 //! and their rules are the protocol crate's (`edgerunner_protocol::retention`).
 
 use edgerunner_protocol::retention::RetentionDays;
+use edgerunner_protocol::state::JobState;
 use serde::Deserialize;
 use worker::D1PreparedStatement;
 
-use super::{all, changes, first, stmt, write_batch, Db};
+use super::events::{self, NewEvent};
+use super::{all, changes, first, stmt, usage, write_batch, Db};
 use crate::error::{ApiError, ApiResult};
 
 /// The organization's retention row.
@@ -109,12 +111,15 @@ pub(crate) async fn expire(
     now: i64,
     cut: i64,
 ) -> ApiResult<Option<ExpiringJob>> {
-    first(
+    let expire = stmt(
         db,
         include_str!("queries/retention/expire.sql"),
         &[job.into(), org.into(), now.into(), cut.into()],
-    )
-    .await
+    )?;
+    let results = write_batch(db, vec![expire, usage::job_expiring(db, org)?]).await?;
+    Ok(super::rows_of::<ExpiringJob>(&results, 0)?
+        .into_iter()
+        .next())
 }
 
 /// One batch of an expiring job's evidence: up to `limit` rows of each evidence table of the
@@ -168,6 +173,7 @@ pub(crate) async fn delete_job(db: &Db, org: &str, job: &str) -> ApiResult<bool>
             include_str!("queries/retention/count_deleted.sql"),
             &args,
         )?,
+        usage::job_deleted(db, org, job)?,
         stmt(db, include_str!("queries/retention/delete_runs.sql"), &args)?,
         stmt(
             db,
@@ -181,4 +187,72 @@ pub(crate) async fn delete_job(db: &Db, org: &str, job: &str) -> ApiResult<bool>
         .last()
         .ok_or_else(|| ApiError::internal("the deletion batch answered no result"))?;
     Ok(changes(last)? == 1)
+}
+
+/// Holds the finished job (who and why) and records `event` with it, in one batch; `false`
+/// when the guard did not hold (held already, not finished, expiring, or not the
+/// organization's), and then nothing is recorded.
+pub(crate) async fn hold(
+    db: &Db,
+    org: &str,
+    job: &str,
+    now: i64,
+    who: &str,
+    reason: &str,
+    event: &NewEvent<'_>,
+) -> ApiResult<bool> {
+    // The states a hold needs: the finished ones (`JobState::is_terminal`).
+    let finished: Vec<&str> = JobState::ALL
+        .into_iter()
+        .filter(|state| state.is_terminal())
+        .map(JobState::as_str)
+        .collect();
+    let finished = serde_json::to_string(&finished).map_err(ApiError::internal)?;
+    let hold = stmt(
+        db,
+        include_str!("queries/retention/hold.sql"),
+        &[
+            job.into(),
+            org.into(),
+            now.into(),
+            who.into(),
+            finished.as_str().into(),
+            reason.into(),
+        ],
+    )?;
+    let changed = super::batch(
+        db,
+        vec![
+            hold,
+            usage::job_held(db, org, true)?,
+            events::insert_if_changed(db, event)?,
+        ],
+    )
+    .await?;
+    Ok(changed.first() == Some(&1))
+}
+
+/// Releases the held job and records `event` with it, in one batch; `false` when it was not
+/// held (or is expiring, or not the organization's), and then nothing is recorded.
+pub(crate) async fn release(
+    db: &Db,
+    org: &str,
+    job: &str,
+    event: &NewEvent<'_>,
+) -> ApiResult<bool> {
+    let release = stmt(
+        db,
+        include_str!("queries/retention/release.sql"),
+        &[job.into(), org.into()],
+    )?;
+    let changed = super::batch(
+        db,
+        vec![
+            release,
+            usage::job_held(db, org, false)?,
+            events::insert_if_changed(db, event)?,
+        ],
+    )
+    .await?;
+    Ok(changed.first() == Some(&1))
 }

@@ -113,6 +113,12 @@ class World:
     def one(self, sql, *params):
         return self.conn.execute(sql, params).fetchone()
 
+    def usage(self, name, *params):
+        """queries/usage/NAME right after the statement it follows, as the service's batches run
+        it (it applies only when that statement changed its row); nothing before migration 0014."""
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'organization_usage'").fetchone():
+            self.conn.execute(query(f"usage/{name}"), params)
+
     def job_row(self, job_id):
         return self.one(
             "SELECT state, dispatch_attempt, active_claim_id, lease_expires_at, updated_at"
@@ -282,6 +288,7 @@ class World:
         }
         row.update(overrides)
         self.insert("jobs", row)
+        self.usage("job_enqueued", row["organization_id"])
         return row["id"]
 
     def grant_statements(self, job_id, runner_id, attempt=None, claim_id=None, nonce=None, org=None):
@@ -3001,9 +3008,11 @@ class ArchiveWorld(SchemaTest):
         params = {"bundle": sha("bundle " + job), "bytes": 4096,
                   "chunks": chunks, "stream_bytes": stream_bytes, "head": head, "at": NOW + 1}
         params.update(overrides)
-        return self.execute(query("archive_store"), job, self.org, params["bundle"], params["bytes"],
-                            params["chunks"], params["stream_bytes"], params["head"],
-                            params["at"], completions, unstored).rowcount
+        stored = self.execute(query("archive_store"), job, self.org, params["bundle"], params["bytes"],
+                              params["chunks"], params["stream_bytes"], params["head"],
+                              params["at"], completions, unstored).rowcount
+        self.w.usage("archive_stored", self.org, params["bytes"])
+        return stored
 
     def counted_batch(self, statements, params):
         """The statements as one D1 batch, each with `params`: the rows each changed."""
@@ -3240,11 +3249,13 @@ class ArchiveTests(ArchiveWorld):
 TERMINAL_STATES = '["succeeded","failed","cancelled"]'
 RETENTION_EVIDENCE_DELETES = tuple(query(f"retention/delete_{table}")
                                    for table in ("test_results", "cost_records", "model_calls", "traces"))
-RETENTION_JOB_DELETE = tuple(query(f"retention/{name}")
-                             for name in ("count_deleted", "delete_runs", "delete_custody", "delete_job"))
+RETENTION_JOB_DELETE = tuple(query(name) for name in (
+    "retention/count_deleted", "usage/job_deleted", "retention/delete_runs", "retention/delete_custody",
+    "retention/delete_job"))
 
 
-class RetentionTests(ArchiveWorld):
+class RetentionWorld(ArchiveWorld):
+    """Archived jobs and the retention statements, for the retention and usage tests."""
     def archived_job(self, run=None):
         """A finished job, stored and pruned, with its run and a test result in custody."""
         job, head = self.finished_job(run=run)
@@ -3253,14 +3264,24 @@ class RetentionTests(ArchiveWorld):
             if all(n == 0 for n in self.prune_batch(job, 500)):
                 break
         self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        self.w.usage("job_pruned", self.org)
         return job
 
-    def hold(self, job, by="admin:key_1"):
-        return self.execute(query("retention/hold"), job, self.org, NOW + 5, by, TERMINAL_STATES).rowcount
+    def hold(self, job, by="admin:key_1", reason="an audit"):
+        held = self.execute(query("retention/hold"), job, self.org, NOW + 5, by, TERMINAL_STATES,
+                            reason).rowcount
+        self.w.usage("job_held", self.org, 1)
+        return held
+
+    def release(self, job, org=None):
+        released = self.execute(query("retention/release"), job, org or self.org).rowcount
+        self.w.usage("job_held", org or self.org, -1)
+        return released
 
     def expire(self, job, cut=NOW + 1):
         """1 when the job was marked (its row returned as the deletion needs it), else 0."""
         returned = self.execute(query("retention/expire"), job, self.org, NOW + 10, cut).fetchall()
+        self.w.usage("job_expiring", self.org)
         if returned:
             bundle = self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0]
             self.assertEqual(returned, [(job, self.org, bundle)])
@@ -3272,6 +3293,9 @@ class RetentionTests(ArchiveWorld):
     def delete_job(self, job):
         return self.counted_batch(RETENTION_JOB_DELETE, (job, self.org))
 
+
+
+class RetentionTests(RetentionWorld):
     def test_an_organization_keeps_jobs_90_days_by_default_and_from_1_to_400(self):
         self.assertEqual(self.w.one("SELECT retention_days, retention_deleted_jobs FROM organizations"
                                     " WHERE id = ?", self.org), (90, 0))
@@ -3292,19 +3316,24 @@ class RetentionTests(ArchiveWorld):
                            message="job_hold_needs_a_finished_job")
         self.assertEqual(self.hold(job), 1)
         self.assertEqual(self.hold(job), 0)  # held already: nothing changes
-        self.assertEqual(self.w.one("SELECT held_at, held_by FROM jobs WHERE id = ?", job),
-                         (NOW + 5, "admin:key_1"))
+        self.assertEqual(self.w.one("SELECT held_at, held_by, held_reason FROM jobs WHERE id = ?", job),
+                         (NOW + 5, "admin:key_1", "an audit"))
+        # A reason only with a hold.
+        self.assertRefused(self.execute, "UPDATE jobs SET held_reason = 'x' WHERE id = ?", live,
+                           message="job_hold_reason_needs_a_hold")
         # Held: never due, never expired, by the statement or by hand.
         self.assertEqual(self.execute(query("retention/due"), self.org, NOW + 1, 10).fetchall(), [])
         self.assertEqual(self.expire(job), 0)
         self.assertRefused(self.execute, "UPDATE jobs SET expiring_at = ? WHERE id = ?", NOW, job,
                            message="job_expiry_needs_an_archived_unheld_job")
-        release = query("retention/release")
-        self.assertEqual(self.execute(release, job, self.org).rowcount, 1)
-        self.assertEqual(self.execute(release, job, self.org).rowcount, 0)
+        self.assertEqual(self.release(job), 1)
+        self.assertEqual(self.w.one("SELECT held_at, held_by, held_reason FROM jobs WHERE id = ?", job),
+                         (None, None, None))
+        self.assertEqual(self.release(job), 0)
         # Another organization's admin holds nothing of this one.
         other = self.w.org()
-        self.assertEqual(self.execute(query("retention/hold"), job, other, NOW, "x", TERMINAL_STATES).rowcount, 0)
+        self.assertEqual(self.execute(query("retention/hold"), job, other, NOW, "x", TERMINAL_STATES,
+                                      "theirs").rowcount, 0)
 
     def test_only_an_archived_unheld_job_finished_before_the_cut_expires_and_for_good(self):
         unarchived, head = self.finished_job()
@@ -3368,7 +3397,7 @@ class RetentionTests(ArchiveWorld):
             if all(n < 2 for n in deleted):
                 break
         self.assertEqual([b[0] for b in batches], [2, 2, 1])
-        self.assertEqual(self.delete_job(job), [1, 1, 2, 1])
+        self.assertEqual(self.delete_job(job), [1, 1, 1, 2, 1])
         for table in ("jobs", "completion_evidence"):
             self.assertEqual(self.w.one(f"SELECT count(*) FROM {table} WHERE {'id' if table == 'jobs' else 'job_id'} = ?",
                                         job)[0], 0)
@@ -3376,7 +3405,7 @@ class RetentionTests(ArchiveWorld):
         self.assertEqual(self.w.one("SELECT retention_deleted_jobs FROM organizations WHERE id = ?", self.org)[0], 1)
         # Run again (a pass that stopped after the batch): nothing changes, nothing is counted.
         self.assertEqual(self.delete_evidence(job, 2), [0, 0, 0, 0])
-        self.assertEqual(self.delete_job(job), [0, 0, 0, 0])
+        self.assertEqual(self.delete_job(job), [0, 0, 0, 0, 0])
         self.assertEqual(self.w.one("SELECT retention_deleted_jobs FROM organizations WHERE id = ?", self.org)[0], 1)
         # The other job, its run and its custody are untouched; every key holds.
         self.assertEqual((self.counts(other), self.w.one("SELECT count(*) FROM test_results"
@@ -3402,7 +3431,7 @@ class RetentionTests(ArchiveWorld):
         # A held job is not due; the limit holds.
         self.assertEqual(self.hold(job), 1)
         self.assertEqual(self.execute(due_all, NOW + 400 * day, 10).fetchall(), [])
-        self.assertEqual(self.execute(query("retention/release"), job, self.org).rowcount, 1)
+        self.assertEqual(self.release(job), 1)
         self.assertEqual(self.execute(due_all, NOW + 400 * day, 0).fetchall(), [])
 
     def test_the_retention_reads_go_through_their_indexes(self):
@@ -3416,3 +3445,110 @@ class RetentionTests(ArchiveWorld):
         self.assertIn("jobs_to_expire", plan)
         plan = " ".join(query_plan(self.conn, query("retention/expiring"), (self.org, 10)))
         self.assertIn("jobs_expiring", plan)
+
+
+class UsageTests(RetentionWorld):
+    """Migration 0014: the counters the usage view reads follow every job through its life,
+    and always equal a count of the jobs table (what the view must never do per call)."""
+
+    COUNTERS = ("jobs_live", "jobs_archived", "jobs_expiring", "jobs_held", "r2_objects", "r2_bytes")
+
+    def counters(self, org=None):
+        return dict(zip(self.COUNTERS, self.w.one(
+            f"SELECT {', '.join(self.COUNTERS)} FROM organization_usage WHERE organization_id = ?",
+            org or self.org)))
+
+    def recount(self, org=None):
+        org = org or self.org
+        one = lambda where: self.w.one(f"SELECT count(*) FROM jobs WHERE organization_id = ? AND {where}", org)[0]
+        return {
+            "jobs_live": one("archive_state IS NOT 'pruned' AND expiring_at IS NULL"),
+            "jobs_archived": one("archive_state = 'pruned' AND expiring_at IS NULL"),
+            "jobs_expiring": one("expiring_at IS NOT NULL"),
+            "jobs_held": one("held_at IS NOT NULL"),
+            "r2_objects": 2 * one("archive_state IS NOT NULL"),
+            "r2_bytes": self.w.one("SELECT coalesce(sum(bundle_bytes), 0) FROM jobs WHERE organization_id = ?"
+                                   " AND archive_state IS NOT NULL", org)[0],
+        }
+
+    def assertCounted(self, **expected):
+        counted = self.counters()
+        self.assertEqual(counted, self.recount())
+        for name, value in expected.items():
+            self.assertEqual(counted[name], value, name)
+
+    def test_migration_0014_counts_what_each_organization_held_before_it(self):
+        before = [m for m in MIGRATIONS if os.path.basename(m) < "0014"]
+        self.conn.close()
+        self.conn = open_database(before)
+        self.w = World(self.conn)
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.w.job(self.org)  # queued
+        self.finished_job()  # finished, not archived
+        held = self.archived_job()
+        self.execute("UPDATE jobs SET held_at = ?, held_by = 'admin:key_1' WHERE id = ?", NOW, held)
+        self.archived_job()
+        self.assertEqual(self.expire(self.archived_job()), 1)
+        empty = self.w.org()
+        for path in MIGRATIONS[len(before):]:
+            apply_migration(self.conn, path)
+        self.assertCounted(jobs_live=2, jobs_archived=2, jobs_expiring=1, jobs_held=1,
+                           r2_objects=6, r2_bytes=3 * 4096)
+        self.assertEqual(self.counters(empty), dict.fromkeys(self.COUNTERS, 0))
+
+    def test_every_organization_has_its_counters_from_the_start(self):
+        other = self.w.org()
+        self.assertEqual(self.counters(other), dict.fromkeys(self.COUNTERS, 0))
+
+    def test_the_counters_follow_a_job_from_enqueue_to_deletion(self):
+        self.assertCounted(jobs_live=0)
+        job, head = self.finished_job()
+        self.assertCounted(jobs_live=1, r2_objects=0)
+        self.assertEqual(self.store(job, head), 1)
+        self.assertCounted(jobs_live=1, r2_objects=2, r2_bytes=4096)
+        self.assertEqual(self.hold(job), 1)
+        self.assertCounted(jobs_held=1)
+        for _ in range(10):  # bounded: a handful of rows at 500 a batch
+            if all(n == 0 for n in self.prune_batch(job, 500)):
+                break
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        self.w.usage("job_pruned", self.org)
+        self.assertCounted(jobs_live=0, jobs_archived=1, jobs_held=1)
+        # Applied only after a statement that changed its row: marked again, nothing moves.
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 0)
+        self.w.usage("job_pruned", self.org)
+        self.assertCounted(jobs_live=0, jobs_archived=1)
+        self.assertEqual(self.release(job), 1)
+        self.assertCounted(jobs_held=0)
+        self.assertEqual(self.expire(job), 1)
+        self.assertCounted(jobs_archived=0, jobs_expiring=1, r2_objects=2)
+        for _ in range(10):
+            if all(n == 0 for n in self.delete_evidence(job, 500)):
+                break
+        self.assertEqual(self.delete_job(job)[-1], 1)
+        self.assertCounted(jobs_live=0, jobs_archived=0, jobs_expiring=0, r2_objects=0, r2_bytes=0)
+        # Another organization's counters never moved.
+        self.assertEqual(self.counters(self.w.org()), dict.fromkeys(self.COUNTERS, 0))
+
+    def test_the_usage_read_counts_due_jobs_to_its_bound_through_indexes(self):
+        jobs = [self.archived_job() for _ in range(3)]
+        self.assertEqual(self.hold(jobs[0]), 1)
+        read = query("usage/read")
+        day = 86_400_000
+        columns = ("jobs_live", "jobs_archived", "jobs_expiring", "jobs_held", "r2_objects", "r2_bytes",
+                   "retention_days", "retention_deleted_jobs", "cut", "oldest_job_at", "due_at_cut")
+        row = dict(zip(columns, self.execute(read, self.org, NOW + 90 * day + 1, 10_000).fetchone()))
+        oldest = self.w.one("SELECT min(created_at) FROM jobs WHERE organization_id = ?", self.org)[0]
+        self.assertEqual(row, {"jobs_live": 0, "jobs_archived": 3, "jobs_expiring": 0, "jobs_held": 1,
+                               "r2_objects": 6, "r2_bytes": 3 * 4096, "retention_days": 90,
+                               "retention_deleted_jobs": 0, "cut": NOW + 1, "oldest_job_at": oldest,
+                               "due_at_cut": 2})
+        # Not yet due a millisecond earlier; counted to the bound and no further.
+        self.assertEqual(self.execute(read, self.org, NOW + 90 * day, 10_000).fetchone()[-1], 0)
+        self.assertEqual(self.execute(read, self.org, NOW + 90 * day + 1, 1).fetchone()[-1], 1)
+        self.assertIsNone(self.execute(read, "org_unknown", NOW, 10).fetchone())
+        plan = " ".join(query_plan(self.conn, read, (self.org, NOW, 10)))
+        self.assertIn("jobs_to_expire", plan)
+        self.assertIn("jobs_by_organization", plan)
+        self.assertNotIn("SCAN jobs", plan)

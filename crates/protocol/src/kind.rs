@@ -87,6 +87,10 @@ wire_names! {
         RetentionSet = "retention.set",
         /// A retention pass deleted jobs of the organization (how many, in its detail).
         RetentionPass = "retention.pass",
+        /// An admin held a finished job: retention passes it by (the job's id in its detail).
+        JobHeld = "job.held",
+        /// An admin released a held job: retention applies to it again.
+        JobHoldReleased = "job.hold_released",
         /// A release version was promoted to an environment.
         ReleasePromoted = "release.promoted",
     }

@@ -296,6 +296,34 @@ impl AdminClient {
         .await
     }
 
+    /// `POST /api/remote-runners/jobs/{id}/hold` `{"reason"}`: holding a held job changes
+    /// nothing, so a lost answer may be sent again.
+    pub async fn hold_job(&self, id: &str, reason: &str) -> Result<Value, ClientError> {
+        self.call_as(
+            Method::POST,
+            &format!("/api/remote-runners/jobs/{}/hold", segment(id)),
+            Some(&json!({ "reason": reason })),
+            true,
+        )
+        .await
+    }
+
+    /// `DELETE /api/remote-runners/jobs/{id}/hold`: releasing twice changes nothing more.
+    pub async fn release_job_hold(&self, id: &str) -> Result<Value, ClientError> {
+        self.call_as(
+            Method::DELETE,
+            &format!("/api/remote-runners/jobs/{}/hold", segment(id)),
+            None,
+            true,
+        )
+        .await
+    }
+
+    /// `GET /api/developer/usage`.
+    pub async fn usage(&self) -> Result<Value, ClientError> {
+        self.call(Method::GET, "/api/developer/usage", None).await
+    }
+
     /// The job's custody bundle, for `edgerunner verify`.
     pub async fn bundle(&self, id: &str) -> Result<Value, ClientError> {
         self.call(

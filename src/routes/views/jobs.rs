@@ -38,6 +38,18 @@ pub(crate) struct JobView<'a> {
     created_at: Option<String>,
     updated_at: Option<String>,
     finished_at: Option<String>,
+    /// An admin's hold, only on a held job (and never in a custody bundle: [`JobView::custody`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<HoldView<'a>>,
+}
+
+/// `JobHold`: an admin holds the finished job past its retention (who, when and why).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HoldView<'a> {
+    held_at: Option<String>,
+    held_by: &'a str,
+    reason: Option<&'a str>,
 }
 
 /// `JobSubject`: the exact version a job runs.
@@ -91,6 +103,22 @@ impl<'a> From<&'a JobRow> for JobView<'a> {
             created_at: rfc3339(job.created_at),
             updated_at: rfc3339(job.updated_at),
             finished_at: job.finished_at.and_then(rfc3339),
+            hold: job.held_at.map(|at| HoldView {
+                held_at: rfc3339(at),
+                held_by: job.held_by.as_deref().unwrap_or_default(),
+                reason: job.held_reason.as_deref(),
+            }),
+        }
+    }
+}
+
+impl<'a> JobView<'a> {
+    /// The job as its custody bundle keeps it: what the job was, without an admin's hold,
+    /// which is the deployment's business and changes after the bundle is sealed.
+    pub(crate) fn custody(job: &'a JobRow) -> Self {
+        JobView {
+            hold: None,
+            ..JobView::from(job)
         }
     }
 }

@@ -12,7 +12,7 @@ SELECT id, organization_id, idempotency_key, intent_hash, subject_kind, subject_
        subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state,
        dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, created_at,
        updated_at, finished_at, unstored_decisions, last_unstored_checksum, last_unstored_decision,
-       last_unstored_at
+       last_unstored_at, held_at, held_by, held_reason
   FROM jobs INDEXED BY jobs_queue
  WHERE organization_id = ?1 AND state = 'queued' AND execution_kind = ?2 AND runtime = ?3 AND external = ?4
    AND (created_at > ?5 OR (created_at = ?5 AND id > ?6))

@@ -354,3 +354,333 @@ async fn a_pass_is_bounded_and_its_clock_is_a_time() {
         assert_eq!(pass["deleted"], 0, "{pass}");
     }
 }
+
+const USAGE: &str = "/api/developer/usage";
+
+fn hold_path(job_id: &str) -> String {
+    format!("/api/remote-runners/jobs/{job_id}/hold")
+}
+
+async fn reader_key(org: &Org) -> String {
+    new_api_key(
+        &org.admin_key,
+        &json!({ "name": "reader", "scopes": ["runs:read"] }),
+    )
+    .await["apiKey"]
+        .as_str()
+        .expect("apiKey")
+        .to_owned()
+}
+
+async fn pass_as_of(bearer: &str, at_ms: i64) -> Value {
+    post(RUN, Some(bearer), &json!({ "asOf": rfc3339(at_ms) }))
+        .await
+        .expect(200)
+}
+
+/// The organization's hold events, oldest first: type, job id, reason and detail.
+fn hold_events(org: &Org) -> Vec<Value> {
+    d1_rows(&d1(&format!(
+        "SELECT type, job_id, reason, detail FROM job_events WHERE organization_id = {} \
+         AND type IN ('job.held', 'job.hold_released') ORDER BY id",
+        sql_text(&org.id)
+    )))
+}
+
+#[tokio::test]
+async fn a_held_job_outlives_its_cut_until_released_and_both_are_events() {
+    let f = StagedPrompt::new(bootstrap_org("retention-hold")).await;
+    put_setting(f.key(), &json!({ "retentionDays": 1 }))
+        .await
+        .expect(200);
+    let (held, held_run) = finished_job(&f, true).await;
+    let (free, _) = finished_job(&f, true).await;
+    let live = f.new_job("retention-hold-live").await;
+
+    // Refused: no reason, a blank one, a live job, an unknown one, another organization's,
+    // a key without admin:org.
+    for body in [json!({}), json!({ "reason": "  " }), json!({ "reason": 7 })] {
+        post(&hold_path(&held), Some(f.key()), &body)
+            .await
+            .expect_error(422, "REASON_REQUIRED");
+    }
+    let why = json!({ "reason": "audit 2026-12" });
+    post(&hold_path(&live), Some(f.key()), &why)
+        .await
+        .expect_error(409, "JOB_NOT_FINISHED");
+    post(&hold_path("job_unknown"), Some(f.key()), &why)
+        .await
+        .expect_error(404, "NOT_FOUND");
+    let other = bootstrap_org("retention-hold-other");
+    post(&hold_path(&held), Some(&other.admin_key), &why)
+        .await
+        .expect_error(404, "NOT_FOUND");
+    post(&hold_path(&held), Some(&reader_key(&f.org).await), &why)
+        .await
+        .expect_error(403, "FORBIDDEN");
+    assert!(hold_events(&f.org).is_empty());
+
+    // Held: the job says by whom, when and why; again changes nothing.
+    let answer = post(&hold_path(&held), Some(f.key()), &why)
+        .await
+        .expect(200);
+    assert_eq!(answer["id"], held.as_str(), "{answer}");
+    let hold = answer["hold"].clone();
+    assert_eq!(hold["reason"], "audit 2026-12", "{answer}");
+    assert!(
+        hold["heldBy"].as_str().is_some_and(|by| !by.is_empty()),
+        "{hold}"
+    );
+    assert!(hold["heldAt"].is_string(), "{hold}");
+    let again = post(
+        &hold_path(&held),
+        Some(f.key()),
+        &json!({ "reason": "another" }),
+    )
+    .await
+    .expect(200);
+    assert_eq!(again["hold"], hold);
+    // Shown in the detail and the list, never in the custody bundle.
+    assert_eq!(job(f.key(), &held).await["hold"], hold);
+    let listed = get("/api/remote-runners/jobs?limit=10", f.key())
+        .await
+        .expect(200);
+    for listed_job in listed["jobs"].as_array().expect("jobs") {
+        let expected = if listed_job["id"] == held.as_str() {
+            hold.clone()
+        } else {
+            Value::Null
+        };
+        assert_eq!(listed_job["hold"], expected, "{listed_job}");
+    }
+    let sealed: Value = serde_json::from_str(&bundle(f.key(), &held).await).expect("JSON");
+    assert!(sealed["job"].get("hold").is_none(), "{}", sealed["job"]);
+
+    // Two days on, the pass deletes the free job and passes the held one by.
+    let pass = pass_as_of(f.key(), now_ms() + 2 * DAY_MS).await;
+    assert_eq!(pass["deleted"], 1, "{pass}");
+    get_job(f.key(), &free).await.expect_error(404, "NOT_FOUND");
+    assert_eq!(job(f.key(), &held).await["hold"], hold);
+    get(&format!("/api/evidence/runs/{held_run}"), f.key())
+        .await
+        .expect(200);
+
+    // Released (twice: the second changes nothing), the next pass deletes it.
+    let released = call(Method::DELETE, &hold_path(&held), Some(f.key()), None)
+        .await
+        .expect(200);
+    assert!(released.get("hold").is_none(), "{released}");
+    call(Method::DELETE, &hold_path(&held), Some(f.key()), None)
+        .await
+        .expect(200);
+    let pass = pass_as_of(f.key(), now_ms() + 2 * DAY_MS).await;
+    assert_eq!(pass["deleted"], 1, "{pass}");
+    get_job(f.key(), &held).await.expect_error(404, "NOT_FOUND");
+    post(&hold_path(&held), Some(f.key()), &why)
+        .await
+        .expect_error(404, "NOT_FOUND");
+
+    // One event each, the organization's, naming the job; they outlive it.
+    let detail = json!({ "jobId": held }).to_string();
+    assert_eq!(
+        hold_events(&f.org),
+        vec![
+            json!({"type": "job.held", "job_id": null, "reason": "audit 2026-12", "detail": detail}),
+            json!({"type": "job.hold_released", "job_id": null, "reason": null, "detail": detail}),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_usage_view_counts_what_the_organization_stores() {
+    let f = StagedPrompt::new(bootstrap_org("retention-usage")).await;
+    let usage = || async { get(USAGE, f.key()).await.expect(200) };
+    let empty = usage().await;
+    assert_eq!(
+        empty["jobs"],
+        json!({"live": 0, "archived": 0, "held": 0, "expiring": 0, "deletedByRetention": 0})
+    );
+    assert_eq!(empty["r2"], json!({"objects": 0, "bundleBytes": 0}));
+    assert_eq!(empty["oldestJobAt"], Value::Null);
+    assert_eq!(empty["organizationId"], f.org.id.as_str());
+    assert!(
+        empty["d1"]["databaseBytes"].as_u64().is_some_and(|n| n > 0),
+        "{empty}"
+    );
+    let cut = edgerunner_protocol::time::UnixMillis::parse_rfc3339(
+        empty["retention"]["cut"].as_str().expect("a cut"),
+    )
+    .expect("a time")
+    .get();
+    assert!((cut - (now_ms() - 90 * DAY_MS)).abs() < 60_000, "{empty}");
+    assert_eq!(empty["retention"]["retentionDays"], 90);
+    assert_eq!(empty["retention"]["due"], 0);
+    assert_eq!(empty["retention"]["dueCapped"], false);
+
+    let (unarchived, _) = finished_job(&f, false).await;
+    let (archived, _) = finished_job(&f, true).await;
+    let (held, _) = finished_job(&f, true).await;
+    f.new_job("usage-live").await;
+    post(
+        &hold_path(&held),
+        Some(f.key()),
+        &json!({ "reason": "kept" }),
+    )
+    .await
+    .expect(200);
+    let bundle_bytes = |detail: Value| detail["archive"]["bundleBytes"].as_i64().expect("bytes");
+    let held_bytes = bundle_bytes(job(f.key(), &held).await);
+    let archived_bytes = bundle_bytes(job(f.key(), &archived).await);
+    let counted = usage().await;
+    assert_eq!(
+        counted["jobs"],
+        json!({"live": 2, "archived": 2, "held": 1, "expiring": 0, "deletedByRetention": 0})
+    );
+    assert_eq!(
+        counted["r2"],
+        json!({"objects": 4, "bundleBytes": held_bytes + archived_bytes})
+    );
+    assert_eq!(
+        counted["oldestJobAt"],
+        job(f.key(), &unarchived).await["createdAt"]
+    );
+
+    // What a pass now would delete: with a day's retention, the archived job once it finished
+    // two days ago (an operator moves its finish back), never the held one.
+    put_setting(f.key(), &json!({ "retentionDays": 1 }))
+        .await
+        .expect(200);
+    assert_eq!(usage().await["retention"]["due"], 0);
+    for id in [&archived, &held] {
+        d1(&format!(
+            "UPDATE jobs SET finished_at = finished_at - {} WHERE id = {}",
+            2 * DAY_MS,
+            sql_text(id)
+        ));
+    }
+    assert_eq!(usage().await["retention"]["due"], 1);
+    let pass = post(RUN, Some(f.key()), &json!({})).await.expect(200);
+    assert_eq!(pass["deleted"], 1, "{pass}");
+    let after = usage().await;
+    assert_eq!(
+        after["jobs"],
+        json!({"live": 2, "archived": 1, "held": 1, "expiring": 0, "deletedByRetention": 1})
+    );
+    assert_eq!(
+        after["r2"],
+        json!({"objects": 2, "bundleBytes": held_bytes})
+    );
+    assert_eq!(after["retention"]["due"], 0);
+
+    // Each organization its own; an admin's view only.
+    let other = bootstrap_org("retention-usage-other");
+    assert_eq!(
+        get(USAGE, &other.admin_key).await.expect(200)["jobs"]["live"],
+        0
+    );
+    get(USAGE, &reader_key(&f.org).await)
+        .await
+        .expect_error(403, "FORBIDDEN");
+}
+
+#[tokio::test]
+async fn a_job_marked_for_deletion_answers_as_unknown_until_it_is_gone() {
+    let f = StagedPrompt::new(bootstrap_org("retention-expiring")).await;
+    let (marked, _) = finished_job(&f, true).await;
+    let (kept, _) = finished_job(&f, true).await;
+    // A pass that marked the job and stopped before deleting it (a crash, R2 unreachable):
+    // its expire batch, as the pass runs it (retention/expire.sql, then usage/job_expiring.sql).
+    d1(&format!(
+        "UPDATE jobs SET expiring_at = {now} WHERE id = {job}; \
+         UPDATE organization_usage SET jobs_archived = jobs_archived - 1, \
+         jobs_expiring = jobs_expiring + 1 WHERE organization_id = {org} AND changes() = 1",
+        now = now_ms(),
+        job = sql_text(&marked),
+        org = sql_text(&f.org.id),
+    ));
+    get_job(f.key(), &marked)
+        .await
+        .expect_error(404, "NOT_FOUND");
+    for path in ["stream?after=0.-1", "bundle"] {
+        get(
+            &format!("/api/remote-runners/jobs/{marked}/{path}"),
+            f.key(),
+        )
+        .await
+        .expect_error(404, "NOT_FOUND");
+    }
+    post(
+        &hold_path(&marked),
+        Some(f.key()),
+        &json!({ "reason": "too late" }),
+    )
+    .await
+    .expect_error(404, "NOT_FOUND");
+    let listed = get("/api/remote-runners/jobs?limit=10", f.key())
+        .await
+        .expect(200);
+    let ids: Vec<&str> = listed["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["id"].as_str())
+        .collect();
+    assert_eq!(ids, [kept.as_str()], "{listed}");
+    let listed = get("/api/remote-runners/jobs?limit=10&state=succeeded", f.key())
+        .await
+        .expect(200);
+    assert_eq!(
+        listed["jobs"].as_array().expect("jobs").len(),
+        1,
+        "{listed}"
+    );
+    assert_eq!(get(USAGE, f.key()).await.expect(200)["jobs"]["expiring"], 1);
+
+    // The next pass finishes it, whatever its cut.
+    let pass = post(RUN, Some(f.key()), &json!({})).await.expect(200);
+    assert_eq!(pass["deleted"], 1, "{pass}");
+    let usage = get(USAGE, f.key()).await.expect(200);
+    assert_eq!(usage["jobs"]["expiring"], 0, "{usage}");
+    assert_eq!(usage["jobs"]["deletedByRetention"], 1, "{usage}");
+    assert_eq!(job(f.key(), &kept).await["state"], "succeeded");
+}
+
+#[tokio::test]
+async fn the_cli_holds_and_releases_a_job_and_shows_usage() {
+    let f = StagedPrompt::new(bootstrap_org("retention-cli-hold")).await;
+    let (id, _) = finished_job(&f, true).await;
+    let admin = |args: &[&str]| {
+        let output = std::process::Command::new(required_env("EDGERUNNER_BIN"))
+            .args(["admin", "--server", &base_url()])
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("EDGERUNNER_API_KEY", f.key())
+            .output()
+            .expect("edgerunner runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let held = admin(&["jobs", "hold", &id, "--reason", "incident 12"]);
+    assert!(held.contains("held"), "{held}");
+    assert!(held.contains("incident 12"), "{held}");
+    let listed = admin(&["jobs", "list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.starts_with(&id) && line.contains("succeeded (held)")),
+        "{listed}"
+    );
+    let usage = admin(&["usage"]);
+    assert!(
+        usage.contains(
+            "jobs            0 live, 1 archived (1 held), 0 expiring; 0 deleted by retention"
+        ),
+        "{usage}"
+    );
+    assert!(usage.contains("R2              2 objects"), "{usage}");
+    let released = admin(&["--json", "jobs", "unhold", &id]);
+    let answer: Value = serde_json::from_str(&released).expect("JSON");
+    assert!(answer.get("hold").is_none(), "{answer}");
+    assert_eq!(get(USAGE, f.key()).await.expect(200)["jobs"]["held"], 0);
+}

@@ -54,6 +54,9 @@ pub enum AdminCommand {
         #[arg(value_parser = clap::value_parser!(u16).range(1..=400))]
         days: Option<u16>,
     },
+    /// What the organization stores: jobs live, archived, held and expiring; R2 objects and
+    /// bytes; the oldest job; what the next retention cut would delete
+    Usage,
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,6 +180,15 @@ pub enum JobsCommand {
         #[arg(long)]
         reason: String,
     },
+    /// Hold a finished job: retention keeps it until it is released
+    Hold {
+        id: String,
+        /// Why it is kept (an audit, an incident); shown with the job
+        #[arg(long)]
+        reason: String,
+    },
+    /// Release a held job: retention applies to it again
+    Unhold { id: String },
     /// Fetch a job's custody bundle (for `edgerunner verify`)
     Bundle {
         id: String,

@@ -21,7 +21,7 @@ mod render;
 use body::{registration, requirements_from_flags};
 use render::{
     render_artifacts, render_enrollment_token, render_enrollment_tokens, render_events, render_job,
-    render_jobs, render_release, render_runner, render_runners, render_token, text,
+    render_jobs, render_release, render_runner, render_runners, render_token, render_usage, text,
 };
 
 pub use args::{
@@ -124,6 +124,10 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
             JobsCommand::Cancel { id, reason } => {
                 show(&admin.cancel_job(&id, &reason).await?, &render_job)
             }
+            JobsCommand::Hold { id, reason } => {
+                show(&admin.hold_job(&id, &reason).await?, &render_job)
+            }
+            JobsCommand::Unhold { id } => show(&admin.release_job_hold(&id).await?, &render_job),
             JobsCommand::Bundle { id, output } => {
                 let bundle = admin.bundle(&id).await?;
                 match output {
@@ -180,6 +184,7 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                 )
             })
         }
+        AdminCommand::Usage => show(&admin.usage().await?, &render_usage),
         AdminCommand::Evidence(EvidenceCommand::CreateRun {
             name,
             evaluation_id,

@@ -219,9 +219,10 @@ pub(super) fn render_jobs(answer: &Value) -> String {
         &["ID", "STATE", "ATTEMPT", "KIND", "VERSION", "CREATED"],
         jobs.iter()
             .map(|j| {
+                let held = if j["hold"].is_object() { " (held)" } else { "" };
                 vec![
                     text(j, "id"),
-                    text(j, "state"),
+                    format!("{}{held}", text(j, "state")),
                     text(j, "dispatchAttempt"),
                     text(&j["subject"], "kind"),
                     text(&j["subject"], "versionId"),
@@ -338,6 +339,16 @@ pub(super) fn render_job(job: &Value) -> String {
             lines.push(format!("{label:<15} {}", text(job, key)));
         }
     }
+    if let Some(hold) = job["hold"].as_object() {
+        let field = |key: &str| hold.get(key).and_then(Value::as_str).unwrap_or("—");
+        lines.push(format!(
+            "{:<15} since {} by {}: {}",
+            "held",
+            field("heldAt"),
+            field("heldBy"),
+            field("reason")
+        ));
+    }
     if let Some(events) = job["events"].as_array() {
         lines.push(String::new());
         lines.push(table(
@@ -371,6 +382,48 @@ pub(super) fn render_job(job: &Value) -> String {
         }
     }
     lines.join("\n")
+}
+
+/// `admin usage`: what the organization stores, a line a fact.
+pub(super) fn render_usage(usage: &Value) -> String {
+    let jobs = &usage["jobs"];
+    let retention = &usage["retention"];
+    let due = if retention["dueCapped"] == true {
+        format!("at least {}", text(retention, "due"))
+    } else {
+        text(retention, "due")
+    };
+    let bytes = |value: &Value| match value.as_u64() {
+        Some(n) => format!("{n} bytes"),
+        None => "unknown".to_owned(),
+    };
+    [
+        format!("usage of {}", text(usage, "organizationId")),
+        format!(
+            "jobs            {} live, {} archived ({} held), {} expiring; {} deleted by retention",
+            text(jobs, "live"),
+            text(jobs, "archived"),
+            text(jobs, "held"),
+            text(jobs, "expiring"),
+            text(jobs, "deletedByRetention"),
+        ),
+        format!(
+            "R2              {} objects, {} of bundles",
+            text(&usage["r2"], "objects"),
+            bytes(&usage["r2"]["bundleBytes"]),
+        ),
+        format!(
+            "D1 database     {} (every organization's)",
+            bytes(&usage["d1"]["databaseBytes"])
+        ),
+        format!("oldest job      {}", text(usage, "oldestJobAt")),
+        format!(
+            "retention       {} days; a pass now cuts at {} and would delete {due} jobs",
+            text(retention, "retentionDays"),
+            text(retention, "cut"),
+        ),
+    ]
+    .join("\n")
 }
 
 #[cfg(test)]

@@ -1,0 +1,8 @@
+-- In a job's deletion batch, before its row goes (retention/delete_job.sql ends the batch):
+-- an expiring job and its two R2 objects are gone, when the job is there to delete.
+-- ?1 job id, ?2 organization id
+UPDATE organization_usage
+   SET jobs_expiring = jobs_expiring - 1, r2_objects = r2_objects - 2,
+       r2_bytes = r2_bytes - (SELECT bundle_bytes FROM jobs WHERE id = ?1)
+ WHERE organization_id = ?2
+   AND EXISTS (SELECT 1 FROM jobs WHERE id = ?1 AND organization_id = ?2 AND expiring_at IS NOT NULL)
