@@ -86,6 +86,8 @@ export async function api(method, path, body, options = {}) {
 export const get = (path, options) => api('GET', path, undefined, options);
 export const post = (path, body, options) => api('POST', path, body, options);
 export const patch = (path, body, options) => api('PATCH', path, body, options);
+export const put = (path, body, options) => api('PUT', path, body, options);
+export const del = (path, options) => api('DELETE', path, undefined, options);
 
 export async function getText(path) {
   const response = await send('GET', path, { accept: 'text/plain, */*' });

@@ -5,6 +5,7 @@ import { h, replace, errorBox, refreshTimes, timeAgo } from './dom.js';
 import { runnersView, runnerView } from './runners.js';
 import { jobsView, jobView } from './jobs.js';
 import { enrollmentView } from './enrollment.js';
+import { storageView } from './storage.js';
 
 const BASE = '/remote-runners';
 const app = document.getElementById('app');
@@ -104,7 +105,8 @@ function topBar(tab) {
         h('span.brand-sub', 'Remote Runners')),
       h('nav.tabs', { 'aria-label': 'Sections' },
         h('a.tab', { href: BASE, testid: 'tab-runners', 'aria-current': tab === 'runners' ? 'page' : null }, 'Runners'),
-        h('a.tab', { href: `${BASE}/jobs`, testid: 'tab-jobs', 'aria-current': tab === 'jobs' ? 'page' : null }, 'Jobs')),
+        h('a.tab', { href: `${BASE}/jobs`, testid: 'tab-jobs', 'aria-current': tab === 'jobs' ? 'page' : null }, 'Jobs'),
+        session.canAdmin ? h('a.tab', { href: `${BASE}/storage`, testid: 'tab-storage', 'aria-current': tab === 'storage' ? 'page' : null }, 'Storage') : null),
       h('div.identity', { testid: 'identity' },
         h('div.identity-text',
           h('span.org', { testid: 'identity-org', title: session.organization?.id || '' }, session.organization?.name || ''),
@@ -133,6 +135,7 @@ function route(pathname) {
   if (rest[0] === 'enrollment' && rest.length === 1) return { tab: 'runners', view: () => enrollmentView(ctx()) };
   if (rest[0] === 'jobs' && rest.length === 1) return { tab: 'jobs', view: () => jobsView(ctx()) };
   if (rest[0] === 'jobs' && rest.length === 2) return { tab: 'jobs', view: () => jobView(ctx(), rest[1]) };
+  if (rest[0] === 'storage' && rest.length === 1) return { tab: 'storage', view: () => storageView(ctx()) };
   return {
     tab: null,
     view: () => ({

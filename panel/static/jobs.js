@@ -1,7 +1,7 @@
 // The Jobs tab: the list with counts, and a job's page (subject, claims, transitions, stream
 // custody recomputed here, the followed log, completions, evidence, cancel, bundle download).
 
-import { get, post, getBlob, query, enc } from './api.js';
+import { get, post, del, getBlob, query, enc } from './api.js';
 import {
   h, replace, clear, timeAgo, badge, mono, hash, facts, card, emptyState, richText, errorBox,
   jsonText, formatBytes, formatSeconds, formatMb, table, row, keepFocus, poller, chips, yesNo,
@@ -44,10 +44,15 @@ function subjectText(subject) {
 
 const LIST_COLUMNS = ['Job', 'State', 'Subject', 'Attempt', 'Created', 'Updated', 'Finished'];
 
+/** A held job's mark: retention keeps it until an admin releases it. */
+function heldMark(hold, testid = 'job-held') {
+  return h('span.held', { testid, title: `held by ${hold.heldBy}: ${hold.reason || ''}` }, 'held');
+}
+
 function jobRow(base, job) {
   return row([
     h('a.mono', { href: jobHref(base, job.id), testid: 'job-link', dataset: { key: job.id }, title: job.id }, job.id),
-    badge(job.state, 'job-state'),
+    h('span.state-cell', badge(job.state, 'job-state'), job.hold ? heldMark(job.hold) : null),
     subjectText(job.subject),
     String(job.dispatchAttempt ?? 0),
     timeAgo(job.createdAt),
@@ -442,18 +447,23 @@ export function jobView(ctx, id) {
 
   function renderHead(j) {
     document.title = `${j.id} · Jobs · edgerunner`;
-    replace(stateSlot, badge(j.state, 'job-detail-state'));
+    replace(stateSlot, badge(j.state, 'job-detail-state'), j.hold ? heldMark(j.hold, 'job-detail-held') : null);
     replace(subtitle,
       subjectText(j.subject),
       ' · attempt ', h('span', { testid: 'job-attempt' }, String(j.dispatchAttempt ?? 0)),
       ' · created ', timeAgo(j.createdAt),
       j.finishedAt ? [' · finished ', timeAgo(j.finishedAt)] : null);
-    const canCancel = session.canCancel && (j.actions || []).includes('cancel');
-    const sig = `${canCancel}`;
+    const offered = j.actions || [];
+    const canCancel = session.canCancel && offered.includes('cancel');
+    const canHold = session.canAdmin && offered.includes('hold');
+    const canRelease = session.canAdmin && offered.includes('release');
+    const sig = `${canCancel}|${canHold}|${canRelease}`;
     if (actions.dataset.sig !== sig) {
       actions.dataset.sig = sig;
       keepFocus(actions, () => replace(actions,
         canCancel ? h('button.btn.btn-danger', { type: 'button', testid: 'action-cancel', on: { click: openCancel } }, 'Cancel job') : null,
+        canHold ? h('button.btn', { type: 'button', testid: 'action-hold', on: { click: openHold } }, 'Hold') : null,
+        canRelease ? h('button.btn', { type: 'button', testid: 'action-release', on: { click: releaseHold } }, 'Release hold') : null,
         h('button.btn', { type: 'button', testid: 'download-bundle', on: { click: downloadBundle } }, 'Download custody bundle')));
     }
   }
@@ -471,7 +481,7 @@ export function jobView(ctx, id) {
     job = j;
     renderHead(j);
     await Promise.all([
-      update('subject', [j.subject, j.inputHash, j.idempotencyKey, j.state, j.terminal, j.cancelReason, j.leaseExpiresAt, j.activeClaimId, j.updatedAt], () => facts([
+      update('subject', [j.subject, j.inputHash, j.idempotencyKey, j.state, j.terminal, j.cancelReason, j.leaseExpiresAt, j.activeClaimId, j.updatedAt, j.hold], () => facts([
         ['Kind', j.subject?.kind ? h('span.chip', j.subject.kind) : null],
         ['Artifact', mono(j.subject?.artifactId, { testid: 'subject-artifact' })],
         ['Exact version', h('span', { testid: 'subject-version' }, String(j.subject?.versionId ?? '—'))],
@@ -482,6 +492,8 @@ export function jobView(ctx, id) {
         ['Active claim', mono(j.activeClaimId)],
         ['Lease expires', j.leaseExpiresAt && !j.terminal ? timeAgo(j.leaseExpiresAt) : null],
         ['Cancel reason', j.cancelReason ? h('span', { testid: 'job-cancel-reason' }, j.cancelReason) : null],
+        j.hold ? ['Held', h('span', { testid: 'job-hold' }, 'since ', timeAgo(j.hold.heldAt), ` by ${j.hold.heldBy}: `,
+          h('span', { testid: 'job-hold-reason' }, j.hold.reason || '—'))] : null,
         ['Updated', timeAgo(j.updatedAt)],
       ], 'job-subject-facts')),
       update('requirements', j.requirements, () => requirementsView(j.requirements)),
@@ -540,6 +552,29 @@ export function jobView(ctx, id) {
         startFollowing();
       },
     });
+  }
+
+  function openHold() {
+    reasonDialog({
+      title: 'Hold job',
+      testid: 'hold-dialog',
+      intro: 'A held job is kept past the organization\'s retention (for an audit, an incident) until an admin releases it.',
+      confirmLabel: 'Hold job',
+      submit: (reason) => post(`/api/remote-runners/jobs/${enc(id)}/hold`, { reason }),
+      onDone: () => load(),
+    });
+  }
+
+  async function releaseHold(event) {
+    const button = event.currentTarget;
+    button.disabled = true;
+    try {
+      await del(`/api/remote-runners/jobs/${enc(id)}/hold`);
+      await load();
+    } catch (error) {
+      replace(status, errorBox(error));
+      button.disabled = false;
+    }
   }
 
   async function downloadBundle(event) {

@@ -286,7 +286,7 @@ async function runnerRowState(page, runnerId) {
 }
 
 const WRITE_CONTROLS = ['register-runner', 'action-approve', 'action-drain', 'action-activate',
-  'action-revoke', 'action-rotate', 'action-cancel'];
+  'action-revoke', 'action-rotate', 'action-cancel', 'action-hold', 'action-release'];
 
 async function presentControls(page) {
   const found = [];
@@ -692,6 +692,76 @@ test('cancels a queued job, then drains and revokes a runner, each with a record
     const audit = await ok(org.adminKey, 'GET', `/api/remote-runners/${runner.id}/events?limit=200`);
     const reasons = audit.events.map((e) => e.reason);
     assert.ok(reasons.includes(drainReason) && reasons.includes(revokeReason), JSON.stringify(audit.events));
+  });
+});
+
+test('an admin holds a finished job and releases it; the Storage page shows the API\'s usage and sets retention', { timeout: 240000 }, async () => {
+  const org = await newOrg('storage');
+  const rel = await release(org);
+  const job = await enqueue(org, rel, { question: 'kept for an audit' });
+  await ok(org.adminKey, 'POST', `/api/remote-runners/jobs/${job.id}/cancel`, { reason: 'finished for the test' });
+  const live = await enqueue(org, rel, { question: 'still queued' });
+  const why = unique('audit');
+
+  await withPanel('storage', {}, async ({ page }) => {
+    await signIn(page, org.adminKey);
+    await page.goto(`${PANEL}/jobs/${job.id}`);
+    await waitFor('the cancelled job', async () => (await text(page, sel('job-detail-state'))) === 'cancelled');
+    assert.equal(await page.$(sel('action-release')), null, 'nothing to release before a hold');
+    await actWithReason(page, 'hold', 'hold-dialog', why);
+    await waitFor('the hold on the page', async () => (await page.$(sel('job-hold-reason')))
+      && (await text(page, sel('job-hold-reason'))) === why);
+    assert.ok(await page.$(sel('job-detail-held')));
+    assert.ok(await page.$(sel('action-release')));
+    assert.equal(await page.$(sel('action-hold')), null);
+    assert.equal((await jobDetail(org, job.id)).hold.reason, why);
+    await page.screenshot({ path: join(ARTIFACTS, 'job-held.png'), clip: { x: 0, y: 0, width: 1440, height: 560 } });
+
+    // The list marks the held job, and only it.
+    await page.click(sel('tab-jobs'));
+    await page.waitForSelector(`${sel('job-row')}[data-job-id="${job.id}"] ${sel('job-held')}`);
+    await page.waitForSelector(`${sel('job-row')}[data-job-id="${live.id}"]`);
+    assert.equal(await page.$(`${sel('job-row')}[data-job-id="${live.id}"] ${sel('job-held')}`), null);
+
+    // Storage: the usage view's numbers, as the API counts them.
+    await page.click(sel('tab-storage'));
+    await page.waitForSelector(sel('usage-facts'));
+    const usage = await ok(org.adminKey, 'GET', '/api/developer/usage');
+    assert.deepEqual([usage.jobs.live, usage.jobs.held, usage.jobs.archived], [2, 1, 0]);
+    for (const [testid, value] of [['usage-live', usage.jobs.live], ['usage-held', usage.jobs.held],
+      ['usage-archived', usage.jobs.archived], ['usage-expiring', usage.jobs.expiring],
+      ['usage-deleted', usage.jobs.deletedByRetention]]) {
+      assert.equal(await text(page, sel(testid)), String(value), testid);
+    }
+    assert.equal(await page.getAttribute(sel('usage-oldest'), 'datetime'), usage.oldestJobAt);
+    assert.match(await text(page, sel('usage-due')), /^would delete 0 archived jobs that finished before /);
+    assert.equal(await page.inputValue(sel('retention-days')), '90');
+
+    // Retention: a value out of range is refused with the server's code; 30 is kept.
+    await page.fill(sel('retention-days'), '401');
+    await page.click(sel('retention-save'));
+    await page.waitForSelector(`${sel('retention-card')} ${sel('error-code')}`);
+    assert.equal(await text(page, `${sel('retention-card')} ${sel('error-code')}`), 'INVALID_RETENTION');
+    await page.fill(sel('retention-days'), '30');
+    await page.click(sel('retention-save'));
+    await page.waitForSelector(sel('retention-saved'));
+    assert.equal((await ok(org.adminKey, 'GET', '/api/developer/retention')).retentionDays, 30);
+    await page.screenshot({ path: join(ARTIFACTS, 'storage.png'), fullPage: true });
+
+    await page.setViewportSize({ width: 375, height: 812 });
+    await page.reload();
+    await page.waitForSelector(sel('usage-facts'));
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow} px)`);
+    await page.screenshot({ path: join(ARTIFACTS, 'storage-375.png'), fullPage: true });
+    await page.setViewportSize({ width: 1440, height: 900 });
+
+    // Released from the job's page: no hold left, and Hold is offered again.
+    await page.goto(`${PANEL}/jobs/${job.id}`);
+    await page.click(sel('action-release'));
+    await page.waitForSelector(sel('action-hold'));
+    assert.equal(await page.$(sel('job-hold')), null);
+    assert.equal((await jobDetail(org, job.id)).hold, undefined);
   });
 });
 

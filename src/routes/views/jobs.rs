@@ -25,7 +25,7 @@ pub(crate) struct JobView<'a> {
     state: &'a str,
     /// No input moves the job on any more ([`JobState::is_terminal`]).
     terminal: bool,
-    /// What an operator may ask of the job now ([`job_actions`]).
+    /// What an operator may ask of the job now ([`job_actions`], then [`hold_action`]).
     actions: Vec<&'static str>,
     dispatch_attempt: i64,
     released_attempts: i64,
@@ -77,15 +77,26 @@ pub(crate) fn job_actions(state: JobState) -> Vec<&'static str> {
     }
 }
 
+/// An admin's move on a finished job: `hold` it past its retention, or `release` its hold.
+pub(crate) fn hold_action(state: JobState, held: bool) -> Option<&'static str> {
+    match (state.is_terminal(), held) {
+        (false, _) => None,
+        (true, false) => Some("hold"),
+        (true, true) => Some("release"),
+    }
+}
+
 impl<'a> From<&'a JobRow> for JobView<'a> {
     fn from(job: &'a JobRow) -> Self {
+        let mut actions = job_actions(job.state);
+        actions.extend(hold_action(job.state, job.held_at.is_some()));
         JobView {
             id: &job.id,
             organization_id: &job.organization_id,
             idempotency_key: &job.idempotency_key,
             state: job.state.as_str(),
             terminal: job.state.is_terminal(),
-            actions: job_actions(job.state),
+            actions,
             dispatch_attempt: job.dispatch_attempt,
             released_attempts: job.released_attempts,
             subject: SubjectView {
@@ -113,11 +124,12 @@ impl<'a> From<&'a JobRow> for JobView<'a> {
 }
 
 impl<'a> JobView<'a> {
-    /// The job as its custody bundle keeps it: what the job was, without an admin's hold,
-    /// which is the deployment's business and changes after the bundle is sealed.
+    /// The job as its custody bundle keeps it: what the job was, without an admin's hold or
+    /// its action, which are the deployment's business and change after the bundle is sealed.
     pub(crate) fn custody(job: &'a JobRow) -> Self {
         JobView {
             hold: None,
+            actions: job_actions(job.state),
             ..JobView::from(job)
         }
     }
@@ -604,11 +616,31 @@ mod tests {
             );
             let expected = if offered {
                 json!(["cancel"])
+            } else if state.is_terminal() {
+                json!(["hold"])
             } else {
                 json!([])
             };
             assert_eq!(view["actions"], expected, "{state}");
+            // Its custody bundle keeps the job machine's moves only.
+            let sealed = to_value(&JobView::custody(&job(state.as_str()))).unwrap();
+            let machine = if offered { json!(["cancel"]) } else { json!([]) };
+            assert_eq!(sealed["actions"], machine, "{state}");
         }
+        // Held: released, not held again; and the hold shows, except in the bundle.
+        let mut held = job("succeeded");
+        held.held_at = Some(NOW);
+        held.held_by = Some("api_key:key_1".to_owned());
+        held.held_reason = Some("audit".to_owned());
+        let view = to_value(&JobView::from(&held)).unwrap();
+        assert_eq!(view["actions"], json!(["release"]));
+        assert_eq!(
+            view["hold"],
+            json!({"heldAt": "2026-01-01T00:00:00.000Z", "heldBy": "api_key:key_1", "reason": "audit"})
+        );
+        let sealed = to_value(&JobView::custody(&held)).unwrap();
+        assert!(sealed.get("hold").is_none(), "{sealed}");
+        assert_eq!(sealed["actions"], json!([]));
         // A lost job is not terminal: recovery requeues it, or an operator cancels it.
         assert!(!JobState::Lost.is_terminal());
     }
