@@ -624,7 +624,11 @@ mod tests {
             assert_eq!(view["actions"], expected, "{state}");
             // Its custody bundle keeps the job machine's moves only.
             let sealed = to_value(&JobView::custody(&job(state.as_str()))).unwrap();
-            let machine = if offered { json!(["cancel"]) } else { json!([]) };
+            let machine = if offered {
+                json!(["cancel"])
+            } else {
+                json!([])
+            };
             assert_eq!(sealed["actions"], machine, "{state}");
         }
         // Held: released, not held again; and the hold shows, except in the bundle.
