@@ -12,6 +12,19 @@ const POLL_MS = 10000;
 
 const count = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 
+/** The organization's live D1 bytes against its quota: a bar and the numbers. */
+function quotaMeter(d1) {
+  const used = d1.organizationBytes ?? 0;
+  const quota = d1.quotaBytes || 1;
+  const share = Math.min(1, used / quota);
+  const percent = (share * 100).toFixed(share < 0.01 ? 2 : 1);
+  return h('div.quota', { testid: 'usage-quota' },
+    h('progress.quota-bar', { max: 1000, value: Math.round(share * 1000), 'aria-label': `${percent}% of the quota` }),
+    h('span', { testid: 'usage-quota-text' },
+      `${formatBytes(used)} of ${formatBytes(quota)} (${percent}%)`,
+      d1.quotaIsDefault ? ' — the deployment\'s default quota' : ' — this organization\'s own quota'));
+}
+
 function usageFacts(usage) {
   const jobs = usage.jobs || {};
   const retention = usage.retention || {};
@@ -24,6 +37,7 @@ function usageFacts(usage) {
     ['Being deleted', h('span', { testid: 'usage-expiring' }, String(jobs.expiring))],
     ['Deleted by retention', h('span', { testid: 'usage-deleted' }, String(jobs.deletedByRetention))],
     ['R2', h('span', { testid: 'usage-r2' }, `${count(usage.r2?.objects ?? 0, 'object', 'objects')}, `, bytes(usage.r2?.bundleBytes), ' of bundles')],
+    ['D1, this organization', quotaMeter(usage.d1 || {})],
     ['D1 database', h('span', { testid: 'usage-d1' }, bytes(usage.d1?.databaseBytes) ?? 'not reported', ' (every organization\'s)')],
     ['Oldest job', timeAgo(usage.oldestJobAt, 'usage-oldest')],
     ['A retention pass now', h('span', { testid: 'usage-due' },

@@ -110,7 +110,20 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         stream_bytes: append.stream_bytes,
     };
     let changed = ctx
-        .commit(&snap, true, vec![jobs::insert_chunk(ctx.db, &new_chunk)?])
+        .commit(
+            &snap,
+            true,
+            vec![
+                jobs::insert_chunk(ctx.db, &new_chunk)?,
+                // Charged to the organization's quota, which refuses the batch past it.
+                store::usage::charge(
+                    ctx.db,
+                    &job.organization_id,
+                    store::usage::stored_bytes(&append.payload) + store::usage::CHUNK_ROW_BYTES,
+                    store::usage::default_quota(ctx.env),
+                )?,
+            ],
+        )
         .await?;
     store::expect_one(changed.first().copied().unwrap_or(0), || {
         ApiError::internal("chunk insert changed no row")

@@ -175,7 +175,12 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         &ctx.db,
         vec![
             jobs::insert(&ctx.db, &new_job)?,
-            store::usage::job_enqueued(&ctx.db, &caller.organization_id)?,
+            store::usage::job_enqueued(
+                &ctx.db,
+                &caller.organization_id,
+                new_job.id,
+                store::usage::default_quota(&ctx.env),
+            )?,
             events::insert(&ctx.db, &enqueued)?,
         ],
     )

@@ -223,7 +223,7 @@ pub(crate) async fn create_version(
         content_hash: content_hash.as_str(),
         now: ctx.now,
     };
-    let id = releases::insert_version(&ctx.db, &row)
+    let id = releases::insert_version(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env))
         .await?
         .ok_or_else(artifact_not_found)?;
     json_response(

@@ -132,7 +132,11 @@ pub(crate) async fn usage(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let (row, database_bytes) = usage::read(&ctx.db, org, ctx.now)
         .await?
         .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;
-    respond(200, &UsageView::of(org, &row, database_bytes))
+    let default_quota = usage::default_quota(&ctx.env);
+    respond(
+        200,
+        &UsageView::of(org, &row, database_bytes, default_quota),
+    )
 }
 
 /// The organization's job for a hold or its release: an unknown, foreign or expiring job is

@@ -215,6 +215,6 @@ pub(crate) async fn mark_pruned(db: &Db, org: &str, job: &str) -> ApiResult<bool
         include_str!("queries/archive_mark_pruned.sql"),
         &[job.into(), org.into()],
     )?;
-    let changed = super::batch(db, vec![marked, super::usage::job_pruned(db, org)?]).await?;
+    let changed = super::batch(db, vec![marked, super::usage::job_pruned(db, org, job)?]).await?;
     Ok(changed.first() == Some(&1))
 }

@@ -40,6 +40,7 @@ pub(crate) const STREAM_CHUNK_LIMIT: &str = "stream_chunk_limit";
 pub(crate) const STREAM_BYTES_LIMIT: &str = "stream_bytes_limit";
 pub(crate) const STREAM_BYTES_MISCOUNTED: &str = "stream_bytes_miscounted";
 pub(crate) const COMPLETION_DECISIONS_AT_CAP: &str = "completion_decisions_at_cap";
+pub(crate) const ORGANIZATION_QUOTA_EXCEEDED: &str = "organization_quota_exceeded";
 // Batch assertions (migration 0007).
 pub(crate) const CREDENTIAL_REVOKED: &str = "credential_revoked";
 pub(crate) const JOB_MOVED: &str = "job_moved";
@@ -233,6 +234,14 @@ pub(crate) const GUARDS: &[Guard] = &[
         409,
         ErrorCode::StreamBytesLimit,
         "this chunk would take the attempt's stream past its payload byte limit",
+    ),
+    // Every organization's live data (migration 0015).
+    guard(
+        ORGANIZATION_QUOTA_EXCEEDED,
+        507,
+        ErrorCode::QuotaExceeded,
+        "the organization's data in D1 is at its quota: nothing was written; retention frees \
+         finished jobs, and an operator may raise the quota",
     ),
     // Our bug if it ever fires (the object computes the running total): a 500, named.
     guard(

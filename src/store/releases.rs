@@ -119,8 +119,14 @@ struct InsertedId {
 
 /// Inserts a version of an artifact of the caller's organization and returns its new id, or
 /// `None` when no such artifact exists there (the guard; the composite foreign key agrees).
-pub(crate) async fn insert_version(db: &Db, new: &NewVersion<'_>) -> ApiResult<Option<i64>> {
-    let rows: Vec<InsertedId> = all(
+/// Its content is charged to the organization's quota in the same batch (`quota`: the
+/// deployment's default), which refuses the batch past it.
+pub(crate) async fn insert_version(
+    db: &Db,
+    new: &NewVersion<'_>,
+    quota: i64,
+) -> ApiResult<Option<i64>> {
+    let insert = stmt(
         db,
         include_str!("queries/releases/insert_version.sql"),
         &[
@@ -130,8 +136,11 @@ pub(crate) async fn insert_version(db: &Db, new: &NewVersion<'_>) -> ApiResult<O
             new.content_hash.into(),
             Arg::Int(new.now),
         ],
-    )
-    .await?;
+    )?;
+    let bytes = super::usage::stored_bytes(new.content_json) + super::usage::VERSION_ROW_BYTES;
+    let charge = super::usage::charge(db, new.organization_id, bytes, quota)?;
+    let results = super::write_batch(db, vec![insert, charge]).await?;
+    let rows: Vec<InsertedId> = super::rows_of(&results, 0)?;
     Ok(rows.first().map(|row| row.id))
 }
 

@@ -12,6 +12,34 @@ use crate::error::{ApiError, ApiResult};
 /// least" this many (a range of one index, never longer).
 pub(crate) const MAX_DUE_COUNTED: i64 = 10_000;
 
+/// What a job's row costs an organization's quota besides its input and requirements: its
+/// fixed columns and index entries, and while it is live its claims, events and completions
+/// (each bounded per job). Migration 0015 estimates what was stored before it the same way.
+pub(crate) const JOB_ROW_BYTES: i64 = 1024;
+/// What a stream chunk costs besides its payload: its hashes, names and index entries.
+pub(crate) const CHUNK_ROW_BYTES: i64 = 256;
+/// What a release version costs besides its content.
+pub(crate) const VERSION_ROW_BYTES: i64 = 512;
+
+/// Each organization's quota on its live D1 bytes unless an operator set its own
+/// (`organizations.d1_quota_bytes`): 1 GiB, or `ORGANIZATION_D1_QUOTA_BYTES`.
+pub(crate) const DEFAULT_QUOTA_BYTES: i64 = 1 << 30;
+
+/// The deployment's default quota (`ORGANIZATION_D1_QUOTA_BYTES`, at least 1 MiB).
+pub(crate) fn default_quota(env: &worker::Env) -> i64 {
+    crate::platform::setting(
+        env,
+        "ORGANIZATION_D1_QUOTA_BYTES",
+        DEFAULT_QUOTA_BYTES,
+        1 << 20,
+    )
+}
+
+/// `bytes` of a stored text (what SQLite's `length(CAST(x AS BLOB))` says of it).
+pub(crate) fn stored_bytes(text: &str) -> i64 {
+    i64::try_from(text.len()).unwrap_or(i64::MAX)
+}
+
 /// The organization's usage row, as read.
 #[derive(Deserialize, Debug, Clone)]
 pub(crate) struct UsageRow {
@@ -21,6 +49,9 @@ pub(crate) struct UsageRow {
     pub(crate) jobs_held: i64,
     pub(crate) r2_objects: i64,
     pub(crate) r2_bytes: i64,
+    pub(crate) d1_bytes: i64,
+    /// The organization's own quota, set by an operator; `None`: the deployment's default.
+    pub(crate) d1_quota_override: Option<i64>,
     pub(crate) retention_days: i64,
     pub(crate) retention_deleted_jobs: i64,
     pub(crate) cut: i64,
@@ -54,12 +85,27 @@ pub(crate) async fn read(
 // The counters' statements: each follows, in its batch, the statement that moves a job, and
 // applies only when that statement changed its row (`changes() = 1`).
 
-/// After a job's insert: one more live job.
-pub(crate) fn job_enqueued(db: &Db, org: &str) -> ApiResult<D1PreparedStatement> {
+/// After a job's insert: one more live job, its row charged to the quota (`quota`: the
+/// deployment's default).
+pub(crate) fn job_enqueued(
+    db: &Db,
+    org: &str,
+    job: &str,
+    quota: i64,
+) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/usage/job_enqueued.sql"),
-        &[org.into()],
+        &[org.into(), job.into(), JOB_ROW_BYTES.into(), quota.into()],
+    )
+}
+
+/// After a write the quota bounds: `bytes` charged (`quota`: the deployment's default).
+pub(crate) fn charge(db: &Db, org: &str, bytes: i64, quota: i64) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/usage/charge.sql"),
+        &[org.into(), bytes.into(), quota.into()],
     )
 }
 
@@ -76,12 +122,12 @@ pub(crate) fn archive_stored(
     )
 }
 
-/// After a job's archive was marked pruned: a live job is an archived one.
-pub(crate) fn job_pruned(db: &Db, org: &str) -> ApiResult<D1PreparedStatement> {
+/// After a job's archive was marked pruned: a live job is an archived one, its chunks freed.
+pub(crate) fn job_pruned(db: &Db, org: &str, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/usage/job_pruned.sql"),
-        &[org.into()],
+        &[org.into(), job.into(), CHUNK_ROW_BYTES.into()],
     )
 }
 
@@ -109,6 +155,6 @@ pub(crate) fn job_deleted(db: &Db, org: &str, job: &str) -> ApiResult<D1Prepared
     stmt(
         db,
         include_str!("queries/usage/job_deleted.sql"),
-        &[job.into(), org.into()],
+        &[job.into(), org.into(), JOB_ROW_BYTES.into()],
     )
 }

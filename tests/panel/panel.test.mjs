@@ -736,6 +736,10 @@ test('an admin holds a finished job and releases it; the Storage page shows the 
     assert.equal(await page.getAttribute(sel('usage-oldest'), 'datetime'), usage.oldestJobAt);
     assert.match(await text(page, sel('usage-due')), /^would delete 0 archived jobs that finished before /);
     assert.equal(await page.inputValue(sel('retention-days')), '90');
+    assert.equal(usage.d1.quotaBytes, 1073741824);
+    assert.match(await text(page, sel('usage-quota-text')), / of 1 GiB \(\d+(\.\d+)?%\) — the deployment's default quota$/);
+    assert.equal(await page.$eval(`${sel('usage-quota')} progress`, (el) => el.value),
+      Math.round(Math.min(1, usage.d1.organizationBytes / usage.d1.quotaBytes) * 1000));
 
     // Retention: a value out of range is refused with the server's code; 30 is kept.
     await page.fill(sel('retention-days'), '401');

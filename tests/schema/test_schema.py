@@ -113,11 +113,18 @@ class World:
     def one(self, sql, *params):
         return self.conn.execute(sql, params).fetchone()
 
+    # The deployment's default quota the service passes to each charge (generous here: a test
+    # that is about the quota sets the organization's own).
+    quota = 1 << 40
+
     def usage(self, name, *params):
         """queries/usage/NAME right after the statement it follows, as the service's batches run
-        it (it applies only when that statement changed its row); nothing before migration 0014."""
-        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'organization_usage'").fetchone():
-            self.conn.execute(query(f"usage/{name}"), params)
+        it (it applies only when that statement changed its row); nothing before migration 0014,
+        and no charge before 0015."""
+        sql = query(f"usage/{name}")
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(organization_usage)")}
+        if columns and ("d1_bytes" in columns or "d1_bytes" not in sql):  # and nothing before 0015's
+            self.conn.execute(sql, params)
 
     def job_row(self, job_id):
         return self.one(
@@ -251,6 +258,7 @@ class World:
             },
         )
         version_id = self.one("SELECT last_insert_rowid()")[0]
+        self.usage("charge", org, VERSION_ROW_BYTES + len(stable_json(content).encode()), self.quota)
         for environment in environments:
             self.promote(org, version_id, environment)
         return {"artifact_id": artifact_id, "version_id": version_id, "content_hash": H(content), "kind": kind}
@@ -288,7 +296,7 @@ class World:
         }
         row.update(overrides)
         self.insert("jobs", row)
-        self.usage("job_enqueued", row["organization_id"])
+        self.usage("job_enqueued", row["organization_id"], row["id"], JOB_ROW_BYTES, self.quota)
         return row["id"]
 
     def grant_statements(self, job_id, runner_id, attempt=None, claim_id=None, nonce=None, org=None):
@@ -434,6 +442,7 @@ class World:
 
     def append(self, row):
         self.insert("stream_chunks", row)
+        self.usage("charge", row["organization_id"], CHUNK_ROW_BYTES + len(row["payload"].encode()), self.quota)
         return row["checksum"]
 
     def stream(self, job_id, claim_id, attempt, count):
@@ -2606,6 +2615,12 @@ def query(name):
     return (QUERIES / f"{name}.sql").read_text()
 
 
+# The quota's allowances, as src/store/usage.rs has them (and migration 0015's estimate).
+JOB_ROW_BYTES = 1024
+CHUNK_ROW_BYTES = 256
+VERSION_ROW_BYTES = 512
+
+
 # The protocol's runner machine as the worker binds it into the statements that decide from a
 # runner's live state. src/store/runners.rs builds them from the protocol crate, and its unit
 # tests check that this file binds exactly what it builds.
@@ -3249,9 +3264,10 @@ class ArchiveTests(ArchiveWorld):
 TERMINAL_STATES = '["succeeded","failed","cancelled"]'
 RETENTION_EVIDENCE_DELETES = tuple(query(f"retention/delete_{table}")
                                    for table in ("test_results", "cost_records", "model_calls", "traces"))
-RETENTION_JOB_DELETE = tuple(query(name) for name in (
-    "retention/count_deleted", "usage/job_deleted", "retention/delete_runs", "retention/delete_custody",
-    "retention/delete_job"))
+# The deletion batch, each statement with how many of (job, organization, JOB_ROW_BYTES) it takes.
+RETENTION_JOB_DELETE = tuple((query(name), params) for name, params in (
+    ("retention/count_deleted", 2), ("usage/job_deleted", 3), ("retention/delete_runs", 2),
+    ("retention/delete_custody", 2), ("retention/delete_job", 2)))
 
 
 class RetentionWorld(ArchiveWorld):
@@ -3264,7 +3280,7 @@ class RetentionWorld(ArchiveWorld):
             if all(n == 0 for n in self.prune_batch(job, 500)):
                 break
         self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
-        self.w.usage("job_pruned", self.org)
+        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
         return job
 
     def hold(self, job, by="admin:key_1", reason="an audit"):
@@ -3291,7 +3307,15 @@ class RetentionWorld(ArchiveWorld):
         return self.counted_batch(RETENTION_EVIDENCE_DELETES, (job, self.org, limit))
 
     def delete_job(self, job):
-        return self.counted_batch(RETENTION_JOB_DELETE, (job, self.org))
+        self.conn.execute("BEGIN")
+        try:
+            changed = [self.conn.execute(sql, (job, self.org, JOB_ROW_BYTES)[:params]).rowcount
+                       for sql, params in RETENTION_JOB_DELETE]
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return changed
 
 
 
@@ -3451,7 +3475,8 @@ class UsageTests(RetentionWorld):
     """Migration 0014: the counters the usage view reads follow every job through its life,
     and always equal a count of the jobs table (what the view must never do per call)."""
 
-    COUNTERS = ("jobs_live", "jobs_archived", "jobs_expiring", "jobs_held", "r2_objects", "r2_bytes")
+    COUNTERS = ("jobs_live", "jobs_archived", "jobs_expiring", "jobs_held", "r2_objects", "r2_bytes",
+                "d1_bytes")
 
     def counters(self, org=None):
         return dict(zip(self.COUNTERS, self.w.one(
@@ -3469,6 +3494,15 @@ class UsageTests(RetentionWorld):
             "r2_objects": 2 * one("archive_state IS NOT NULL"),
             "r2_bytes": self.w.one("SELECT coalesce(sum(bundle_bytes), 0) FROM jobs WHERE organization_id = ?"
                                    " AND archive_state IS NOT NULL", org)[0],
+            # Migration 0015's estimate of what the organization's unbounded writes hold.
+            "d1_bytes": self.w.one(
+                "SELECT (SELECT coalesce(sum(? + length(CAST(input AS BLOB)) + length(CAST(requirements AS BLOB))), 0)"
+                "          FROM jobs WHERE organization_id = ?1)"
+                "     + (SELECT coalesce(sum(? + length(CAST(payload AS BLOB))), 0)"
+                "          FROM stream_chunks WHERE organization_id = ?1)"
+                "     + (SELECT coalesce(sum(? + length(CAST(content AS BLOB))), 0)"
+                "          FROM release_versions WHERE organization_id = ?1)".replace("?1", "?2"),
+                JOB_ROW_BYTES, org, CHUNK_ROW_BYTES, VERSION_ROW_BYTES)[0],
         }
 
     def assertCounted(self, **expected):
@@ -3513,11 +3547,11 @@ class UsageTests(RetentionWorld):
             if all(n == 0 for n in self.prune_batch(job, 500)):
                 break
         self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
-        self.w.usage("job_pruned", self.org)
+        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
         self.assertCounted(jobs_live=0, jobs_archived=1, jobs_held=1)
         # Applied only after a statement that changed its row: marked again, nothing moves.
         self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 0)
-        self.w.usage("job_pruned", self.org)
+        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
         self.assertCounted(jobs_live=0, jobs_archived=1)
         self.assertEqual(self.release(job), 1)
         self.assertCounted(jobs_held=0)
@@ -3537,11 +3571,13 @@ class UsageTests(RetentionWorld):
         read = query("usage/read")
         day = 86_400_000
         columns = ("jobs_live", "jobs_archived", "jobs_expiring", "jobs_held", "r2_objects", "r2_bytes",
-                   "retention_days", "retention_deleted_jobs", "cut", "oldest_job_at", "due_at_cut")
+                   "d1_bytes", "d1_quota_override", "retention_days", "retention_deleted_jobs", "cut",
+                   "oldest_job_at", "due_at_cut")
         row = dict(zip(columns, self.execute(read, self.org, NOW + 90 * day + 1, 10_000).fetchone()))
         oldest = self.w.one("SELECT min(created_at) FROM jobs WHERE organization_id = ?", self.org)[0]
         self.assertEqual(row, {"jobs_live": 0, "jobs_archived": 3, "jobs_expiring": 0, "jobs_held": 1,
-                               "r2_objects": 6, "r2_bytes": 3 * 4096, "retention_days": 90,
+                               "r2_objects": 6, "r2_bytes": 3 * 4096, "d1_bytes": self.recount()["d1_bytes"],
+                               "d1_quota_override": None, "retention_days": 90,
                                "retention_deleted_jobs": 0, "cut": NOW + 1, "oldest_job_at": oldest,
                                "due_at_cut": 2})
         # Not yet due a millisecond earlier; counted to the bound and no further.
@@ -3552,3 +3588,119 @@ class UsageTests(RetentionWorld):
         self.assertIn("jobs_to_expire", plan)
         self.assertIn("jobs_by_organization", plan)
         self.assertNotIn("SCAN jobs", plan)
+
+
+class QuotaTests(RetentionWorld):
+    """Migration 0015: an organization's live D1 bytes are charged on the write path and bounded
+    by its quota, to the byte; a refused charge leaves nothing of its batch behind."""
+
+    def d1_bytes(self, org=None):
+        return self.w.one("SELECT d1_bytes FROM organization_usage WHERE organization_id = ?",
+                          org or self.org)[0]
+
+    def enqueue_batch(self, release, job_input, quota):
+        """A job's insert and its charge as one batch (the enqueue's); refused whole past the
+        quota."""
+        row = {"question": job_input}
+        self.conn.execute("BEGIN")
+        try:
+            self.w.insert("jobs", {
+                "id": self.w.uid("job"), "organization_id": self.org, "idempotency_key": self.w.uid("idem"),
+                "intent_hash": H(row), "subject_kind": release["kind"],
+                "subject_artifact_id": release["artifact_id"], "subject_version_id": release["version_id"],
+                "subject_content_hash": release["content_hash"], "subject_environment": "prod",
+                "input": stable_json(row), "input_hash": H(row), "requirements": "{}",
+                "execution_kind": "agent", "runtime": "python3.12", "external": 0,
+                "created_at": NOW, "updated_at": NOW})
+            self.execute(query("usage/job_enqueued"), self.org, self.w.one("SELECT id FROM jobs WHERE rowid ="
+                                                                          " last_insert_rowid()")[0],
+                         JOB_ROW_BYTES, quota)
+        except sqlite3.IntegrityError:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def test_a_charge_is_held_to_the_quota_to_the_byte_and_a_refused_batch_leaves_nothing(self):
+        release = self.w.release(self.org)
+        cost = JOB_ROW_BYTES + len(stable_json({"question": "q"}).encode()) + len(b"{}")
+        at = self.d1_bytes()
+        jobs = lambda: self.w.one("SELECT count(*) FROM jobs")[0]
+        before = jobs()
+        # One byte past the quota: refused, and nothing of the batch is left.
+        self.assertRefused(self.enqueue_batch, release, "q", at + cost - 1, message="organization_quota_exceeded")
+        self.assertEqual((self.d1_bytes(), jobs()), (at, before))
+        # Exactly at it: taken, charged to the byte.
+        self.enqueue_batch(release, "q", at + cost)
+        self.assertEqual((self.d1_bytes(), jobs()), (at + cost, before + 1))
+        self.assertEqual(self.d1_bytes(), UsageTests.recount(self)["d1_bytes"])
+        # And the next is refused.
+        self.assertRefused(self.enqueue_batch, release, "q", at + cost, message="organization_quota_exceeded")
+
+    def test_the_organizations_own_quota_wins_and_freeing_is_never_refused(self):
+        job, _ = self.finished_job()
+        at = self.d1_bytes()
+        charge = query("usage/charge")
+
+        def touch():  # a write that changed one row, as every charge follows
+            self.execute("UPDATE jobs SET updated_at = updated_at WHERE id = ?", job)
+
+        # The organization's own quota, not the deployment's default, bounds it.
+        self.execute("UPDATE organizations SET d1_quota_bytes = ? WHERE id = ?", at + 10, self.org)
+        touch()
+        self.assertEqual(self.execute(charge, self.org, 10, 1 << 40).rowcount, 1)
+        touch()
+        self.assertRefused(self.execute, charge, self.org, 1, 1 << 40, message="organization_quota_exceeded")
+        # Lowered below what is held: every charge is refused, freeing goes on.
+        self.execute("UPDATE organizations SET d1_quota_bytes = 1 WHERE id = ?", self.org)
+        self.execute("UPDATE organization_usage SET d1_bytes = d1_bytes - 100 WHERE organization_id = ?", self.org)
+        self.assertEqual(self.d1_bytes(), at - 90)
+        # Without one of its own, the default the charge names holds.
+        self.execute("UPDATE organizations SET d1_quota_bytes = NULL WHERE id = ?", self.org)
+        touch()
+        self.assertRefused(self.execute, charge, self.org, 1, at - 90, message="organization_quota_exceeded")
+        touch()
+        self.assertEqual(self.execute(charge, self.org, 1, at - 89).rowcount, 1)
+        # After a write that changed nothing, a charge does nothing.
+        self.execute("UPDATE jobs SET updated_at = updated_at WHERE id = 'job_none'")
+        self.assertEqual(self.execute(charge, self.org, 5, 1 << 40).rowcount, 0)
+        self.assertEqual(self.d1_bytes(), at - 89)
+
+    def test_pruning_frees_a_jobs_chunks_and_deleting_frees_its_row(self):
+        base = self.d1_bytes()
+        job, head = self.finished_job(chunks=4)
+        chunks = self.w.one("SELECT coalesce(sum(? + length(CAST(payload AS BLOB))), 0) FROM stream_chunks"
+                            " WHERE job_id = ?", CHUNK_ROW_BYTES, job)[0]
+        row = self.w.one("SELECT ? + length(CAST(input AS BLOB)) + length(CAST(requirements AS BLOB))"
+                         " FROM jobs WHERE id = ?", JOB_ROW_BYTES, job)[0]
+        grown = self.d1_bytes() - base
+        self.assertGreaterEqual(grown, chunks + row)  # and its release
+        self.assertEqual(self.store(job, head), 1)
+        for _ in range(10):  # bounded
+            if all(n == 0 for n in self.prune_batch(job, 500)):
+                break
+        before_prune = self.d1_bytes()
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
+        self.assertEqual(self.d1_bytes(), before_prune - chunks)
+        self.assertEqual(self.expire(job), 1)
+        for _ in range(10):
+            if all(n == 0 for n in self.delete_evidence(job, 500)):
+                break
+        before_delete = self.d1_bytes()
+        self.assertEqual(self.delete_job(job)[-1], 1)
+        self.assertEqual(self.d1_bytes(), before_delete - row)
+
+    def test_migration_0015_counts_what_each_organization_held_before_it(self):
+        before = [m for m in MIGRATIONS if os.path.basename(m) < "0015"]
+        self.conn.close()
+        self.conn = open_database(before)
+        self.w = World(self.conn)
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.finished_job(chunks=3)
+        self.w.job(self.org)
+        for path in MIGRATIONS[len(before):]:
+            apply_migration(self.conn, path)
+        expected = UsageTests.recount(self)["d1_bytes"]
+        self.assertGreater(expected, 0)
+        self.assertEqual(self.d1_bytes(), expected)

@@ -110,6 +110,8 @@ wire_names! {
         InvalidEnrollmentPolicy = "INVALID_ENROLLMENT_POLICY",
         /// A `retentionDays` that is not a whole number from 1 to 400.
         InvalidRetention = "INVALID_RETENTION",
+        /// The organization's live data in D1 is at its quota: the write is refused whole.
+        QuotaExceeded = "QUOTA_EXCEEDED",
         /// A request field only a local test server honours (`EDGERUNNER_LOCAL_HOOKS`), such as
         /// a retention pass's `asOf`.
         LocalHooksOnly = "LOCAL_HOOKS_ONLY",

@@ -58,10 +58,14 @@ struct UsageR2 {
     bundle_bytes: i64,
 }
 
-/// `UsageD1`: the whole database's size as D1 reports it with this read.
+/// `UsageD1`: what the organization's unbounded writes hold in D1, estimated as migration
+/// 0015 says, against its quota; and the whole database's size as D1 reports it.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct UsageD1 {
+    organization_bytes: i64,
+    quota_bytes: i64,
+    quota_is_default: bool,
     database_bytes: Option<u64>,
 }
 
@@ -77,10 +81,12 @@ struct UsageRetention {
 }
 
 impl<'a> UsageView<'a> {
+    /// `default_quota`: the deployment's, for an organization without its own.
     pub(crate) fn of(
         organization_id: &'a str,
         row: &UsageRow,
         database_bytes: Option<u64>,
+        default_quota: i64,
     ) -> Self {
         UsageView {
             organization_id,
@@ -95,7 +101,12 @@ impl<'a> UsageView<'a> {
                 objects: row.r2_objects,
                 bundle_bytes: row.r2_bytes,
             },
-            d1: UsageD1 { database_bytes },
+            d1: UsageD1 {
+                organization_bytes: row.d1_bytes,
+                quota_bytes: row.d1_quota_override.unwrap_or(default_quota),
+                quota_is_default: row.d1_quota_override.is_none(),
+                database_bytes,
+            },
             oldest_job_at: row.oldest_job_at.and_then(rfc3339),
             retention: UsageRetention {
                 retention_days: row.retention_days,

@@ -16,6 +16,14 @@ const SETTING: &str = "/api/developer/retention";
 const RUN: &str = "/api/developer/retention/run";
 const DAY_MS: i64 = 86_400_000;
 
+/// The tests that make a job due at the real clock's cut (an operator moves its finish back)
+/// take turns: the cron pass one of them runs goes over every organization and would delete
+/// another's due job under its feet.
+fn real_cut() -> &'static tokio::sync::Mutex<()> {
+    static TURN: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    TURN.get_or_init(|| tokio::sync::Mutex::new(()))
+}
+
 /// A finished job of `f`'s organization that streamed and completed with a run holding
 /// every kind of evidence; archived when `archived`. Its id and its evaluation run's id.
 async fn finished_job(f: &StagedPrompt, archived: bool) -> (String, String) {
@@ -295,6 +303,7 @@ async fn the_pass_deletes_archived_jobs_past_the_cut_with_their_objects_and_evid
 
 #[tokio::test]
 async fn the_cron_pass_deletes_each_organizations_jobs_by_its_own_setting() {
+    let _turn = real_cut().lock().await;
     let short = StagedPrompt::new(bootstrap_org("retention-cron-short")).await;
     let long = StagedPrompt::new(bootstrap_org("retention-cron-long")).await;
     put_setting(short.key(), &json!({ "retentionDays": 1 }))
@@ -547,6 +556,7 @@ async fn the_usage_view_counts_what_the_organization_stores() {
 
     // What a pass now would delete: with a day's retention, the archived job once it finished
     // two days ago (an operator moves its finish back), never the held one.
+    let _turn = real_cut().lock().await;
     put_setting(f.key(), &json!({ "retentionDays": 1 }))
         .await
         .expect(200);
@@ -683,4 +693,120 @@ async fn the_cli_holds_and_releases_a_job_and_shows_usage() {
     let answer: Value = serde_json::from_str(&released).expect("JSON");
     assert!(answer.get("hold").is_none(), "{answer}");
     assert_eq!(get(USAGE, f.key()).await.expect(200)["jobs"]["held"], 0);
+}
+
+/// The organization's live D1 bytes, as its usage view says.
+async fn organization_bytes(bearer: &str) -> i64 {
+    get(USAGE, bearer).await.expect(200)["d1"]["organizationBytes"]
+        .as_i64()
+        .expect("organizationBytes")
+}
+
+/// `POST /api/remote-runners/jobs` for one job of `f`'s release asking `question`.
+async fn enqueue_quota(f: &StagedPrompt, question: &str) -> Reply {
+    let body = enqueue_body(
+        &unique("quota"),
+        &f.release,
+        "staging",
+        &json!({ "question": question }),
+        &requirements("prompt"),
+    );
+    enqueue(f.key(), &body).await
+}
+
+/// An operator's quota for one organization (`wrangler d1 execute`, as `docs/API.md` says).
+fn set_quota(org: &Org, bytes: i64) {
+    d1(&format!(
+        "UPDATE organizations SET d1_quota_bytes = {bytes} WHERE id = {}",
+        sql_text(&org.id)
+    ));
+}
+
+#[tokio::test]
+async fn an_organizations_data_is_held_to_its_quota_to_the_byte_and_nothing_is_half_written() {
+    let f = StagedPrompt::new(bootstrap_org("retention-quota")).await;
+    let usage = get(USAGE, f.key()).await.expect(200);
+    assert_eq!(usage["d1"]["quotaBytes"], 1_073_741_824, "{usage}");
+    assert_eq!(usage["d1"]["quotaIsDefault"], true, "{usage}");
+    // What a job of this shape costs: measured on the first.
+    let before = organization_bytes(f.key()).await;
+    let first = enqueue_quota(&f, "aaaa").await.expect(201);
+    let job_cost = organization_bytes(f.key()).await - before;
+    assert!(
+        job_cost > 1024,
+        "a job costs its row and its input: {job_cost}"
+    );
+
+    // One byte short of room for another: refused whole, with its own code.
+    let held = organization_bytes(f.key()).await;
+    set_quota(&f.org, held + job_cost - 1);
+    let usage = get(USAGE, f.key()).await.expect(200);
+    assert_eq!(usage["d1"]["quotaBytes"], held + job_cost - 1, "{usage}");
+    assert_eq!(usage["d1"]["quotaIsDefault"], false, "{usage}");
+    enqueue_quota(&f, "bbbb")
+        .await
+        .expect_error(507, "QUOTA_EXCEEDED");
+    assert_eq!(organization_bytes(f.key()).await, held);
+    let listed = get("/api/remote-runners/jobs?limit=10", f.key())
+        .await
+        .expect(200);
+    assert_eq!(
+        listed["jobs"].as_array().expect("jobs").len(),
+        1,
+        "{listed}"
+    );
+    assert_eq!(get(USAGE, f.key()).await.expect(200)["jobs"]["live"], 1);
+    // Exactly at the quota: taken.
+    set_quota(&f.org, held + job_cost);
+    enqueue_quota(&f, "cccc").await.expect(201);
+    assert_eq!(organization_bytes(f.key()).await, held + job_cost);
+
+    // A runner's chunk is charged too: one byte short, refused and not stored; then taken.
+    let mut runner = f.runner(1).await;
+    let claimed = runner.claim_job().await;
+    assert_eq!(claimed.job_id(), id_of(&first));
+    runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+    let mut writer = claimed.writer();
+    let probe = writer.next(
+        edgerunner_protocol::chunk::ChunkKind::Log,
+        json!({"line": "one"}),
+        timestamp_now(),
+    );
+    set_quota(&f.org, 1 << 40);
+    let at = organization_bytes(f.key()).await;
+    runner.stream(&probe.to_json()).await.expect(200);
+    let chunk_cost = organization_bytes(f.key()).await - at;
+    assert!(
+        chunk_cost > 256,
+        "a chunk costs its row and its payload: {chunk_cost}"
+    );
+    let chunk = writer.next(
+        edgerunner_protocol::chunk::ChunkKind::Log,
+        json!({"line": "two"}),
+        timestamp_now(),
+    );
+    let held = organization_bytes(f.key()).await;
+    set_quota(&f.org, held + chunk_cost - 1);
+    runner
+        .stream(&chunk.to_json())
+        .await
+        .expect_error(507, "QUOTA_EXCEEDED");
+    assert_eq!(organization_bytes(f.key()).await, held);
+    set_quota(&f.org, held + chunk_cost);
+    runner.stream(&chunk.to_json()).await.expect(200);
+    assert_eq!(organization_bytes(f.key()).await, held + chunk_cost);
+    let page = get(
+        &format!(
+            "/api/remote-runners/jobs/{}/stream?after=0.-1",
+            id_of(&first)
+        ),
+        f.key(),
+    )
+    .await
+    .expect(200);
+    assert_eq!(
+        page["chunks"].as_array().expect("chunks").len(),
+        2,
+        "{page}"
+    );
 }

@@ -1,9 +1,10 @@
 -- store::usage::read: an organization's usage in one bounded read. Its counters (kept by
--- migration 0014's triggers), its retention setting, its oldest job (the first entry of
--- jobs_by_organization) and how many jobs the retention pass would expire at its cut now
--- (a range of jobs_to_expire, counted to at most ?3).
+-- queries/usage/*.sql on the write path), its retention setting and quota, its oldest job (the
+-- first entry of jobs_by_organization) and how many jobs the retention pass would expire at
+-- its cut now (a range of jobs_to_expire, counted to at most ?3).
 -- ?1 organization id, ?2 now, ?3 the most counted
 SELECT u.jobs_live, u.jobs_archived, u.jobs_expiring, u.jobs_held, u.r2_objects, u.r2_bytes,
+       u.d1_bytes, o.d1_quota_bytes AS d1_quota_override,
        o.retention_days, o.retention_deleted_jobs,
        ?2 - o.retention_days * 86400000 AS cut,
        (SELECT min(created_at) FROM jobs WHERE organization_id = ?1) AS oldest_job_at,
