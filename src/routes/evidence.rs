@@ -100,7 +100,8 @@ pub(crate) async fn create_run(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
         metadata_json: metadata.as_deref(),
         now: ctx.now,
     };
-    let changed = evidence::insert_run(&ctx.db, &row).await?;
+    let changed =
+        evidence::insert_run(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env)).await?;
     store::expect_one(changed, || {
         ApiError::internal("evaluation run insert changed no row")
     })?;
@@ -187,7 +188,9 @@ async fn test_result_in(
         score_text: score_text.as_deref(),
         now: ctx.now,
     };
-    let changed = evidence::insert_test_result(&ctx.db, &row).await?;
+    let changed =
+        evidence::insert_test_result(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env))
+            .await?;
     store::expect_one(changed, run_not_found)?;
     let result = evidence::TestResultRow {
         id,
@@ -244,7 +247,9 @@ pub(crate) async fn create_cost_record(
         provider,
         now: ctx.now,
     };
-    let changed = evidence::insert_cost_record(&ctx.db, &row).await?;
+    let changed =
+        evidence::insert_cost_record(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env))
+            .await?;
     store::expect_one(changed, run_not_found)?;
     let record = evidence::CostRecordRow {
         id,
@@ -298,7 +303,9 @@ pub(crate) async fn create_model_call(
         latency_ms,
         now: ctx.now,
     };
-    let changed = evidence::insert_model_call(&ctx.db, &row).await?;
+    let changed =
+        evidence::insert_model_call(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env))
+            .await?;
     store::expect_one(changed, run_not_found)?;
     let call = evidence::ModelCallRow {
         id,
@@ -334,7 +341,8 @@ pub(crate) async fn create_trace(mut req: Request, ctx: &Ctx, run_id: &str) -> A
         spans_json: spans.as_deref(),
         now: ctx.now,
     };
-    let changed = evidence::insert_trace(&ctx.db, &row).await?;
+    let changed =
+        evidence::insert_trace(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env)).await?;
     store::expect_one(changed, run_not_found)?;
     let trace = evidence::TraceRow {
         id,
@@ -421,7 +429,8 @@ pub(crate) async fn create_job_run(
         metadata_json: metadata.as_deref(),
         now: ctx.now,
     };
-    let changed = evidence::insert_run(&ctx.db, &row).await?;
+    let changed =
+        evidence::insert_run(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env)).await?;
     store::expect_one(changed, || {
         ApiError::internal("evaluation run insert changed no row")
     })?;

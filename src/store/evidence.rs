@@ -8,7 +8,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{all, first, run, Arg, Db};
+use super::{all, first, stmt, Arg, Db};
 use crate::error::ApiResult;
 
 /// How many rows of each kind a run read returns (oldest first).
@@ -44,6 +44,24 @@ pub(crate) fn run_metadata(name: Option<&str>, metadata: Option<Value>) -> Optio
     (!map.is_empty()).then(|| Value::Object(map).to_string())
 }
 
+/// An evidence row's charge to its organization's quota (`quota`: the deployment's default).
+struct Charge<'a> {
+    org: &'a str,
+    kind: &'a str,
+    id: &'a str,
+    quota: i64,
+}
+
+/// One evidence row's insert and its charge to the organization's quota, in one batch (the
+/// quota refuses the batch past it): the rows inserted.
+async fn charged(db: &Db, charge: Charge<'_>, sql: &str, args: &[Arg<'_>]) -> ApiResult<usize> {
+    let insert = stmt(db, sql, args)?;
+    let charge =
+        super::usage::evidence_added(db, charge.org, charge.kind, charge.id, charge.quota)?;
+    let changed = super::batch(db, vec![insert, charge]).await?;
+    Ok(changed.first().copied().unwrap_or(0))
+}
+
 pub(crate) struct NewRun<'a> {
     pub(crate) id: &'a str,
     pub(crate) organization_id: &'a str,
@@ -52,9 +70,15 @@ pub(crate) struct NewRun<'a> {
     pub(crate) now: i64,
 }
 
-pub(crate) async fn insert_run(db: &Db, new: &NewRun<'_>) -> ApiResult<usize> {
-    run(
+pub(crate) async fn insert_run(db: &Db, new: &NewRun<'_>, quota: i64) -> ApiResult<usize> {
+    charged(
         db,
+        Charge {
+            org: new.organization_id,
+            kind: "evaluation_run",
+            id: new.id,
+            quota,
+        },
         include_str!("queries/evidence/insert_run.sql"),
         &[
             new.id.into(),
@@ -105,9 +129,19 @@ pub(crate) struct NewTestResult<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_test_result(db: &Db, new: &NewTestResult<'_>) -> ApiResult<usize> {
-    run(
+pub(crate) async fn insert_test_result(
+    db: &Db,
+    new: &NewTestResult<'_>,
+    quota: i64,
+) -> ApiResult<usize> {
+    charged(
         db,
+        Charge {
+            org: new.organization_id,
+            kind: "test_result",
+            id: new.id,
+            quota,
+        },
         include_str!("queries/evidence/insert_test_result.sql"),
         &[
             new.organization_id.into(),
@@ -166,9 +200,19 @@ pub(crate) struct NewCostRecord<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_cost_record(db: &Db, new: &NewCostRecord<'_>) -> ApiResult<usize> {
-    run(
+pub(crate) async fn insert_cost_record(
+    db: &Db,
+    new: &NewCostRecord<'_>,
+    quota: i64,
+) -> ApiResult<usize> {
+    charged(
         db,
+        Charge {
+            org: new.organization_id,
+            kind: "cost_record",
+            id: new.id,
+            quota,
+        },
         include_str!("queries/evidence/insert_cost_record.sql"),
         &[
             new.organization_id.into(),
@@ -231,9 +275,19 @@ pub(crate) struct NewModelCall<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_model_call(db: &Db, new: &NewModelCall<'_>) -> ApiResult<usize> {
-    run(
+pub(crate) async fn insert_model_call(
+    db: &Db,
+    new: &NewModelCall<'_>,
+    quota: i64,
+) -> ApiResult<usize> {
+    charged(
         db,
+        Charge {
+            org: new.organization_id,
+            kind: "model_call",
+            id: new.id,
+            quota,
+        },
         include_str!("queries/evidence/insert_model_call.sql"),
         &[
             new.organization_id.into(),
@@ -290,9 +344,15 @@ pub(crate) struct NewTrace<'a> {
 }
 
 /// Rows inserted: 1, or 0 when the run is not the organization's.
-pub(crate) async fn insert_trace(db: &Db, new: &NewTrace<'_>) -> ApiResult<usize> {
-    run(
+pub(crate) async fn insert_trace(db: &Db, new: &NewTrace<'_>, quota: i64) -> ApiResult<usize> {
+    charged(
         db,
+        Charge {
+            org: new.organization_id,
+            kind: "trace",
+            id: new.id,
+            quota,
+        },
         include_str!("queries/evidence/insert_trace.sql"),
         &[
             new.organization_id.into(),

@@ -116,7 +116,15 @@ pub(crate) async fn expire(
         include_str!("queries/retention/expire.sql"),
         &[job.into(), org.into(), now.into(), cut.into()],
     )?;
-    let results = write_batch(db, vec![expire, usage::job_expiring(db, org)?]).await?;
+    let results = write_batch(
+        db,
+        vec![
+            expire,
+            usage::job_expiring(db, org)?,
+            usage::evidence_freed(db, org, job)?,
+        ],
+    )
+    .await?;
     Ok(super::rows_of::<ExpiringJob>(&results, 0)?
         .into_iter()
         .next())

@@ -158,3 +158,28 @@ pub(crate) fn job_deleted(db: &Db, org: &str, job: &str) -> ApiResult<D1Prepared
         &[job.into(), org.into(), JOB_ROW_BYTES.into()],
     )
 }
+
+/// After an evidence row's insert: its bytes charged (`kind`: evaluation_run, test_result,
+/// cost_record, model_call or trace).
+pub(crate) fn evidence_added(
+    db: &Db,
+    org: &str,
+    kind: &str,
+    id: &str,
+    quota: i64,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/usage/evidence_added.sql"),
+        &[org.into(), kind.into(), id.into(), quota.into()],
+    )
+}
+
+/// After the retention pass marked a job expiring: the evidence in its custody freed.
+pub(crate) fn evidence_freed(db: &Db, org: &str, job: &str) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/usage/evidence_freed.sql"),
+        &[org.into(), job.into()],
+    )
+}

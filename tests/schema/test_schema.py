@@ -457,6 +457,7 @@ class World:
         row = {"id": self.uid("evr"), "organization_id": org, "created_at": NOW}
         row.update(overrides)
         self.insert("evaluation_runs", row)
+        self.usage("evidence_added", row["organization_id"], "evaluation_run", row["id"], self.quota)
         return row["id"]
 
     def test_result(self, org, run, **overrides):
@@ -471,6 +472,7 @@ class World:
         }
         row.update(overrides)
         self.insert("test_results", row)
+        self.usage("evidence_added", row["organization_id"], "test_result", row["id"], self.quota)
         return row["id"]
 
     def cost_record(self, org, run, **overrides):
@@ -484,6 +486,7 @@ class World:
         }
         row.update(overrides)
         self.insert("cost_records", row)
+        self.usage("evidence_added", row["organization_id"], "cost_record", row["id"], self.quota)
         return row["id"]
 
     def model_call(self, org, run, **overrides):
@@ -499,12 +502,14 @@ class World:
         }
         row.update(overrides)
         self.insert("model_calls", row)
+        self.usage("evidence_added", row["organization_id"], "model_call", row["id"], self.quota)
         return row["id"]
 
     def trace(self, org, run, **overrides):
         row = {"id": self.uid("trc"), "organization_id": org, "evaluation_run_id": run, "created_at": NOW}
         row.update(overrides)
         self.insert("traces", row)
+        self.usage("evidence_added", row["organization_id"], "trace", row["id"], self.quota)
         return row["id"]
 
     # -- completions --------------------------------------------------------------------------
@@ -3298,6 +3303,7 @@ class RetentionWorld(ArchiveWorld):
         """1 when the job was marked (its row returned as the deletion needs it), else 0."""
         returned = self.execute(query("retention/expire"), job, self.org, NOW + 10, cut).fetchall()
         self.w.usage("job_expiring", self.org)
+        self.w.usage("evidence_freed", self.org, job)
         if returned:
             bundle = self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0]
             self.assertEqual(returned, [(job, self.org, bundle)])
@@ -3502,7 +3508,15 @@ class UsageTests(RetentionWorld):
                 "          FROM stream_chunks WHERE organization_id = ?1)"
                 "     + (SELECT coalesce(sum(? + length(CAST(content AS BLOB))), 0)"
                 "          FROM release_versions WHERE organization_id = ?1)".replace("?1", "?2"),
-                JOB_ROW_BYTES, org, CHUNK_ROW_BYTES, VERSION_ROW_BYTES)[0],
+                JOB_ROW_BYTES, org, CHUNK_ROW_BYTES, VERSION_ROW_BYTES)[0]
+            # Its evidence, but for what an expiring job's custody holds (freed when marked).
+            + sum(self.w.one(
+                f"SELECT coalesce(sum(bytes), 0) FROM {view} WHERE organization_id = ?"
+                f" AND evaluation_run_id NOT IN (SELECT ce.evidence_id FROM completion_evidence AS ce"
+                f"   JOIN jobs AS j ON j.id = ce.job_id WHERE ce.evidence_kind = 'evaluation_run'"
+                f"   AND j.expiring_at IS NOT NULL)", org)[0]
+                  for view in ("evaluation_run_bytes", "test_result_bytes", "cost_record_bytes",
+                               "model_call_bytes", "trace_bytes")),
         }
 
     def assertCounted(self, **expected):
@@ -3689,6 +3703,40 @@ class QuotaTests(RetentionWorld):
         before_delete = self.d1_bytes()
         self.assertEqual(self.delete_job(job)[-1], 1)
         self.assertEqual(self.d1_bytes(), before_delete - row)
+
+    def test_evidence_is_charged_by_its_text_and_freed_when_its_job_is_marked(self):
+        run = self.w.evaluation_run(self.org, metadata='{"k":"v"}')
+        at = self.d1_bytes()
+        self.w.test_result(self.org, run, name="x" * 100)
+        self.assertEqual(self.d1_bytes() - at, 256 + 100)
+        self.w.trace(self.org, run, name="t", spans='[{"a":1}]')
+        self.assertEqual(self.d1_bytes() - at, 256 + 100 + 256 + 1 + len('[{"a":1}]'))
+        # Past the quota: refused whole.
+        self.execute("UPDATE organizations SET d1_quota_bytes = ? WHERE id = ?", self.d1_bytes() + 256 + 9,
+                     self.org)
+        self.conn.execute("BEGIN")
+        self.assertRefused(self.w.test_result, self.org, run, name="y" * 10, message="organization_quota_exceeded")
+        self.conn.execute("ROLLBACK")
+        self.w.test_result(self.org, run, name="y" * 9)
+        self.execute("UPDATE organizations SET d1_quota_bytes = NULL WHERE id = ?", self.org)
+        # Taken into a job's custody, then marked: freed whole.
+        job = self.archived_job(run=run)
+        before = self.d1_bytes()
+        run_bytes = sum(self.w.one(f"SELECT coalesce(sum(bytes), 0) FROM {view} WHERE evaluation_run_id = ?", run)[0]
+                        for view in ("evaluation_run_bytes", "test_result_bytes", "cost_record_bytes",
+                                     "model_call_bytes", "trace_bytes"))
+        self.assertEqual(self.expire(job), 1)
+        self.assertEqual(self.d1_bytes(), before - run_bytes)
+        self.assertEqual(self.d1_bytes(), UsageTests.recount(self)["d1_bytes"])
+
+    def test_the_charges_read_through_indexes(self):
+        run = self.w.evaluation_run(self.org)
+        self.w.test_result(self.org, run)
+        for statement, params in ((query("usage/evidence_added"), (self.org, "test_result", "tr_1", 1)),
+                                  (query("usage/evidence_freed"), (self.org, "job_1"))):
+            plan = " ".join(query_plan(self.conn, statement, params))
+            for table in ("evaluation_runs", "test_results", "cost_records", "model_calls", "traces"):
+                self.assertNotIn(f"SCAN {table}", plan, plan)
 
     def test_migration_0015_counts_what_each_organization_held_before_it(self):
         before = [m for m in MIGRATIONS if os.path.basename(m) < "0015"]

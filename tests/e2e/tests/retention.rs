@@ -809,4 +809,35 @@ async fn an_organizations_data_is_held_to_its_quota_to_the_byte_and_nothing_is_h
         2,
         "{page}"
     );
+
+    // Evidence too: a test result one byte past the quota is refused, and the run holds none.
+    set_quota(&f.org, 1 << 40);
+    let run = evaluation_run(f.key()).await;
+    let results = format!("/api/evidence/runs/{}/test-results", run.key());
+    let case = |name: &str| json!({ "name": name, "status": "passed", "score": 1 });
+    let at = organization_bytes(f.key()).await;
+    post(&results, Some(f.key()), &case("case-0001"))
+        .await
+        .expect(201);
+    let result_cost = organization_bytes(f.key()).await - at;
+    assert_eq!(result_cost, 256 + 9, "a result costs its name and a row");
+    let held = organization_bytes(f.key()).await;
+    set_quota(&f.org, held + result_cost - 1);
+    post(&results, Some(f.key()), &case("case-0002"))
+        .await
+        .expect_error(507, "QUOTA_EXCEEDED");
+    set_quota(&f.org, held + result_cost);
+    post(&results, Some(f.key()), &case("case-0003"))
+        .await
+        .expect(201);
+    let read = get(&format!("/api/evidence/runs/{}", run.key()), f.key())
+        .await
+        .expect(200);
+    let names: Vec<&str> = read["testResults"]
+        .as_array()
+        .expect("testResults")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["case-0001", "case-0003"], "{read}");
 }
