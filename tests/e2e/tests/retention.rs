@@ -72,6 +72,18 @@ fn evidence_rows_of(run: &str) -> u64 {
     rows
 }
 
+/// `edgerunner admin --server BASE ARGS` with `key` in its environment and nothing else of ours.
+fn admin_cli(key: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(required_env("EDGERUNNER_BIN"))
+        .args(["admin", "--server", &base_url()])
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("EDGERUNNER_API_KEY", key)
+        .output()
+        .expect("edgerunner runs")
+}
+
 async fn put_setting(bearer: &str, body: &Value) -> Reply {
     call(Method::PUT, SETTING, Some(bearer), Some(body)).await
 }
@@ -161,16 +173,7 @@ async fn only_an_admin_key_with_admin_org_reads_or_sets_retention() {
 #[tokio::test]
 async fn the_cli_shows_and_sets_retention() {
     let org = bootstrap_org("retention-cli");
-    let admin = |args: &[&str]| {
-        std::process::Command::new(required_env("EDGERUNNER_BIN"))
-            .args(["admin", "--server", &base_url()])
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("EDGERUNNER_API_KEY", &org.admin_key)
-            .output()
-            .expect("edgerunner runs")
-    };
+    let admin = |args: &[&str]| admin_cli(&org.admin_key, args);
     let shown = admin(&["retention"]);
     assert!(shown.status.success(), "{shown:?}");
     assert_eq!(
@@ -660,14 +663,7 @@ async fn the_cli_holds_and_releases_a_job_and_shows_usage() {
     let f = StagedPrompt::new(bootstrap_org("retention-cli-hold")).await;
     let (id, _) = finished_job(&f, true).await;
     let admin = |args: &[&str]| {
-        let output = std::process::Command::new(required_env("EDGERUNNER_BIN"))
-            .args(["admin", "--server", &base_url()])
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("EDGERUNNER_API_KEY", f.key())
-            .output()
-            .expect("edgerunner runs");
+        let output = admin_cli(f.key(), args);
         assert!(output.status.success(), "{output:?}");
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
