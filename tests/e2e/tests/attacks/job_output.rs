@@ -4,14 +4,14 @@
 //! terminal is those bytes escaped, unless the operator asks for them raw (`--raw`), and a pipe
 //! gets the bytes as the job sent them.
 
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use edgerunner_e2e::jobs::*;
 use edgerunner_e2e::terminal::under_a_terminal;
 use edgerunner_e2e::*;
 use serde_json::{json, Value};
 
-use super::job_env::{run_runner, shown, succeeded};
+use super::job_env::{run_runner, succeeded};
 
 /// What the job prints, as `sh`'s `printf` writes it: on stdout a title change, a screen
 /// clear, a C1 CSI (U+009B) and a right-to-left override (U+202E); on stderr a colour.
@@ -21,24 +21,36 @@ const HOSTILE_OUT: &str = "title\u{1b}]0;pwned\u{7} clear\u{1b}[2J csi\u{9b}31m 
 /// What must never reach a terminal unasked.
 const RAW: [&str; 3] = ["\u{1b}", "\u{9b}", "\u{202e}"];
 
-/// `edgerunner admin --server BASE ARGS` on a terminal of its own: its exit code and
-/// everything the terminal received.
-fn logs_on_a_terminal(org: &Org, args: &[&str]) -> (Option<i32>, String) {
+/// `edgerunner admin --server BASE ARGS`, on a terminal of its own when `terminal`, with the
+/// organization's key and nothing else of ours in its environment: its exit code and what it
+/// wrote (to the terminal, or to its standard output).
+fn admin_logs(org: &Org, args: &[&str], terminal: bool) -> (Option<i32>, String) {
     let bin = required_env("EDGERUNNER_BIN");
     let base = base_url();
     let mut all = vec![bin.as_str(), "admin", "--server", base.as_str()];
     all.extend_from_slice(args);
-    let output = under_a_terminal(&all)
+    let mut command = if terminal {
+        under_a_terminal(&all)
+    } else {
+        let mut command = Command::new(&bin);
+        command.args(&all[1..]);
+        command
+    };
+    let output = command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("EDGERUNNER_API_KEY", &org.admin_key)
         .stdin(Stdio::null())
         .output()
-        .expect("python3 runs");
+        .expect("the command runs");
     (
         output.status.code(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
     )
+}
+
+fn logs_on_a_terminal(org: &Org, args: &[&str]) -> (Option<i32>, String) {
+    admin_logs(org, args, true)
 }
 
 fn assert_nothing_raw(text: &str) {
@@ -98,15 +110,7 @@ async fn a_jobs_escape_sequences_reach_the_operators_terminal_escaped_and_raw_on
     let (status, text) = logs_on_a_terminal(&org, &["jobs", "logs", &job_id, "--raw"]);
     assert_eq!(status, Some(0), "{text}");
     assert!(text.contains(HOSTILE_OUT), "{text:?}");
-    let piped = std::process::Command::new(required_env("EDGERUNNER_BIN"))
-        .args(["admin", "--server", &base_url(), "jobs", "logs", &job_id])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("EDGERUNNER_API_KEY", &org.admin_key)
-        .stdin(Stdio::null())
-        .output()
-        .expect("edgerunner runs");
-    assert_eq!(piped.status.code(), Some(0), "{}", shown(&piped));
-    let piped = String::from_utf8_lossy(&piped.stdout);
+    let (status, piped) = admin_logs(&org, &["jobs", "logs", &job_id], false);
+    assert_eq!(status, Some(0), "{piped}");
     assert!(piped.lines().any(|line| line == HOSTILE_OUT), "{piped:?}");
 }
