@@ -139,6 +139,12 @@ async fn every_body_cap_refuses_one_byte_past_it_and_reads_a_body_at_it() {
             Some(admin),
             16 * 1024,
         ),
+        (
+            Method::POST,
+            "/api/remote-runners/jobs/job_0123456789abcdef01234567/hold",
+            Some(admin),
+            16 * 1024,
+        ),
         (Method::POST, "/api/remote-runners/claim", runner, 64 * 1024),
         (Method::POST, "/api/remote-runners/enroll", None, 128 * 1024),
         (

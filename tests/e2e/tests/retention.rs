@@ -411,11 +411,32 @@ async fn a_held_job_outlives_its_cut_until_released_and_both_are_events() {
 
     // Refused: no reason, a blank one, a live job, an unknown one, another organization's,
     // a key without admin:org.
-    for body in [json!({}), json!({ "reason": "  " }), json!({ "reason": 7 })] {
+    let too_long = "x".repeat(1001);
+    for body in [
+        json!({}),
+        json!({ "reason": "  " }),
+        json!({ "reason": 7 }),
+        json!({ "reason": too_long }),
+    ] {
         post(&hold_path(&held), Some(f.key()), &body)
             .await
             .expect_error(422, "REASON_REQUIRED");
     }
+    // 1000 characters is the most a reason holds (checked here on a job it cannot hold).
+    post(
+        &hold_path("job_unknown"),
+        Some(f.key()),
+        &json!({ "reason": "x".repeat(1000) }),
+    )
+    .await
+    .expect_error(404, "NOT_FOUND");
+    post(
+        &hold_path(&held),
+        Some(f.key()),
+        &json!({ "reason": "x", "by": "me" }),
+    )
+    .await
+    .expect_error(422, "UNKNOWN_FIELD");
     let why = json!({ "reason": "audit 2026-12" });
     post(&hold_path(&live), Some(f.key()), &why)
         .await
@@ -680,11 +701,15 @@ async fn the_cli_holds_and_releases_a_job_and_shows_usage() {
     let usage = admin(&["usage"]);
     assert!(
         usage.contains(
-            "jobs            0 live, 1 archived (1 held), 0 expiring; 0 deleted by retention"
+            "jobs            0 live, 1 archived, 0 expiring (1 of them held); 0 deleted by retention"
         ),
         "{usage}"
     );
     assert!(usage.contains("R2              2 objects"), "{usage}");
+    assert!(
+        usage.contains("of a 1073741824 bytes quota (the deployment's default)"),
+        "{usage}"
+    );
     let released = admin(&["--json", "jobs", "unhold", &id]);
     let answer: Value = serde_json::from_str(&released).expect("JSON");
     assert!(answer.get("hold").is_none(), "{answer}");

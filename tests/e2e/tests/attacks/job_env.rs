@@ -65,14 +65,9 @@ pub(super) fn shown(output: &Output) -> String {
     )
 }
 
-/// `runner start … --exit-when-idle` in `dir`, run to its end (bounded).
-pub(super) async fn run_runner(
-    scratch: &Scratch,
-    dir: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Output {
-    let work = scratch.path("work");
+/// `runner start` as the attack tests run it: JSON logs, a quick poll, exit when idle, its
+/// work directory `work`, then `args`.
+pub(super) fn runner_start_args<'a>(work: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
     let mut all = vec![
         "runner",
         "start",
@@ -85,6 +80,18 @@ pub(super) async fn run_runner(
         work.to_str().expect("UTF-8 path"),
     ];
     all.extend_from_slice(args);
+    all
+}
+
+/// `runner start … --exit-when-idle` in `dir`, run to its end (bounded).
+pub(super) async fn run_runner(
+    scratch: &Scratch,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let work = scratch.path("work");
+    let all = runner_start_args(&work, args);
     let child = edgerunner(scratch, dir, &all, env)
         .spawn()
         .expect("edgerunner starts");

@@ -21,7 +21,9 @@ use edgerunner_e2e::terminal::terminal_args;
 use edgerunner_e2e::*;
 use serde_json::{json, Value};
 
-use super::job_env::{assert_line, clean_command, run_runner, shown, stored_stream, succeeded};
+use super::job_env::{
+    assert_line, clean_command, run_runner, runner_start_args, shown, stored_stream, succeeded,
+};
 
 /// One organization, a release, a runner's registration and one queued job with
 /// `requirements`: what the tests below each need. Returns the org, the runner's environment
@@ -157,20 +159,8 @@ async fn a_job_has_no_controlling_terminal_even_when_the_runner_has_one() {
 
     let bin = required_env("EDGERUNNER_BIN");
     let work = scratch.path("work");
-    let args = [
-        bin.as_str(),
-        "runner",
-        "start",
-        "--log-format",
-        "json",
-        "--poll-interval",
-        "0.2",
-        "--exit-when-idle",
-        "--work-dir",
-        work.to_str().expect("UTF-8 path"),
-        "--exec",
-        OPEN_TTY,
-    ];
+    let mut args = vec![bin.as_str()];
+    args.extend(runner_start_args(&work, &["--exec", OPEN_TTY]));
     let child = under_a_terminal(&scratch, &project, &args, &borrowed(&env))
         .spawn()
         .expect("python3 runs");
@@ -343,17 +333,7 @@ async fn a_work_directory_below_a_group_writable_one_is_refused_before_any_job()
     let shared = scratch.dir("shared");
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o775)).expect("chmod");
     let work = shared.join("work");
-    let args = [
-        "runner",
-        "start",
-        "--exit-when-idle",
-        "--poll-interval",
-        "0.2",
-        "--work-dir",
-        work.to_str().expect("UTF-8 path"),
-        "--exec",
-        "echo ran",
-    ];
+    let args = runner_start_args(&work, &["--exec", "echo ran"]);
     let child = super::job_env::edgerunner(&scratch, &project, &args, &borrowed(&env))
         .spawn()
         .expect("edgerunner starts");

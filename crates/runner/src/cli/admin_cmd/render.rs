@@ -400,11 +400,11 @@ pub(super) fn render_usage(usage: &Value) -> String {
     [
         format!("usage of {}", text(usage, "organizationId")),
         format!(
-            "jobs            {} live, {} archived ({} held), {} expiring; {} deleted by retention",
+            "jobs            {} live, {} archived, {} expiring ({} of them held); {} deleted by retention",
             text(jobs, "live"),
             text(jobs, "archived"),
-            text(jobs, "held"),
             text(jobs, "expiring"),
+            text(jobs, "held"),
             text(jobs, "deletedByRetention"),
         ),
         format!(
@@ -413,7 +413,14 @@ pub(super) fn render_usage(usage: &Value) -> String {
             bytes(&usage["r2"]["bundleBytes"]),
         ),
         format!(
-            "D1 database     {} (every organization's)",
+            "D1              {} of a {} quota ({}); the database {} (every organization's)",
+            bytes(&usage["d1"]["organizationBytes"]),
+            bytes(&usage["d1"]["quotaBytes"]),
+            if usage["d1"]["quotaIsDefault"] == true {
+                "the deployment's default"
+            } else {
+                "this organization's own"
+            },
             bytes(&usage["d1"]["databaseBytes"])
         ),
         format!("oldest job      {}", text(usage, "oldestJobAt")),
