@@ -352,6 +352,14 @@ function isolationView(runner, isolation) {
     facts([
       ['Own session', held(isolation.session, 'yes: no controlling terminal', 'no')],
       ['Processes end with the job', held(isolation.processSweep, 'yes: every process a job starts is killed with it', 'no: a job\'s leftover processes may outlive it')],
+      ['Processes held by', h('span', { testid: 'runner-isolation-containment' },
+        isolation.processContainment === 'cgroup' ? 'a cgroup per job: no process of it can leave, all end together'
+          : isolation.processContainment === 'subreaper' ? 'a subreaper per job: what a job leaves behind is killed with it'
+            : h('span.muted', '—'))],
+      ['Memory limit', h('span', { testid: 'runner-isolation-memory' },
+        isolation.memoryLimit === 'cgroup' ? 'per job, its processes together (its cgroup)'
+          : isolation.memoryLimit === 'rlimit' ? 'per process, address space (RLIMIT_AS)'
+            : h('span.muted', '—'))],
       ['network: deny_all', held(isolation.networkDenyAll, 'enforced: a network namespace with no interfaces', 'not on this host: deny_all jobs are refused')],
       ['Limits enforced', h('span', chips(isolation.rlimits), ' per process (rlimits)')],
       ['Reported', timeAgo(file.uploadedAt)],

@@ -422,6 +422,10 @@ test('registers a runner in the dialog; the token is shown once; a CLI runner us
     const shown = await text(page, sel('runner-isolation'));
     for (const limit of reported.rlimits) assert.ok(shown.includes(limit), shown);
     assert.ok(shown.includes(reported.networkDenyAll ? 'enforced' : 'not on this host'), shown);
+    assert.match(await text(page, sel('runner-isolation-containment')),
+      reported.processContainment === 'cgroup' ? /^a cgroup per job/ : /^a subreaper per job/);
+    assert.match(await text(page, sel('runner-isolation-memory')),
+      reported.memoryLimit === 'cgroup' ? /its cgroup/ : /RLIMIT_AS/);
     await page.locator(sel('runner-isolation-card')).screenshot({ path: join(ARTIFACTS, 'runner-isolation.png') });
     // And when its bootstrap token expires, as the API says (90 days by default).
     const expires = await page.getAttribute(sel('runner-token-expires'), 'datetime');

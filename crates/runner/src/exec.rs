@@ -5,12 +5,14 @@
 //! runner's is inherited: [`crate::job_env`] says what is given), with stdin closed and stdout
 //! and stderr read line by line. The runner starts it through the job launcher
 //! ([`ExecSpec::launcher`], see [`crate::isolation`]): a session of its own with no terminal,
-//! the job's limits and network confinement, and a subreaper that kills whatever the job
-//! leaves behind, `setsid` or double fork included. Stopping it — wall time exceeded,
+//! the job's limits and network confinement, its cgroups where the host allows them, and a
+//! subreaper that kills whatever the job leaves behind, `setsid` or double fork included. Stopping it — wall time exceeded,
 //! cancellation requested, claim lost, runner giving work back — always goes the same way:
 //! `SIGTERM` to the session's process group, [`ExecSpec::grace`] to exit, then `SIGKILL` to
 //! every process under the launcher. When the shell itself exits, the launcher kills what is
-//! left, so that no stray process outlives its job or keeps writing into its pipes.
+//! left, so that no stray process outlives its job or keeps writing into its pipes; the runner
+//! then ends the job's cgroups ([`crate::cgroup::end`]): whatever is still in them is killed and
+//! they are removed.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -27,6 +29,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::cgroup;
 use crate::isolation::{self, kill_descendants, Confinement};
 use crate::stream::{LogLine, OutputStream};
 
@@ -115,6 +118,8 @@ pub struct ExecOutcome {
     pub stderr_bytes: u64,
     /// Whether the command's stderr said an allocation failed (see [`says_allocation_failed`]).
     pub allocation_failed: bool,
+    /// Processes of the job the kernel killed at its cgroup's memory limit.
+    pub oom_kills: u64,
     pub elapsed: Duration,
 }
 
@@ -185,8 +190,13 @@ pub async fn run(
         .ok_or_else(|| ExecError("the command exited before it could be watched".into()))?;
     // Should this future be dropped mid-run, the job's processes go before the launcher does
     // (`kill_on_drop` kills only the launcher, which would orphan them).
+    let cgroups = match spec.launcher {
+        Some(_) => spec.confinement.cgroups.clone(),
+        None => Vec::new(),
+    };
     let mut sweep = SweepOnDrop {
         launcher: spec.launcher.is_some().then_some(group),
+        cgroups: cgroups.clone(),
     };
 
     let stdout = child
@@ -235,6 +245,20 @@ pub async fn run(
     if launched {
         isolation::launcher_ended(group);
     }
+    let ended = if cgroups.is_empty() {
+        cgroup::Ended::default()
+    } else {
+        tokio::task::spawn_blocking(move || cgroup::end(&cgroups))
+            .await
+            .unwrap_or_default()
+    };
+    if !ended.left.is_empty() {
+        tracing::warn!(
+            event = "runner.cgroup_left",
+            "a job's cgroups could not be removed (a process in them outlived every kill): {:?}",
+            ended.left
+        );
+    }
     let status = status.map_err(|error| ExecError(format!("waiting for the command: {error}")))?;
     // Sweep what the shell left in its group; ESRCH (nothing left) is the usual answer. (The
     // launcher has already killed everything under it, in any group or session.)
@@ -274,19 +298,24 @@ pub async fn run(
         stdout_bytes,
         stderr_bytes,
         allocation_failed,
+        oom_kills: ended.oom_kills,
         elapsed,
     })
 }
 
-/// Kills every process under the launcher when dropped before the command was waited for.
+/// Kills every process under the launcher, and ends the job's cgroups, when dropped before the
+/// command was waited for.
 struct SweepOnDrop {
     launcher: Option<Pid>,
+    cgroups: Vec<PathBuf>,
 }
 
 impl SweepOnDrop {
-    /// Once the launcher is reaped its pid may name another process: never signal by it.
+    /// Once the launcher is reaped its pid may name another process: never signal by it (the
+    /// caller ends the cgroups itself).
     fn disarm(&mut self) {
         self.launcher = None;
+        self.cgroups.clear();
     }
 }
 
@@ -294,6 +323,9 @@ impl Drop for SweepOnDrop {
     fn drop(&mut self) {
         if let Some(launcher) = self.launcher.take() {
             let _ = kill_descendants(launcher);
+        }
+        if !self.cgroups.is_empty() {
+            cgroup::end(&self.cgroups);
         }
     }
 }

@@ -14,9 +14,11 @@
 //! - enters a new network namespace (`unshare(CLONE_NEWNET)`, inside a user namespace of its
 //!   own when the runner is not root) for a `network: deny_all` job: no interface but a
 //!   loopback that is down, so no connection leaves;
-//! - sets `RLIMIT_CPU` from `limits.cpuSeconds` and `RLIMIT_AS` from `limits.memoryMb`
-//!   (rlimits bound each process, not the job's processes together: that would take a cgroup
-//!   per job, which the runner does not make).
+//! - creates the job's cgroups and joins them, where the runner may create cgroups
+//!   ([`crate::cgroup`]): the job's shell and everything it starts are born inside, whatever
+//!   they do to leave the launcher's tree, and `limits.memoryMb` bounds them together there;
+//! - sets `RLIMIT_CPU` from `limits.cpuSeconds`, and `RLIMIT_AS` from `limits.memoryMb` where
+//!   no cgroup limits memory (an rlimit bounds each process's address space, not the job).
 //!
 //! Should the runner itself die, the launcher (whose parent-death signal is `SIGHUP`) kills
 //! every process under it too. Should a job kill its launcher (a job of the runner's own user
@@ -39,15 +41,17 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::{kill, raise, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpid, getppid, setsid, Pid};
+
+use crate::cgroup;
 
 /// The first argument that makes `edgerunner` the job launcher (not a subcommand in `--help`:
 /// only the runner starts it).
@@ -61,12 +65,15 @@ pub const SETUP_FAILED: u8 = 125;
 pub struct Confinement {
     /// `RLIMIT_CPU`: `SIGXCPU` at this many seconds of CPU time, `SIGKILL` a second later.
     pub cpu_seconds: Option<u64>,
-    /// `RLIMIT_AS`: the most virtual memory, in MiB; an allocation past it fails.
+    /// The most memory, in MiB: the job's cgroups' limit where one holds it (the kernel kills
+    /// a process of the job past it), else `RLIMIT_AS` (an allocation past it fails).
     pub memory_mb: Option<u64>,
     /// A network namespace of its own, with no usable interface.
     pub deny_network: bool,
     /// The user and group the shell runs as.
     pub run_as: Option<(u32, u32)>,
+    /// The job's cgroups, which the launcher creates and joins (see [`crate::cgroup`]).
+    pub cgroups: Vec<PathBuf>,
 }
 
 impl Confinement {
@@ -81,6 +88,9 @@ impl Confinement {
         }
         if self.deny_network {
             args.push("--deny-network".to_owned());
+        }
+        for dir in &self.cgroups {
+            args.extend(["--cgroup".to_owned(), dir.display().to_string()]);
         }
         if let Some((uid, gid)) = self.run_as {
             args.extend([
@@ -115,6 +125,11 @@ impl Confinement {
                 "--uid" => uid = Some(number(arg)?),
                 "--gid" => gid = Some(number(arg)?),
                 "--deny-network" => confinement.deny_network = true,
+                "--cgroup" => confinement.cgroups.push(
+                    rest.next()
+                        .map(PathBuf::from)
+                        .ok_or("--cgroup takes a directory")?,
+                ),
                 "--" => break,
                 other => return Err(format!("unknown launcher argument {other:?}")),
             }
@@ -136,23 +151,47 @@ impl Confinement {
 }
 
 /// What this host lets the runner enforce, found by [`probe`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostIsolation {
     /// A job can get a network namespace of its own (`network: deny_all` holds).
     pub network_namespace: bool,
     /// Every process a job starts is killed with it (a subreaper launcher; Linux).
     pub process_sweep: bool,
+    /// Where each job's cgroups are created (one per hierarchy), when the runner may.
+    pub cgroup_bases: Vec<PathBuf>,
+    /// A job's cgroup limits its memory (else `RLIMIT_AS` per process).
+    pub memory_cgroup: bool,
 }
+
+/// Numbers the cgroups of this runner's jobs.
+static JOB_CGROUPS: AtomicU64 = AtomicU64::new(0);
 
 impl HostIsolation {
     /// For the runner's start-up record and each job's `started` event.
-    pub fn to_value(self) -> serde_json::Value {
+    pub fn to_value(&self) -> serde_json::Value {
+        let rlimits: &[&str] = if self.memory_cgroup {
+            &["cpuSeconds"]
+        } else {
+            &["cpuSeconds", "memoryMb"]
+        };
         serde_json::json!({
             "session": true,
             "processSweep": self.process_sweep,
-            "rlimits": ["cpuSeconds", "memoryMb"],
+            "processContainment": if self.cgroup_bases.is_empty() { "subreaper" } else { "cgroup" },
+            "memoryLimit": if self.memory_cgroup { "cgroup" } else { "rlimit" },
+            "rlimits": rlimits,
             "networkDenyAll": self.network_namespace,
         })
+    }
+
+    /// The cgroups of a new job: a fresh name in each base (none where cgroups do not hold).
+    pub fn job_cgroups(&self) -> Vec<PathBuf> {
+        let n = JOB_CGROUPS.fetch_add(1, Ordering::Relaxed);
+        let name = format!("edgerunner-job-{}-{n}", std::process::id());
+        self.cgroup_bases
+            .iter()
+            .map(|base| base.join(&name))
+            .collect()
     }
 }
 
@@ -169,14 +208,47 @@ pub fn probe(launcher: &Path) -> HostIsolation {
             .status()
             .is_ok_and(|status| status.success())
     };
+    let process_sweep = cfg!(target_os = "linux") && works(Confinement::default());
+    // Cgroups in every hierarchy that serves, else the unified one alone, else none: each
+    // tried in a throwaway launcher that creates, limits and joins them, then ended here.
+    let places = cgroup::places();
+    let mut cgroup_bases = Vec::new();
+    let mut memory_cgroup = false;
+    let candidates = [places.bases(), places.unified.iter().cloned().collect()];
+    for bases in candidates
+        .into_iter()
+        .filter(|bases| process_sweep && !bases.is_empty())
+    {
+        let name = format!("edgerunner-probe-{}", std::process::id());
+        let dirs: Vec<PathBuf> = bases.iter().map(|base| base.join(&name)).collect();
+        let held = works(Confinement {
+            memory_mb: Some(PROBE_MEMORY_MB),
+            cgroups: dirs.clone(),
+            ..Confinement::default()
+        });
+        let limits_memory = dirs.iter().any(|dir| {
+            dir.join("memory.max").exists() || dir.join("memory.limit_in_bytes").exists()
+        });
+        cgroup::end(&dirs);
+        if held {
+            cgroup_bases = bases;
+            memory_cgroup = limits_memory;
+            break;
+        }
+    }
     HostIsolation {
         network_namespace: works(Confinement {
             deny_network: true,
             ..Confinement::default()
         }),
-        process_sweep: cfg!(target_os = "linux") && works(Confinement::default()),
+        process_sweep,
+        cgroup_bases,
+        memory_cgroup,
     }
 }
+
+/// The memory limit of the probe's cgroups: room for the launcher and `true`.
+const PROBE_MEMORY_MB: u64 = 64;
 
 /// Signals the launcher keeps from itself: the runner's `SIGTERM` is for the job's processes,
 /// not for the launcher that must outlive them to sweep; `SIGCHLD` and `SIGHUP` (the runner
@@ -218,13 +290,21 @@ pub fn launcher_main(args: &[OsString]) -> ExitCode {
         Ok(runner) => runner,
         Err(reason) => return setup_failed(&reason),
     };
+    // Joined before the shell starts, so that it is born inside; the runner ends them.
+    let memory_bytes = confinement
+        .memory_mb
+        .map(|mb| mb.saturating_mul(1024 * 1024));
+    let memory_in_cgroup = match cgroup::enter(&confinement.cgroups, memory_bytes) {
+        Ok(limited) => limited,
+        Err(reason) => return setup_failed(&reason),
+    };
     let myself = match std::env::current_exe() {
         Ok(path) => path,
         Err(error) => return setup_failed(&format!("cannot find its own binary: {error}")),
     };
     let limits = Confinement {
         cpu_seconds: confinement.cpu_seconds,
-        memory_mb: confinement.memory_mb,
+        memory_mb: confinement.memory_mb.filter(|_| !memory_in_cgroup),
         ..Confinement::default()
     };
     let mut command = Command::new(myself);
@@ -572,6 +652,10 @@ mod tests {
             memory_mb: Some(512),
             deny_network: true,
             run_as: Some((1000, 100)),
+            cgroups: vec![
+                "/sys/fs/cgroup/unified/edgerunner-job-1-0".into(),
+                "/sys/fs/cgroup/memory/a b/edgerunner-job-1-0".into(),
+            ],
         };
         let mut args: Vec<OsString> = confinement.to_args().into_iter().map(Into::into).collect();
         assert_eq!(args.remove(0), LAUNCHER_ARG);
@@ -594,6 +678,7 @@ mod tests {
         assert!(refused(&["--uid", "5", "--", "true"]).contains("together"));
         assert!(refused(&["--memory-mb", "1"]).contains("no program"));
         assert!(refused(&["--bogus", "--", "true"]).contains("unknown"));
+        assert!(refused(&["--cgroup"]).contains("directory"));
         assert!(refused(&["--uid", "99999999999", "--gid", "1", "--", "t"]).contains("range"));
     }
 
@@ -630,10 +715,34 @@ mod tests {
         let host = HostIsolation {
             network_namespace: false,
             process_sweep: true,
+            ..HostIsolation::default()
         };
         let value = host.to_value();
         assert_eq!(value["networkDenyAll"], false);
         assert_eq!(value["processSweep"], true);
         assert_eq!(value["session"], true);
+        assert_eq!(value["processContainment"], "subreaper");
+        assert_eq!(value["memoryLimit"], "rlimit");
+        assert_eq!(
+            value["rlimits"],
+            serde_json::json!(["cpuSeconds", "memoryMb"])
+        );
+        assert!(host.job_cgroups().is_empty());
+
+        let contained = HostIsolation {
+            cgroup_bases: vec!["/cg/unified".into(), "/cg/memory/x".into()],
+            memory_cgroup: true,
+            ..host
+        };
+        let value = contained.to_value();
+        assert_eq!(value["processContainment"], "cgroup");
+        assert_eq!(value["memoryLimit"], "cgroup");
+        assert_eq!(value["rlimits"], serde_json::json!(["cpuSeconds"]));
+        // Each job its own name, the same in every hierarchy.
+        let (first, second) = (contained.job_cgroups(), contained.job_cgroups());
+        assert_eq!(first.len(), 2);
+        assert_ne!(first, second);
+        assert_eq!(first[0].file_name(), first[1].file_name());
+        assert!(first[0].starts_with("/cg/unified"));
     }
 }

@@ -17,6 +17,8 @@
 //! - [`isolation`]: the job launcher (`edgerunner __job-launcher`): a session of its own,
 //!   a subreaper that kills every process the job leaves, rlimits from the job's limits, a
 //!   network namespace for `deny_all`; and the start-up probe of what this host enforces.
+//! - [`cgroup`]: a cgroup per job where the runner may create one (v2, and v1 `memory` on
+//!   hybrid hosts): found, entered by the launcher, ended by the runner.
 //! - [`job_env`]: what a job's process gets of the runner's environment (an allowlist, its own
 //!   `TMPDIR`, the variables the operator names; never a credential), decided at start.
 //! - [`evidence`]: where a completion's evaluation run comes from.
@@ -39,6 +41,7 @@
 //! `edgerunner-protocol`; this crate wires it to the outside world.
 
 pub mod admin;
+pub mod cgroup;
 pub mod cli;
 pub mod client;
 pub mod clock;

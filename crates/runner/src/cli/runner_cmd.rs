@@ -376,7 +376,7 @@ fn probe_isolation() -> Result<Isolation, CliError> {
 const ISOLATION_FILE: &str = "/api/remote-runners/self/files/isolation.json";
 
 /// Puts what this host enforces in the runner's record; a failure is logged, never fatal.
-async fn record_isolation(client: &RunnerClient, http: &Http, host: isolation::HostIsolation) {
+async fn record_isolation(client: &RunnerClient, http: &Http, host: &isolation::HostIsolation) {
     let put = async {
         let session = client.session().await?;
         http.send(
@@ -730,7 +730,7 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         signals.abort();
         return Ok(ExitCode::SUCCESS);
     };
-    record_isolation(&client, &http, isolation.host).await;
+    record_isolation(&client, &http, &isolation.host).await;
     let capacity = args.capacity.unwrap_or_else(|| {
         record["maxConcurrentJobs"]
             .as_u64()

@@ -304,7 +304,7 @@ impl JobRun {
             Some(limit) => format!(
                 "{}; {}",
                 describe(&outcome),
-                explain_limit(limit, &confinement)
+                explain_limit(limit, &outcome, &confinement)
             ),
             None => describe(&outcome),
         };
@@ -444,9 +444,10 @@ async fn not_run(stream: &mut ChunkStream, label: &str, event: &str, reason: Str
     }
 }
 
-/// What the launcher applies to this job: its `limits.cpuSeconds` and `limits.memoryMb` as
-/// rlimits, and a network namespace of its own unless its `network` is an allowlist (absent
-/// means `deny_all`). Refused when it asks for `deny_all` on a host that cannot enforce it.
+/// What the launcher applies to this job: its cgroups where the host allows them, its
+/// `limits.cpuSeconds` (an rlimit) and `limits.memoryMb` (its cgroups' limit, else an rlimit),
+/// and a network namespace of its own unless its `network` is an allowlist (absent means
+/// `deny_all`). Refused when it asks for `deny_all` on a host that cannot enforce it.
 pub(super) fn confinement_for(
     assignment: &Assignment,
     isolation: Option<&Isolation>,
@@ -469,6 +470,9 @@ pub(super) fn confinement_for(
         memory_mb: limit("memoryMb"),
         deny_network,
         run_as: None,
+        cgroups: isolation
+            .map(|isolation| isolation.host.job_cgroups())
+            .unwrap_or_default(),
     })
 }
 
@@ -480,6 +484,12 @@ fn enforced(confinement: &Confinement, isolation: Option<&Isolation>) -> Value {
             "launcher": true,
             "ownSession": true,
             "processSweep": isolation.host.process_sweep,
+            "processContainment": if confinement.cgroups.is_empty() { "subreaper" } else { "cgroup" },
+            "memoryLimit": match (confinement.memory_mb, isolation.host.memory_cgroup) {
+                (None, _) => None,
+                (Some(_), true) => Some("cgroup"),
+                (Some(_), false) => Some("rlimit"),
+            },
             "cpuSeconds": confinement.cpu_seconds,
             "memoryMb": confinement.memory_mb,
             "networkDenyAll": confinement.deny_network,
@@ -488,9 +498,10 @@ fn enforced(confinement: &Confinement, isolation: Option<&Isolation>) -> Value {
 }
 
 /// The limit a failed command ran into, where that can be told: `cpuSeconds` when the kernel
-/// killed it for CPU time; `memoryMb` when it failed under an address-space limit and its
-/// stderr said an allocation failed. A job that fails an allocation silently is not told apart
-/// from any other failure.
+/// killed it for CPU time; `memoryMb` when the kernel killed a process of it at its cgroup's
+/// memory limit, or when it failed under an address-space limit and its stderr said an
+/// allocation failed. A job that fails an allocation silently under an rlimit is not told
+/// apart from any other failure.
 pub(super) fn limit_reached(
     outcome: &ExecOutcome,
     confinement: &Confinement,
@@ -499,7 +510,7 @@ pub(super) fn limit_reached(
         Ending::CpuTimeExceeded => Some("cpuSeconds"),
         Ending::Exited
             if outcome.exit_code != Some(0)
-                && outcome.allocation_failed
+                && (outcome.allocation_failed || outcome.oom_kills > 0)
                 && confinement.memory_mb.is_some() =>
         {
             Some("memoryMb")
@@ -508,8 +519,13 @@ pub(super) fn limit_reached(
     }
 }
 
-fn explain_limit(limit: &str, confinement: &Confinement) -> String {
+fn explain_limit(limit: &str, outcome: &ExecOutcome, confinement: &Confinement) -> String {
     match (limit, confinement.memory_mb, confinement.cpu_seconds) {
+        ("memoryMb", Some(mb), _) if outcome.oom_kills > 0 => format!(
+            "the kernel killed {} of its processes at its memory limit ({mb} MB for the job's \
+             processes together, its cgroup)",
+            outcome.oom_kills
+        ),
         ("memoryMb", Some(mb), _) => format!(
             "an allocation failed at its memory limit ({mb} MB of address space, RLIMIT_AS)"
         ),
@@ -579,6 +595,7 @@ mod tests {
             stdout_bytes: 0,
             stderr_bytes: 0,
             allocation_failed: false,
+            oom_kills: 0,
             elapsed: Duration::from_millis(5),
         }
     }
@@ -598,7 +615,20 @@ mod tests {
         );
         failed.allocation_failed = true;
         assert_eq!(limit_reached(&failed, &limited), Some("memoryMb"));
-        assert!(explain_limit("memoryMb", &limited).contains("64 MB"));
+        assert!(explain_limit("memoryMb", &failed, &limited).contains("64 MB of address space"));
+        let mut killed = outcome(Ending::Exited, None);
+        killed.oom_kills = 2;
+        assert_eq!(limit_reached(&killed, &limited), Some("memoryMb"));
+        let said = explain_limit("memoryMb", &killed, &limited);
+        assert!(
+            said.contains("killed 2") && said.contains("cgroup"),
+            "{said}"
+        );
+        assert_eq!(
+            limit_reached(&killed, &Confinement::default()),
+            None,
+            "no memory limit asked for, so not the limit"
+        );
         assert_eq!(
             limit_reached(&failed, &Confinement::default()),
             None,

@@ -3,11 +3,13 @@
 //! process table) or at the job's stored stream for what the job managed to do.
 //!
 //! - Processes a job leaves behind, even in a session of their own or double-forked, end with
-//!   the job.
+//!   the job; where the host lets the runner create cgroups, each job runs in one of its own,
+//!   removed when it ends.
 //! - A job has no controlling terminal, even when the runner has one.
 //! - A job whose requirements say `network: deny_all` cannot open a connection, and the
 //!   runner's record says what it enforces.
-//! - A job past its `memoryMb` fails, and its exited event says which limit it ran into.
+//! - A job past its `memoryMb` fails, and its exited event says which limit it ran into, even
+//!   when it says nothing itself, where its cgroup holds the limit.
 //! - Whoever may write above the runner's work directory cannot make the runner create, fill or
 //!   hand over a job directory somewhere else: a swapped-in link is never followed, and a
 //!   group- or world-writable ancestor is refused before any job is taken.
@@ -221,6 +223,14 @@ async fn a_deny_all_job_cannot_open_a_connection_to_the_server() {
         "{stdout:#?}"
     );
     // What the runner enforces is in its record, for an admin to read.
+    let enforced = recorded_isolation(&org, &env).await;
+    assert_eq!(enforced["networkDenyAll"], true, "{enforced}");
+    assert_eq!(enforced["processSweep"], true, "{enforced}");
+    assert_eq!(enforced["session"], true, "{enforced}");
+}
+
+/// What the runner recorded it enforces on this host (its file `isolation.json`).
+async fn recorded_isolation(org: &Org, env: &[(&'static str, String)]) -> Value {
     let (_, runner_id) = env
         .iter()
         .find(|(name, _)| *name == "EVALGATE_RUNNER_ID")
@@ -231,10 +241,94 @@ async fn a_deny_all_job_cannot_open_a_connection_to_the_server() {
     )
     .await;
     assert_eq!(recorded.status, 200, "{}", recorded.text);
-    let enforced: Value = serde_json::from_str(&recorded.text).expect("JSON");
-    assert_eq!(enforced["networkDenyAll"], true, "{enforced}");
-    assert_eq!(enforced["processSweep"], true, "{enforced}");
-    assert_eq!(enforced["session"], true, "{enforced}");
+    serde_json::from_str(&recorded.text).expect("JSON")
+}
+
+/// This process's directory in the unified (v2) cgroup hierarchy, when this host has one
+/// mounted where the kernel's own files say.
+fn own_unified_cgroup() -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let point = mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let fields: Vec<&str> = before.split(' ').collect();
+        (after.starts_with("cgroup2 ") && fields.get(3) == Some(&"/")).then(|| fields[4].to_owned())
+    })?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroup.lines().find_map(|line| line.strip_prefix("0::"))?;
+    Some(Path::new(&point).join(path.trim_start_matches('/')))
+}
+
+/// Whether this test process may create a cgroup below its own (as the runner it starts,
+/// the same user, would): tried with a throwaway one.
+fn may_create_cgroups() -> Option<std::path::PathBuf> {
+    let own = own_unified_cgroup()?;
+    let probe = own.join(unique("e2e-cgroup-probe"));
+    std::fs::create_dir(&probe).ok()?;
+    std::fs::remove_dir(&probe).expect("an empty cgroup is removed");
+    Some(own)
+}
+
+/// Whether a cgroup made below this process's own would have a memory controller: the
+/// unified hierarchy hands it down, or a v1 `memory` hierarchy is mounted.
+fn memory_controller_for_children() -> bool {
+    let handed_down = own_unified_cgroup()
+        .and_then(|own| std::fs::read_to_string(own.join("cgroup.subtree_control")).ok())
+        .is_some_and(|text| text.split_whitespace().any(|c| c == "memory"));
+    let v1 = std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|text| {
+        text.lines().any(|line| {
+            line.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "memory"))
+        })
+    });
+    handed_down || v1
+}
+
+#[tokio::test]
+async fn a_job_runs_in_a_cgroup_of_its_own_that_is_gone_when_it_ends() {
+    let (org, env, job_id) = one_job("attack-cgroup", &requirements("prompt")).await;
+    let scratch = Scratch::new("cgroup");
+    let project = scratch.dir("project");
+    let output = run_runner(
+        &scratch,
+        &project,
+        &["--exec", "cat /proc/self/cgroup"],
+        &borrowed(&env),
+    )
+    .await;
+    assert!(output.status.success(), "{}", shown(&output));
+    succeeded(&org, &job_id, &output).await;
+    let enforced = recorded_isolation(&org, &env).await;
+    let (_, stdout) = stored_stream(&org.admin_key, &job_id).await;
+    let Some(own) = may_create_cgroups() else {
+        // Where no cgroup may be made, the runner says so and the subreaper alone holds.
+        assert_eq!(enforced["processContainment"], "subreaper", "{enforced}");
+        return;
+    };
+    assert_eq!(enforced["processContainment"], "cgroup", "{enforced}");
+    let unified = stdout
+        .iter()
+        .find_map(|line| line.strip_prefix("0::"))
+        .unwrap_or_else(|| panic!("the job's cgroups: {stdout:#?}"));
+    let (parent, name) = unified.rsplit_once('/').expect("a cgroup path");
+    assert!(
+        name.starts_with("edgerunner-job-"),
+        "the job ran in {unified}"
+    );
+    // A child of the runner's cgroup (this test's, which started the runner), gone with the
+    // job.
+    let ours = std::fs::read_to_string("/proc/self/cgroup").expect("own cgroups");
+    let ours = ours
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .expect("unified");
+    assert_eq!(
+        parent.trim_end_matches('/'),
+        ours.trim_end_matches('/'),
+        "{unified}"
+    );
+    let dir = own.join(name);
+    assert!(!dir.exists(), "{} outlived its job", dir.display());
 }
 
 fn requirements_with_memory(memory_mb: u64) -> Value {
@@ -260,6 +354,27 @@ async fn a_job_past_its_memory_limit_fails_and_its_exited_event_says_why() {
     );
     let exited = exited_event(&org.admin_key, &job_id).await;
     assert_eq!(exited["limit"], "memoryMb", "{exited}");
+
+    // A job that says nothing of it: where its cgroup holds the limit, the kernel's count of
+    // what it killed tells; under an rlimit alone, a silent failure is any failure.
+    let silent = "python3 -c 'b = bytearray(300 * 1024 * 1024)' 2>/dev/null";
+    let (org, env, job_id) = one_job("attack-memory-silent", &requirements_with_memory(64)).await;
+    let output = run_runner(&scratch, &project, &["--exec", silent], &borrowed(&env)).await;
+    assert!(output.status.success(), "{}", shown(&output));
+    let done = job(&org.admin_key, &job_id).await;
+    assert_eq!(done["state"], "failed", "{done}\n{}", shown(&output));
+    let exited = exited_event(&org.admin_key, &job_id).await;
+    let enforced = recorded_isolation(&org, &env).await;
+    match enforced["memoryLimit"].as_str() {
+        Some("cgroup") => assert_eq!(exited["limit"], "memoryMb", "{exited}"),
+        Some("rlimit") => assert!(exited["limit"].is_null(), "{exited}"),
+        other => panic!("memoryLimit {other:?} in {enforced}"),
+    }
+    // Where the test may make cgroups, the runner's cgroup holds the job's memory as well
+    // when the host's memory controller is there for it (v2's handed down, or v1's).
+    if may_create_cgroups().is_some() && memory_controller_for_children() {
+        assert_eq!(enforced["memoryLimit"], "cgroup", "{enforced}");
+    }
 
     // The control: under the same limit, an allocation it allows succeeds.
     let small = "python3 -c 'b = bytearray(16 * 1024 * 1024); print(\"allocated\", len(b))'";
