@@ -247,6 +247,45 @@ pub fn end(dirs: &[PathBuf]) -> Ended {
     ended
 }
 
+/// The runner whose cgroup `name` is (`edgerunner-job-<pid>-<n>` or `edgerunner-probe-<pid>`).
+pub fn runner_of(name: &str) -> Option<i32> {
+    let rest = name
+        .strip_prefix("edgerunner-job-")
+        .and_then(|rest| rest.split_once('-'))
+        .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .map(|(pid, _)| pid)
+        .or_else(|| name.strip_prefix("edgerunner-probe-"))?;
+    rest.parse().ok().filter(|pid| *pid > 0)
+}
+
+/// Removes the empty job cgroups in `bases` that runners no longer running left behind (a
+/// runner killed outright cannot remove its own); returns how many. A cgroup that still holds
+/// a process is never removed (the kernel refuses), nor one of a runner still running.
+pub fn sweep_stale(bases: &[PathBuf]) -> usize {
+    let mut removed = 0;
+    for base in bases {
+        let Ok(entries) = std::fs::read_dir(base) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok).take(MAX_STALE_SCAN) {
+            let name = entry.file_name();
+            let Some(runner) = name.to_str().and_then(runner_of) else {
+                continue;
+            };
+            if Path::new(&format!("/proc/{runner}")).exists() {
+                continue;
+            }
+            if std::fs::remove_dir(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+/// The most entries of one base [`sweep_stale`] looks at.
+const MAX_STALE_SCAN: usize = 10_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,5 +350,22 @@ mod tests {
         assert_eq!(oom_kills_in(v1), Some(3));
         assert_eq!(oom_kills_in("oom 2\n"), None);
         assert_eq!(oom_kills_in("oom_kill x\n"), None);
+    }
+
+    #[test]
+    fn a_cgroup_name_says_whose_it_is_and_others_are_left_alone() {
+        assert_eq!(runner_of("edgerunner-job-4242-7"), Some(4242));
+        assert_eq!(runner_of("edgerunner-probe-99"), Some(99));
+        for other in [
+            "edgerunner-job-4242",
+            "edgerunner-job-4242-",
+            "edgerunner-job-x-1",
+            "edgerunner-job-0-1",
+            "edgerunner-probe-",
+            "system.slice",
+            "edgerunner-job--1-2",
+        ] {
+            assert_eq!(runner_of(other), None, "{other}");
+        }
     }
 }

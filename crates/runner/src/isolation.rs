@@ -212,6 +212,7 @@ pub fn probe(launcher: &Path) -> HostIsolation {
     // Cgroups in every hierarchy that serves, else the unified one alone, else none: each
     // tried in a throwaway launcher that creates, limits and joins them, then ended here.
     let places = cgroup::places();
+    cgroup::sweep_stale(&places.bases());
     let mut cgroup_bases = Vec::new();
     let mut memory_cgroup = false;
     let candidates = [places.bases(), places.unified.iter().cloned().collect()];
