@@ -12,6 +12,8 @@
 //! - [`state`]: job and runner state machines as transition functions, and claim states.
 //! - [`kind`]: evidence kinds and event kinds, by their stored names.
 //! - [`recovery`]: the lease-loss decision the reaper and job alarms apply.
+//! - [`queue`]: a job's queue (the routing parts of its requirements, named stably), the bound
+//!   on an organization's queues, and the runners a queue wants.
 //! - [`archive`]: a finished job's archive to object storage, its stages and their checks.
 //! - [`time`]: RFC 3339 timestamps from Unix milliseconds (no clock inside this crate).
 //! - `wire_name` (private): the one declaration of a closed set of names (`ErrorCode`,
@@ -28,6 +30,7 @@ pub mod envelope;
 pub mod error_code;
 pub mod keypair;
 pub mod kind;
+pub mod queue;
 pub mod recovery;
 pub mod retention;
 pub mod stable_json;
