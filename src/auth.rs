@@ -154,6 +154,7 @@ impl PresentedKey {
             memo.borrow_mut()
                 .remember(&self.hash, ctx.now + KEY_MEMORY_MILLIS, ctx.now)
         });
+        ctx.seen.organization(&row.organization_id);
         Ok(AdminCaller {
             organization_id: row.organization_id.clone(),
             key_id: row.id.clone(),
@@ -203,8 +204,10 @@ pub(crate) fn runner_credential(req: &Request, ctx: &Ctx) -> ApiResult<VerifiedC
         ));
     }
     let master = master_secret(&ctx.env)?;
-    credential::verify(&master, &token, ctx.now)
-        .map_err(|e: CredentialError| ApiError::unauthorized(e.to_string()))
+    let verified = credential::verify(&master, &token, ctx.now)
+        .map_err(|e: CredentialError| ApiError::unauthorized(e.to_string()))?;
+    ctx.seen.organization(&verified.claims().organization_id);
+    Ok(verified)
 }
 
 pub(crate) async fn runner(req: &Request, ctx: &Ctx) -> ApiResult<RunnerCaller> {

@@ -22,6 +22,8 @@
 //!   table group (and `lifecycle`: a job's writes from its grant on); rows decoded once, into
 //!   the protocol's types; guarded writes with checked row counts.
 //! - [`reaper`]: the bounded recovery sweep behind the cron trigger and the reap endpoint.
+//! - [`request_log`]: one JSON line per request (route, status, organization, duration,
+//!   request id), and nothing the caller sent.
 //! - [`archive`]: a finished job's bundle and record to R2, checked, then its rows pruned from
 //!   D1 (its job object's alarm, the cron pass, an operator's `POST …/jobs/{id}/archive`);
 //!   every read of the job from D1 or from R2 (`archive::reads`).
@@ -56,6 +58,7 @@ mod openapi;
 mod panel;
 mod platform;
 mod reaper;
+mod request_log;
 mod retention;
 mod routes;
 mod runner_do;
@@ -75,16 +78,39 @@ pub(crate) struct Ctx {
     pub(crate) env: Env,
     pub(crate) db: store::Db,
     pub(crate) now: i64,
+    /// What authentication learns of the caller, for the request's log line.
+    pub(crate) seen: request_log::Seen,
 }
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    let started = platform::now_ms();
+    let method = req.inner().method();
+    let path = req.path();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let route_name = request_log::route_of(&segments);
+    let request_id = request_log::request_id(&req);
+    let seen = request_log::Seen::default();
     let trips = store::RoundTrips::default();
-    let res = match route(req, env, &trips).await {
+    let res = match route(req, env, &trips, &seen).await {
         Ok(res) => res,
         Err(err) => err.into_response()?,
     };
-    count_round_trips(res, &trips)
+    let mut res = count_round_trips(res, &trips)?;
+    // A response whose headers are immutable (none is, today) keeps its own.
+    let _ = res.headers_mut().set("x-request-id", &request_id);
+    worker::console_log!(
+        "{}",
+        request_log::line(
+            &method,
+            route_name,
+            res.status_code(),
+            &seen,
+            platform::now_ms() - started,
+            &request_id,
+        )
+    );
+    Ok(res)
 }
 
 /// The bench build answers every request with the D1 round trips made for it (its own and its
@@ -127,7 +153,12 @@ fn count_round_trips(res: Response, _trips: &store::RoundTrips) -> Result<Respon
 /// `TRACE`, …) as `GET`, so the request's own method text is checked against this first.
 const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
-async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<Response> {
+async fn route(
+    req: Request,
+    env: Env,
+    trips: &store::RoundTrips,
+    seen: &request_log::Seen,
+) -> ApiResult<Response> {
     let raw_method = req.inner().method();
     let path = req.path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -173,6 +204,7 @@ async fn route(req: Request, env: Env, trips: &store::RoundTrips) -> ApiResult<R
         db: store::Db::of(&env, trips.clone())?,
         env,
         now: platform::now_ms(),
+        seen: seen.clone(),
     };
     use Method::{Delete, Get, Patch, Post, Put};
     match (method, segments.as_slice()) {

@@ -38,8 +38,9 @@ struct Document {
     paths: BTreeMap<String, BTreeMap<String, IgnoredAny>>,
 }
 
-/// Each documented path as its segments (`None` for a `{template}` segment) and its methods.
-type PathTable = Vec<(Vec<Option<String>>, Vec<String>)>;
+/// Each documented path as its segments (`None` for a `{template}` segment), its methods and
+/// its text as the document writes it.
+type PathTable = Vec<(Vec<Option<String>>, Vec<String>, String)>;
 
 fn path_table() -> &'static PathTable {
     static TABLE: OnceLock<PathTable> = OnceLock::new();
@@ -63,7 +64,7 @@ fn path_table() -> &'static PathTable {
                     .filter(|k| METHODS.contains(&k.as_str()))
                     .map(|k| k.to_ascii_uppercase())
                     .collect();
-                (segments, methods)
+                (segments, methods, path)
             })
             .collect()
     })
@@ -74,18 +75,35 @@ fn path_table() -> &'static PathTable {
 /// most literal segments is the one that applies: `/api/remote-runners/jobs` (GET, POST), not
 /// `/api/remote-runners/{id}` (GET, PATCH).
 pub(crate) fn documented_methods(segments: &[&str]) -> Option<&'static [String]> {
+    documented(segments).map(|(methods, _)| methods.as_slice())
+}
+
+/// The documented path the path `segments` name, as the document writes it
+/// (`/api/remote-runners/jobs/{id}`): a request's route with no id in it, for its log line.
+pub(crate) fn documented_path(segments: &[&str]) -> Option<&'static str> {
+    documented(segments).map(|(_, path)| path.as_str())
+}
+
+/// The documented path `segments` match (see [`documented_methods`]): its methods and text.
+fn documented(segments: &[&str]) -> Option<(&'static Vec<String>, &'static String)> {
     path_table()
         .iter()
-        .filter_map(|(pattern, methods)| {
+        .filter_map(|(pattern, methods, path)| {
             let matches = pattern.len() == segments.len()
                 && pattern.iter().zip(segments).all(|(part, seg)| match part {
                     Some(literal) => literal == seg,
                     None => !seg.is_empty(),
                 });
-            matches.then(|| (pattern.iter().filter(|p| p.is_some()).count(), methods))
+            matches.then(|| {
+                (
+                    pattern.iter().filter(|p| p.is_some()).count(),
+                    methods,
+                    path,
+                )
+            })
         })
-        .max_by_key(|(literal, _)| *literal)
-        .map(|(_, methods)| methods.as_slice())
+        .max_by_key(|(literal, _, _)| *literal)
+        .map(|(_, methods, path)| (methods, path))
 }
 
 /// The `Allow` header for a path's documented methods: those, and HEAD wherever GET is.
@@ -126,7 +144,7 @@ pub(crate) fn refuse_undocumented_method(
 
 #[cfg(test)]
 mod tests {
-    use super::{documented_methods, Document, DOCUMENT};
+    use super::{documented_methods, documented_path, Document, DOCUMENT};
 
     #[test]
     fn the_compiled_document_parses_and_has_the_runner_routes() {
@@ -145,5 +163,19 @@ mod tests {
             Some(&["GET".to_owned(), "POST".to_owned()][..])
         );
         assert_eq!(documented_methods(&["api", "nothing"]), None);
+    }
+
+    #[test]
+    fn a_request_path_is_named_by_its_documented_template() {
+        assert_eq!(
+            documented_path(&["api", "remote-runners", "jobs", "job_1"]),
+            Some("/api/remote-runners/jobs/{id}")
+        );
+        // The literal path wins over a template it also matches.
+        assert_eq!(
+            documented_path(&["api", "remote-runners", "jobs"]),
+            Some("/api/remote-runners/jobs")
+        );
+        assert_eq!(documented_path(&["api", "nothing"]), None);
     }
 }
