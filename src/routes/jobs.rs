@@ -6,6 +6,7 @@ use edgerunner_protocol::capability::Requirements;
 use edgerunner_protocol::envelope::Environment;
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::kind::EventKind;
+use edgerunner_protocol::queue::QueueKey;
 use edgerunner_protocol::stable_json::hash;
 use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
@@ -137,6 +138,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     let input_json = input.to_string();
     let requirements_json = requirements_value.to_string();
     let tags_json = tags.to_string();
+    let queue = QueueKey::of(&requirements);
     let new_job = jobs::NewJob {
         id: &id,
         organization_id: &caller.organization_id,
@@ -155,6 +157,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         external: index.external,
         problem_type: index.problem_type.as_ref().map(|p| p.as_str()),
         tags_json: &tags_json,
+        queue_id: queue.id(),
         now: ctx.now,
     };
     let actor = caller.actor();
@@ -174,6 +177,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     let written = store::write_batch(
         &ctx.db,
         vec![
+            store::queues::register(&ctx.db, &caller.organization_id, &queue, ctx.now)?,
             jobs::insert(&ctx.db, &new_job)?,
             store::usage::job_enqueued(
                 &ctx.db,
@@ -201,7 +205,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     };
     // Waiting claims wake, and idle runners' next claims read D1 again.
     objects::dispatch::touch(&ctx.env, &caller.organization_id).await;
-    let job = store::rows_of::<jobs::JobRow>(&results, 0)?
+    let job = store::rows_of::<jobs::JobRow>(&results, 1)?
         .into_iter()
         .next()
         .ok_or_else(|| ApiError::internal("the enqueue's insert answered no row"))?;

@@ -7,6 +7,7 @@ pub(crate) mod enrollment;
 pub(crate) mod evidence;
 pub(crate) mod identity;
 pub(crate) mod jobs;
+pub(crate) mod queues;
 pub(crate) mod releases;
 pub(crate) mod retention;
 pub(crate) mod runner_files;

@@ -220,6 +220,8 @@ pub(crate) struct NewJob<'a> {
     pub(crate) external: bool,
     pub(crate) problem_type: Option<&'a str>,
     pub(crate) tags_json: &'a str,
+    /// Its queue's id (see `store::queues::register`, earlier in the batch).
+    pub(crate) queue_id: &'a str,
     pub(crate) now: i64,
 }
 
@@ -248,6 +250,7 @@ pub(crate) fn insert(db: &Db, j: &NewJob<'_>) -> ApiResult<D1PreparedStatement> 
             j.problem_type.into(),
             j.tags_json.into(),
             Arg::Int(j.now),
+            j.queue_id.into(),
         ],
     )
 }

@@ -14,6 +14,7 @@ pub(crate) mod evidence;
 pub(crate) mod guards;
 pub(crate) mod jobs;
 pub(crate) mod lifecycle;
+pub(crate) mod queues;
 pub(crate) mod releases;
 pub(crate) mod retention;
 pub(crate) mod runners;

@@ -3752,3 +3752,84 @@ class QuotaTests(RetentionWorld):
         expected = UsageTests.recount(self)["d1_bytes"]
         self.assertGreater(expected, 0)
         self.assertEqual(self.d1_bytes(), expected)
+
+
+# =============================================================================================
+# Migration 0016: queues
+# =============================================================================================
+
+
+class QueueTests(SchemaTest):
+    """Each organization names at most 100 queues; a job past them is counted in q_overflow,
+    and the queues view reads live jobs from one partial index only."""
+
+    MAX_QUEUES = 100
+
+    def setUp(self):
+        super().setUp()
+        self.org = self.w.org()
+        self.release = self.w.release(self.org)
+
+    def enqueue(self, queue_id, org=None):
+        """The enqueue's two statements, as src/routes/jobs.rs batches them: the queue named,
+        then the job inserted into it (or into q_overflow). Returns the job's queue."""
+        org = org or self.org
+        self.execute(query("queues/register"), org, queue_id, f"queue {queue_id}",
+                     '["agent","python3.12",false,null,["default"]]', NOW, self.MAX_QUEUES)
+        release = self.release if org == self.org else self.w.release(org)
+        job_input = {"q": queue_id}
+        requirements = {"executionKind": "agent", "runtime": "python3.12"}
+        job_id = self.w.uid("job")
+        self.execute(query("jobs/insert"), job_id, org, self.w.uid("idem"),
+                     H({"input": job_input}), release["kind"], release["artifact_id"],
+                     release["version_id"], release["content_hash"], "prod", stable_json(job_input),
+                     H(job_input), stable_json(requirements), "agent", "python3.12", 0, None, "[]",
+                     NOW, queue_id).fetchall()
+        return self.w.one("SELECT queue_id FROM jobs WHERE id = ?", job_id)[0]
+
+    @staticmethod
+    def qid(n):
+        return "q_" + f"{n:016x}"
+
+    def test_a_job_joins_its_queue_named_once_and_past_the_bound_the_overflow_queue(self):
+        self.assertEqual(self.enqueue(self.qid(1)), self.qid(1))
+        self.assertEqual(self.enqueue(self.qid(1)), self.qid(1), "the same queue, named once")
+        self.assertEqual(self.w.one("SELECT count(*) FROM queues WHERE organization_id = ?", self.org)[0], 1)
+        for n in range(2, self.MAX_QUEUES + 1):
+            self.assertEqual(self.enqueue(self.qid(n)), self.qid(n))
+        # The 101st queue is not named: its job is counted in q_overflow.
+        self.assertEqual(self.enqueue(self.qid(1000)), "q_overflow")
+        self.assertEqual(self.w.one("SELECT count(*) FROM queues WHERE organization_id = ?", self.org)[0],
+                         self.MAX_QUEUES)
+        # A queue the organization has keeps taking its jobs past the bound.
+        self.assertEqual(self.enqueue(self.qid(7)), self.qid(7))
+        # Another organization's bound is its own.
+        other = self.w.org()
+        self.assertEqual(self.enqueue(self.qid(1000), org=other), self.qid(1000))
+
+    def test_a_queue_id_is_q_and_16_hex_digits(self):
+        for bad in ("q_overflow", "q_" + "g" * 16, "x_" + "0" * 16, "q_" + "0" * 15):
+            with self.subTest(bad=bad):
+                self.assertRefused(self.execute, query("queues/register"), self.org, bad, "name", "[]", NOW, 100)
+        self.enqueue(self.qid(1))
+        self.assertRefused(self.execute, "UPDATE jobs SET queue_id = 'q_zz'")
+
+    def test_the_live_read_counts_from_the_partial_index_alone(self):
+        self.enqueue(self.qid(1))
+        self.enqueue(self.qid(1))
+        self.enqueue(self.qid(2))
+        plan = query_plan(self.conn, query("queues/live"), (self.org, 50_000))
+        text = " | ".join(plan)
+        self.assertTrue(any("COVERING INDEX jobs_live_by_queue" in d for d in plan), text)
+        self.assertFalse(any(d.startswith("SCAN jobs") for d in plan), text)
+        rows = self.execute(query("queues/live"), self.org, 50_000).fetchall()
+        self.assertEqual(sorted((q, s, n) for q, s, n, _ in rows),
+                         [(self.qid(1), "queued", 2), (self.qid(2), "queued", 1)])
+        # A finished job is not in the index, nor counted.
+        self.execute("UPDATE jobs SET state = 'cancelled', finished_at = ?, cancel_reason = 'x' "
+                     "WHERE queue_id = ?", NOW, self.qid(2))
+        rows = self.execute(query("queues/live"), self.org, 50_000).fetchall()
+        self.assertEqual([(q, n) for q, _, n, _ in rows], [(self.qid(1), 2)])
+        # The bound holds: at most ?2 jobs are looked at.
+        rows = self.execute(query("queues/live"), self.org, 1).fetchall()
+        self.assertEqual(sum(n for _, _, n, _ in rows), 1)

@@ -1,0 +1,151 @@
+//! `GET /api/remote-runners/queues`, as an autoscaler reads it: each queue's jobs by state,
+//! its oldest queued job, the runners that can serve it by state and the runners it wants,
+//! every number checked against the jobs and runners this test made.
+
+use edgerunner_e2e::jobs::*;
+use edgerunner_e2e::*;
+use edgerunner_protocol::capability::Requirements;
+use edgerunner_protocol::queue::QueueKey;
+use serde_json::{json, Value};
+
+async fn queues(bearer: &str) -> Value {
+    get("/api/remote-runners/queues", bearer).await.expect(200)
+}
+
+/// The queue `id` of the view (panics when it is not listed).
+fn queue<'a>(view: &'a Value, id: &str) -> &'a Value {
+    view["queues"]
+        .as_array()
+        .and_then(|all| all.iter().find(|q| q["id"] == id))
+        .unwrap_or_else(|| panic!("no queue {id} in {view}"))
+}
+
+fn key_of(requirements: &Value) -> QueueKey {
+    QueueKey::of(&Requirements::parse(requirements).expect("valid requirements"))
+}
+
+#[tokio::test]
+async fn each_queue_counts_its_jobs_and_the_runners_that_serve_it() {
+    let fixture = StagedPrompt::new(bootstrap_org("queues")).await;
+    let plain = requirements("prompt");
+    let mut gpu = requirements("prompt");
+    gpu["tags"] = json!(["gpu"]);
+    let (plain_key, gpu_key) = (key_of(&plain), key_of(&gpu));
+    assert_ne!(plain_key.id(), gpu_key.id());
+
+    // Nothing enqueued yet: no queue.
+    let empty = queues(fixture.key()).await;
+    assert_eq!(empty["queues"], json!([]), "{empty}");
+    assert_eq!(empty["capped"], false);
+
+    let mut plain_jobs = Vec::new();
+    for n in 0..3 {
+        let job = enqueue_job(fixture.key(), &fixture.release, &json!({ "n": n }), &plain).await;
+        plain_jobs.push(job);
+    }
+    enqueue_job(
+        fixture.key(),
+        &fixture.release,
+        &json!({ "gpu": true }),
+        &gpu,
+    )
+    .await;
+    // One runner for the plain queue, two jobs at once; a gpu runner that never connected.
+    let mut runner = fixture.runner(2).await;
+    let (gpu_runner, _) = register_runner(
+        fixture.key(),
+        &json!({
+            "name": "gpu", "runnerKey": unique("gpu"), "capabilities": capabilities(&["prompt"]),
+            "tags": ["gpu"],
+        }),
+    )
+    .await;
+
+    let view = queues(fixture.key()).await;
+    assert_eq!(view["organizationId"], fixture.org.id.as_str());
+    let plain_view = queue(&view, plain_key.id());
+    assert_eq!(plain_view["name"], plain_key.name());
+    assert_eq!(plain_view["routing"], *plain_key.canonical());
+    assert_eq!(
+        plain_view["jobs"],
+        json!({"queued": 3, "claimed": 0, "running": 0, "cancelRequested": 0})
+    );
+    // The oldest queued job is the first enqueued.
+    let first_at = plain_jobs[0]["createdAt"].as_str().expect("createdAt");
+    assert_eq!(plain_view["oldestQueuedAt"], first_at, "{plain_view}");
+    assert!(plain_view["oldestQueuedAgeSeconds"]
+        .as_i64()
+        .is_some_and(|s| s >= 0));
+    // The plain runner serves it (idle, just connected); the gpu runner shares no tag with it.
+    assert_eq!(
+        plain_view["runners"],
+        json!({"idle": 1, "busy": 0, "draining": 0, "offline": 0}),
+        "{plain_view}"
+    );
+    assert_eq!(plain_view["slotsPerRunner"], 2);
+    assert_eq!(plain_view["suggestedRunners"], 2, "ceil(3 / 2)");
+
+    let gpu_view = queue(&view, gpu_key.id());
+    assert_eq!(gpu_view["jobs"]["queued"], 1);
+    // Only the gpu runner serves it, and it never connected: offline.
+    assert_eq!(
+        gpu_view["runners"],
+        json!({"idle": 0, "busy": 0, "draining": 0, "offline": 1}),
+        "{gpu_view} (gpu runner {})",
+        id_of(&gpu_runner)
+    );
+    assert_eq!(gpu_view["slotsPerRunner"], 1);
+    assert_eq!(gpu_view["suggestedRunners"], 1);
+
+    // A claim moves a job from queued to claimed, and the runner from idle to busy.
+    let claimed = runner.claim_job().await;
+    assert!(
+        plain_jobs.iter().any(|j| j["id"] == claimed.job_id()),
+        "the plain runner took a plain job"
+    );
+    let view = queues(fixture.key()).await;
+    let plain_view = queue(&view, plain_key.id());
+    assert_eq!(
+        plain_view["jobs"],
+        json!({"queued": 2, "claimed": 1, "running": 0, "cancelRequested": 0})
+    );
+    assert_eq!(plain_view["runners"]["busy"], 1, "{plain_view}");
+    assert_eq!(plain_view["suggestedRunners"], 2, "ceil((2 + 1) / 2)");
+    let beat = runner.heartbeat(&claimed.claim_id(), 60).await.expect(200);
+    assert_eq!(beat["state"], "running");
+    let view = queues(fixture.key()).await;
+    assert_eq!(queue(&view, plain_key.id())["jobs"]["running"], 1);
+}
+
+#[tokio::test]
+async fn a_runs_read_key_reads_the_queues_and_another_organization_sees_none_of_them() {
+    let fixture = StagedPrompt::new(bootstrap_org("queues-keys")).await;
+    fixture.new_job("visible").await;
+    let reader = new_api_key(
+        fixture.key(),
+        &json!({ "name": "reader", "scopes": ["runs:read"] }),
+    )
+    .await;
+    let reader = reader["apiKey"].as_str().expect("apiKey");
+    let view = queues(reader).await;
+    assert_eq!(view["queues"].as_array().map(Vec::len), Some(1), "{view}");
+
+    let writer = new_api_key(
+        fixture.key(),
+        &json!({ "name": "writer", "scopes": ["runs:write"] }),
+    )
+    .await;
+    get(
+        "/api/remote-runners/queues",
+        writer["apiKey"].as_str().expect("apiKey"),
+    )
+    .await
+    .expect_error(403, "FORBIDDEN");
+    get("/api/remote-runners/queues", "erk_not-a-key")
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+
+    let other = bootstrap_org("queues-other");
+    let theirs = queues(&other.admin_key).await;
+    assert_eq!(theirs["queues"], json!([]), "{theirs}");
+}
