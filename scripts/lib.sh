@@ -42,7 +42,8 @@ find "$WRANGLER_LOG_PATH" -maxdepth 1 -name 'wrangler-*.log' -mtime +0 -delete 2
 RUN_DIR="${EDGERUNNER_RUN_DIR:-$ROOT/.cache/run}"
 
 # The published EvalGate SDK (tests/interop) and schemathesis (tests/contract), one venv.
-PYTHON_REQUIREMENTS=("$ROOT/tests/interop/requirements.txt" "$ROOT/tests/contract/requirements.txt")
+PYTHON_REQUIREMENTS=("$ROOT/tests/interop/requirements.txt" "$ROOT/tests/contract/requirements.txt"
+  "$ROOT/tests/metrics/requirements.txt")
 
 # Seconds since the outermost script started (nested scripts inherit the start), so that a CI
 # log says where its time went.
@@ -120,9 +121,10 @@ ensure_venv() {
     python3 -m venv "$ROOT/.venv"
   fi
   if [ ! -f "$stamp" ] || ! cat "${PYTHON_REQUIREMENTS[@]}" | cmp -s - "$stamp"; then
-    log "installing the pinned EvalGate SDK and schemathesis into .venv"
-    "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check \
-      -r "${PYTHON_REQUIREMENTS[0]}" -r "${PYTHON_REQUIREMENTS[1]}"
+    log "installing the pinned EvalGate SDK, schemathesis and prometheus-client into .venv"
+    local requirement args=()
+    for requirement in "${PYTHON_REQUIREMENTS[@]}"; do args+=(-r "$requirement"); done
+    "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check "${args[@]}"
     cat "${PYTHON_REQUIREMENTS[@]}" > "$stamp"
   fi
 }

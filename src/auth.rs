@@ -18,13 +18,15 @@ use crate::store::{api_keys, runners};
 use crate::Ctx;
 
 pub(crate) const API_KEY_PREFIX: &str = "erk";
-pub(crate) const SCOPES: [&str; 3] = ["runs:read", "runs:write", "admin:org"];
+pub(crate) const SCOPES: [&str; 4] = ["runs:read", "runs:write", "admin:org", "metrics:read"];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scope {
     RunsRead,
     RunsWrite,
     AdminOrg,
+    /// The queues view and `/metrics` only (a scraper's or an autoscaler's key).
+    MetricsRead,
 }
 
 impl Scope {
@@ -33,6 +35,7 @@ impl Scope {
             Scope::RunsRead => "runs:read",
             Scope::RunsWrite => "runs:write",
             Scope::AdminOrg => "admin:org",
+            Scope::MetricsRead => "metrics:read",
         }
     }
 }
@@ -51,6 +54,18 @@ impl AdminCaller {
     /// The audit trail's name for this caller.
     pub(crate) fn actor(&self) -> String {
         format!("api_key:{}", self.key_id)
+    }
+
+    /// One of `scopes` (`403` naming them all when the key has none).
+    pub(crate) fn require_one_of(&self, scopes: &[Scope]) -> ApiResult<()> {
+        if scopes.iter().any(|scope| self.require(*scope).is_ok()) {
+            return Ok(());
+        }
+        let names: Vec<&str> = scopes.iter().map(|scope| scope.as_str()).collect();
+        Err(ApiError::forbidden(format!(
+            "this API key has none of the scopes {}",
+            names.join(", ")
+        )))
     }
 
     pub(crate) fn require(&self, scope: Scope) -> ApiResult<()> {

@@ -261,6 +261,7 @@ async fn route(
         (Post, ["api", "remote-runners", "jobs", "reap"]) => routes::jobs::reap(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs"]) => routes::jobs::list(req, &ctx).await,
         (Get, ["api", "remote-runners", "queues"]) => routes::queues::list(req, &ctx).await,
+        (Get, ["metrics"]) => routes::queues::metrics(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs", id]) => routes::jobs::get(req, &ctx, id).await,
         (Post, ["api", "remote-runners", "jobs", id, "cancel"]) => {
             routes::jobs::cancel(req, &ctx, id).await

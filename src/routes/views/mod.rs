@@ -8,6 +8,7 @@
 
 pub(crate) mod evidence;
 pub(crate) mod jobs;
+pub(crate) mod metrics;
 pub(crate) mod queues;
 pub(crate) mod releases;
 pub(crate) mod retention;
