@@ -34,6 +34,7 @@ use crate::objects::job::JobRefusal;
 use crate::objects::runner::{ClaimGrant, GrantedClaim};
 use crate::platform::{random_bytes, rfc3339};
 use crate::secrets::master_secret;
+use crate::store::counters::{self, Counter};
 use crate::store::lifecycle::{self, AsKnown, NewGrant};
 use crate::store::{self, events, guards, jobs, runners, Db};
 
@@ -195,6 +196,8 @@ pub(crate) fn prepare(
         // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
         runners::take_capacity(db, runner, now)?,
         events::insert(db, &claimed)?,
+        // Last: counted exactly when the grant commits.
+        counters::add(db, org, Counter::ClaimsGranted, 1)?,
     ]);
     Ok(Prepared {
         statements,

@@ -77,6 +77,15 @@ pub(crate) async fn pass(
             }
         }
     }
+    // Counted once it is done (/metrics: edgerunner_reaper_passes_total); a pass whose count
+    // fails to write still did its work.
+    let counted = match store::counters::reaper_pass(&db) {
+        Ok(statement) => store::write_batch(&db, vec![statement]).await.map(|_| ()),
+        Err(err) => Err(err),
+    };
+    if let Err(err) = counted {
+        worker::console_error!("the reaper pass was not counted: {err:?}");
+    }
     Ok(json!({
         "examined": batch.len(),
         "requeued": requeued,

@@ -17,9 +17,10 @@ use serde_json::{json, Value};
 use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
 use crate::archive::reads::Archived;
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiResult};
 use crate::objects::job::{CompletionDecision, JobRefusal, JobReply};
 use crate::store::archive::StoredSummary;
+use crate::store::counters;
 use crate::store::lifecycle::{self, Attachment, NewCompletion};
 use crate::store::{self, events, guards, jobs};
 
@@ -219,7 +220,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         // the job row with the latest checksum, and one event marks where counting began. The
         // runner's answer is the same either way, but names no stored completion.
         let stored = snap.stored_refusals < jobs::MAX_STORED_REFUSALS;
-        let statements = if stored {
+        let mut statements = if stored {
             vec![insert_completion, events::insert(ctx.db, &recorded)?]
         } else {
             let mut statements = vec![jobs::count_unstored_decision(
@@ -249,6 +250,11 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
             }
             statements
         };
+        statements.extend(count_completion(
+            ctx,
+            &job.organization_id,
+            outcome.as_str(),
+        )?);
         ctx.commit(&snap, false, statements).await?;
         let answer = CompletionDecision {
             decision: outcome.as_str().to_owned(),
@@ -279,6 +285,11 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         .iter()
         .map(|(kind, id)| Attachment { kind: *kind, id })
         .collect();
+    statements.extend(count_completion(
+        ctx,
+        &job.organization_id,
+        job_state.as_str(),
+    )?);
     for evidence in &custody {
         statements.push(lifecycle::attach_evidence(
             ctx.db,
@@ -353,7 +364,13 @@ async fn archived(
         checksum.as_str(),
         ctx.now,
     )?;
-    ctx.commit(&snap, false, vec![count]).await?;
+    let mut statements = vec![count];
+    statements.extend(count_completion(
+        ctx,
+        &snap.job.organization_id,
+        outcome.as_str(),
+    )?);
+    ctx.commit(&snap, false, statements).await?;
     match outcome {
         Outcome::Duplicate => Ok(JobReply::Completed(answer)),
         Outcome::Conflict => Err(JobRefusal::CompletionConflict(answer)),
@@ -410,6 +427,18 @@ fn record_accepted(completions: &[Value]) -> Result<Option<jobs::AcceptedRow>, J
             .ok_or_else(|| JobRefusal::internal("an archived completion without its checksum"))?
             .to_owned(),
     }))
+}
+
+/// The completion counter for `outcome` (an accepted completion's job state, or a refusal's
+/// decision), for the end of the completion's batch.
+fn count_completion(
+    ctx: &OpCtx<'_>,
+    org: &str,
+    outcome: &str,
+) -> ApiResult<Option<worker::D1PreparedStatement>> {
+    counters::completion(outcome)
+        .map(|counter| counters::add(ctx.db, org, counter, 1))
+        .transpose()
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
 use crate::objects::job::{JobRefusal, JobReply, LostClaim, Recovered};
 use crate::platform::rfc3339;
+use crate::store::counters::{self, Counter};
 use crate::store::lifecycle::{self, ClaimEnd, Freed};
 use crate::store::{events, jobs, runners};
 
@@ -150,7 +151,17 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
         )?,
         events::insert(ctx.db, &lost)?,
         events::insert(ctx.db, &then)?,
+        counters::add(ctx.db, &job.organization_id, Counter::LeasesLost, 1)?,
     ]);
+    // What the lost lease led to: the job queued again, or out of attempts.
+    let after = match decision {
+        RecoveryDecision::Requeue { .. } => Some(Counter::Requeues),
+        RecoveryDecision::Exhausted { .. } => Some(Counter::AttemptsExhausted),
+        RecoveryDecision::Nothing | RecoveryDecision::Cancel => None,
+    };
+    if let Some(counter) = after {
+        statements.push(counters::add(ctx.db, &job.organization_id, counter, 1)?);
+    }
     let changed = ctx.commit(&snap, false, statements).await?;
     if changed.get(..3) != Some(&[1, 1, 1][..]) {
         return Err(JobRefusal::internal(format!(

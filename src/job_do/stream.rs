@@ -15,6 +15,7 @@ use super::commit::{Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
 use crate::error::ApiError;
 use crate::objects::job::{ChunkAccepted, JobRefusal, JobReply};
+use crate::store::counters::{self, Counter};
 use crate::store::{self, jobs};
 
 /// Largest stream payload, as stable JSON bytes (the schema's cap too).
@@ -121,6 +122,12 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
                     &job.organization_id,
                     store::usage::stored_bytes(&append.payload) + store::usage::CHUNK_ROW_BYTES,
                     store::usage::default_quota(ctx.env),
+                )?,
+                counters::add(
+                    ctx.db,
+                    &job.organization_id,
+                    Counter::StreamBytes,
+                    store::usage::stored_bytes(&append.payload),
                 )?,
             ],
         )

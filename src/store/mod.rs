@@ -8,6 +8,7 @@
 
 pub(crate) mod api_keys;
 pub(crate) mod archive;
+pub(crate) mod counters;
 pub(crate) mod enrollment;
 pub(crate) mod events;
 pub(crate) mod evidence;

@@ -1,7 +1,7 @@
 //! Queues (migration 0016): each organization's queues, named when a job of one is first
 //! enqueued, and the queues view's one read: live jobs by queue and state (a range of the
 //! partial index `jobs_live_by_queue`, never the organization's history), the queues' names and
-//! the runners that may serve them.
+//! the runners that may serve them; and the counters (`store::counters`) `/metrics` shows.
 
 use edgerunner_protocol::queue::{QueueKey, MAX_QUEUES};
 use edgerunner_protocol::state::{JobState, RunnerState};
@@ -68,11 +68,20 @@ pub(crate) struct RoutedRunner {
     pub(crate) last_seen_at: Option<i64>,
 }
 
+/// One counter (migration 0017): the organization's, or the deployment's.
+#[derive(Deserialize, Debug, Clone)]
+pub(crate) struct CounterRow {
+    pub(crate) name: String,
+    pub(crate) value: i64,
+}
+
 /// What the queues view reads, in one round trip.
 pub(crate) struct QueuesRead {
     pub(crate) live: Vec<LiveCount>,
     pub(crate) queues: Vec<QueueRow>,
     pub(crate) runners: Vec<RoutedRunner>,
+    /// Every counter written so far (one never written is 0).
+    pub(crate) counters: Vec<CounterRow>,
 }
 
 impl QueuesRead {
@@ -98,6 +107,7 @@ pub(crate) async fn read(db: &Db, org: &str) -> ApiResult<QueuesRead> {
                 include_str!("queries/queues/runners.sql"),
                 &[org.into(), Arg::Int(MAX_RUNNERS_READ)],
             )?,
+            stmt(db, include_str!("queries/counters/read.sql"), &[org.into()])?,
         ],
     )
     .await
@@ -106,5 +116,6 @@ pub(crate) async fn read(db: &Db, org: &str) -> ApiResult<QueuesRead> {
         live: rows_of(&results, 0)?,
         queues: rows_of(&results, 1)?,
         runners: rows_of(&results, 2)?,
+        counters: rows_of(&results, 3)?,
     })
 }

@@ -799,6 +799,11 @@ class EnumCheckTests(SchemaTest):
             ("test_results", "status", "skipped", lambda v: w.test_result(org, open_run, status=v)),
             ("cost_records", "category", "sandbox", lambda v: w.cost_record(org, open_run, category=v)),
             ("model_calls", "status", "failed", lambda v: w.model_call(org, open_run, status=v)),
+            ("organization_counters", "name", "requeues",
+             lambda v: self.execute(query("counters/add"), org, v, 1)),
+            ("deployment_counters", "name", "reaper_passes",
+             lambda v: self.execute("INSERT INTO deployment_counters (name, value) VALUES (?, 1)"
+                                    " ON CONFLICT (name) DO UPDATE SET value = value + 1", v)),
         ]
 
     def test_every_state_and_enum_column_refuses_an_unknown_value(self):
@@ -3833,3 +3838,23 @@ class QueueTests(SchemaTest):
         # The bound holds: at most ?2 jobs are looked at.
         rows = self.execute(query("queues/live"), self.org, 1).fetchall()
         self.assertEqual(sum(n for _, _, n, _ in rows), 1)
+
+
+class CounterTests(SchemaTest):
+    """Migration 0017: counters only grow, one row per organization and name."""
+
+    def test_a_counter_adds_up_and_never_falls(self):
+        org, other = self.w.org(), self.w.org()
+        for n in (1, 2, 3):
+            self.execute(query("counters/add"), org, "stream_bytes", n)
+        self.execute(query("counters/add"), other, "stream_bytes", 10)
+        rows = self.execute(query("counters/read"), org).fetchall()
+        self.assertIn(("stream_bytes", 6), rows)
+        self.assertNotIn(("stream_bytes", 10), rows)
+        self.assertRefused(self.execute, query("counters/add"), org, "stream_bytes", -7)
+        self.assertEqual(self.w.one("SELECT value FROM organization_counters WHERE organization_id = ?"
+                                    " AND name = 'stream_bytes'", org)[0], 6)
+        self.execute(query("counters/add_deployment"), "reaper_passes")
+        self.execute(query("counters/add_deployment"), "reaper_passes")
+        self.assertIn(("reaper_passes", 2), self.execute(query("counters/read"), org).fetchall())
+

@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use super::queues::{runner_state, QueuesView};
+use crate::store::counters::COMPLETION_OUTCOMES;
 use crate::store::queues::QueuesRead;
 
 /// The exposition format's content type.
@@ -18,6 +19,66 @@ pub(crate) fn label(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// The organization's counters (and the deployment's), each a family of its own but the
+/// completions, one family by outcome. A counter never written is 0.
+fn counters(out: &mut String, read: &QueuesRead) {
+    let value = |name: &str| {
+        read.counters
+            .iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.value)
+            .sum::<i64>()
+    };
+    for (metric, name, help) in [
+        (
+            "edgerunner_claims_granted_total",
+            "claims_granted",
+            "Claims granted to runners.",
+        ),
+        (
+            "edgerunner_leases_lost_total",
+            "leases_lost",
+            "Leases that expired: their claims were lost.",
+        ),
+        (
+            "edgerunner_requeues_total",
+            "requeues",
+            "Jobs queued again after a lost lease.",
+        ),
+        (
+            "edgerunner_attempts_exhausted_total",
+            "attempts_exhausted",
+            "Jobs that failed after a lost lease on their last attempt.",
+        ),
+        (
+            "edgerunner_stream_bytes_total",
+            "stream_bytes",
+            "Stream chunk payload bytes accepted.",
+        ),
+        (
+            "edgerunner_reaper_passes_total",
+            "reaper_passes",
+            "Recovery passes of the deployment's reaper.",
+        ),
+    ] {
+        family(out, metric, "counter", help);
+        let _ = writeln!(out, "{metric} {}", value(name));
+    }
+    family(
+        out,
+        "edgerunner_completions_total",
+        "counter",
+        "Completions: accepted ones by the state they left the job in, refused ones by decision.",
+    );
+    for outcome in COMPLETION_OUTCOMES {
+        let _ = writeln!(
+            out,
+            "edgerunner_completions_total{{outcome=\"{outcome}\"}} {}",
+            value(&format!("completions_{outcome}"))
+        );
+    }
 }
 
 /// Writes a metric family's `# HELP` and `# TYPE` lines.
@@ -126,6 +187,7 @@ pub(crate) fn render(view: &QueuesView<'_>, read: &QueuesRead, now: i64) -> Stri
             .count();
         let _ = writeln!(out, "edgerunner_runners{{state=\"{state}\"}} {n}");
     }
+    counters(&mut out, read);
     family(
         &mut out,
         "edgerunner_read_capped",
@@ -160,6 +222,7 @@ mod tests {
                 canonical: r#"["prompt","python3.12",false,null,["default"]]"#.into(),
             }],
             runners: vec![],
+            counters: vec![],
         };
         let text = render(&build("org_1", &read, now), &read, now);
         for line in [
@@ -179,7 +242,7 @@ mod tests {
         }
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
-        assert_eq!((types, helps), (7, 7));
+        assert_eq!((types, helps), (14, 14));
         assert!(text.ends_with('\n'));
     }
 

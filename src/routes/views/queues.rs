@@ -299,6 +299,7 @@ mod tests {
                 runner(RunnerState::Active, &["workflow"], &[], 0, Some(NOW)),
                 runner(RunnerState::Active, &["scorer"], &["cpu"], 0, Some(NOW)),
             ],
+            counters: vec![],
         };
         let view = build("org_1", &read, NOW);
         assert!(!view.capped);
@@ -346,6 +347,7 @@ mod tests {
             ],
             queues: vec![],
             runners: vec![runner(RunnerState::Active, &["prompt"], &[], 0, Some(NOW))],
+            counters: vec![],
         };
         let view = build("org_1", &read, NOW);
         let ids: Vec<&str> = view.queues.iter().map(|q| q.id.as_str()).collect();

@@ -1,10 +1,13 @@
 //! `GET /api/remote-runners/queues`, as an autoscaler reads it: each queue's jobs by state,
 //! its oldest queued job, the runners that can serve it by state and the runners it wants,
-//! every number checked against the jobs and runners this test made.
+//! every number checked against the jobs and runners this test made; and the counters of
+//! `GET /metrics` against what a job did (tests/metrics parses the whole exposition with the
+//! Prometheus project's own parser).
 
 use edgerunner_e2e::jobs::*;
 use edgerunner_e2e::*;
 use edgerunner_protocol::capability::Requirements;
+use edgerunner_protocol::chunk::ChunkKind;
 use edgerunner_protocol::queue::QueueKey;
 use serde_json::{json, Value};
 
@@ -148,4 +151,84 @@ async fn a_runs_read_key_reads_the_queues_and_another_organization_sees_none_of_
     let other = bootstrap_org("queues-other");
     let theirs = queues(&other.admin_key).await;
     assert_eq!(theirs["queues"], json!([]), "{theirs}");
+}
+
+/// `GET /metrics` as text, with the sample `name` (exactly, labels included) read as a number.
+async fn scrape(bearer: &str) -> String {
+    let reply = get("/metrics", bearer).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.text
+}
+
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
+}
+
+#[tokio::test]
+async fn the_counters_count_what_the_jobs_did_as_the_server_records_it() {
+    let f = StagedPrompt::new(bootstrap_org("metrics-counters")).await;
+    let before = scrape(f.key()).await;
+    for name in [
+        "edgerunner_claims_granted_total",
+        "edgerunner_stream_bytes_total",
+        "edgerunner_leases_lost_total",
+        r#"edgerunner_completions_total{outcome="succeeded"}"#,
+    ] {
+        assert_eq!(sample(&before, name), 0.0, "{name} of a new organization");
+    }
+    // One job claimed, streamed and completed; its completion sent twice (a duplicate).
+    let (runner, claimed) = f.claimed_job(1).await;
+    let mut writer = claimed.writer();
+    for n in 0..3 {
+        let chunk = writer.next(
+            ChunkKind::Log,
+            json!({ "line": n, "text": "x".repeat(100 * n) }),
+            timestamp_now(),
+        );
+        runner.stream(&chunk.to_json()).await.expect(200);
+    }
+    let completion = claimed.succeeded(writer.final_checksum(), bare_evidence(f.key()).await);
+    runner.complete(&completion).await.expect(200);
+    let again = runner.complete(&completion).await.expect(200);
+    assert_eq!(again["decision"], "duplicate", "{again}");
+
+    let after = scrape(f.key()).await;
+    assert_eq!(sample(&after, "edgerunner_claims_granted_total"), 1.0);
+    assert_eq!(
+        sample(
+            &after,
+            r#"edgerunner_completions_total{outcome="succeeded"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &after,
+            r#"edgerunner_completions_total{outcome="duplicate"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&after, r#"edgerunner_completions_total{outcome="failed"}"#),
+        0.0
+    );
+    assert_eq!(sample(&after, "edgerunner_leases_lost_total"), 0.0);
+    // The stream's bytes, as the job's own record counts them.
+    let detail = job(f.key(), &claimed.job_id()).await;
+    let recorded = detail["streamTotals"][0]["payloadBytes"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no stream total in {detail}"));
+    assert!(recorded > 300.0, "{detail}");
+    assert_eq!(sample(&after, "edgerunner_stream_bytes_total"), recorded);
+    // Another organization's counters are its own.
+    let other = bootstrap_org("metrics-other");
+    assert_eq!(
+        sample(
+            &scrape(&other.admin_key).await,
+            "edgerunner_claims_granted_total"
+        ),
+        0.0
+    );
 }
