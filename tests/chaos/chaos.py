@@ -308,6 +308,21 @@ class Org:
             time.sleep(0.25 * (attempt + 1))
         raise RuntimeError(f"{method} {path}: no usable answer: {last}")
 
+    def counters(self) -> dict[str, float]:
+        """The organization's counters as GET /metrics says them: each `*_total` sample (its
+        labels included in the key) and its value."""
+        status, text = self.call("GET", "/metrics")
+        if status != 200 or not isinstance(text, str):
+            raise RuntimeError(f"GET /metrics -> {status} {str(text)[:200]}")
+        found = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            sample, _, value = line.rpartition(" ")
+            if sample.split("{")[0].endswith("_total"):
+                found[sample] = float(value)
+        return found
+
     def expect(self, method: str, path: str, body: Any, status: int) -> Any:
         got, answer = self.call(method, path, body)
         if got != status and not (status == 201 and got == 200):
@@ -1076,6 +1091,7 @@ class CrashPhase:
         with self.lock:
             self.in_flight = {(h.job_id, h.attempt) for h in self.helds if h.job_id not in self.finished}
             self.acked_at_kill = self.acked
+        self.counters_before = self.org.counters()
         self.killed_at = self.ctx.server.kill()
         log(f"crash/{self.phase}: server killed with {self.acked_at_kill} chunks acknowledged, "
             f"{len(self.in_flight)} jobs in flight, requests on their way {self.requests_at_kill}")
@@ -1089,6 +1105,7 @@ class CrashPhase:
         self.restarted_at = time.time()
         self.down = self.restarted_at - self.killed_at
         log(f"crash/{self.phase}: server back after {self.down:.1f} s down (start took {took:.1f} s)")
+        self.counters_after = self.org.counters()
 
     def join(self) -> None:
         self.stop.set()
@@ -1145,7 +1162,24 @@ def check_crash_phase(ctx: Context, run: CrashPhase) -> list[str]:
     r = ctx.report
     r.promise(name, "no worker error, every worker done", not run.errors and run.alive == 0,
               f"{run.alive} threads still alive; " + "; ".join(run.errors[:2]))
+    # /metrics' counters are D1 rows: the crash leaves them where they were (none fell), and the
+    # work before it was counted.
+    fell = {k: (v, run.counters_after.get(k)) for k, v in run.counters_before.items()
+            if run.counters_after.get(k, -1) < v}
+    r.promise(name, "no counter of /metrics fell across the server's restart",
+              not fell and run.counters_before.get("edgerunner_claims_granted_total", 0) > 0,
+              f"fell: {fell}; before: {run.counters_before}")
     jobs = org.jobs(run.job_ids)
+    # And once every job ended, they say what the jobs' own records say.
+    final = org.counters()
+    claims = [c for job in jobs.values() for c in job["claims"]]
+    recorded = {"edgerunner_claims_granted_total": len(claims),
+                "edgerunner_leases_lost_total": sum(1 for c in claims if c["state"] == "lost"),
+                'edgerunner_completions_total{outcome="succeeded"}':
+                    sum(1 for job in jobs.values() if job["state"] == "succeeded")}
+    wrong = {k: (final.get(k), v) for k, v in recorded.items() if final.get(k) != v}
+    r.promise(name, "/metrics' counters are the jobs' own records (claims, lost leases, successes)",
+              not wrong, f"counter, record: {wrong or recorded}")
     by_attempt: dict[tuple[str, int], Held] = {(h.job_id, h.attempt): h for h in run.helds}
     client_claims = {h.claim_id for h in run.helds}
     # Grants whose answer the crash lost: stored claims no client ever held.
