@@ -1,6 +1,8 @@
 //! Usage (migration 0014): what an organization stores, in one bounded read
 //! (`queries/usage/read.sql`, its plan pinned by the schema suite). The counts are kept on
-//! the write path by the schema's triggers; nothing here counts the jobs table.
+//! the write path by a guarded statement after each job move, in its batch (queries/usage/*.sql;
+//! never triggers: D1 counts a trigger's writes in its statement's row count); nothing here
+//! counts the jobs table.
 
 use serde::Deserialize;
 use worker::D1PreparedStatement;
