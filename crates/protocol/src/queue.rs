@@ -213,6 +213,24 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_queue_a_job_can_ask_for_fits_the_schemas_bounds() {
+        // 32 tags of 64 characters (4 bytes each), a 128-character problem type, a 100-byte
+        // runtime: migration 0016 allows a name of 3,000 characters.
+        let tags: Vec<String> = (0..32)
+            .map(|n| format!("{n:02}{}", "\u{1F600}".repeat(62)))
+            .collect();
+        let longest = QueueKey::of(&requirements(json!({
+            "runtime": format!("r{}", "9".repeat(99)),
+            "problemType": "\u{1F600}".repeat(128),
+            "tags": tags,
+            "external": true,
+        })));
+        let chars = longest.name().chars().count();
+        assert!(chars <= 3000, "{chars} characters");
+        assert!(chars > 2000, "the case is the longest: {chars}");
+    }
+
+    #[test]
     fn past_the_bound_a_new_queue_is_counted_in_the_overflow_queue() {
         let own = QueueKey::of(&requirements(json!({"tags": ["gpu"]})));
         assert_eq!(

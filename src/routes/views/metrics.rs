@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::queues::{runner_state, QueuesView};
+use super::queues::{QueueView, QueuesView, RunnerLoad};
 use crate::store::counters::COMPLETION_OUTCOMES;
 use crate::store::queues::QueuesRead;
 
@@ -21,8 +21,118 @@ pub(crate) fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The organization's counters (and the deployment's), each a family of its own but the
-/// completions, one family by outcome. A counter never written is 0.
+/// Writes one metric family: its `# HELP` and `# TYPE` lines, then each sample (its labels as
+/// the format writes them, inside the braces, and its value).
+fn family(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (String, i64)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
+}
+
+/// One sample per queue, labelled by its id.
+fn per_queue(view: &QueuesView<'_>, value: impl Fn(&QueueView) -> i64) -> Vec<(String, i64)> {
+    view.queues
+        .iter()
+        .map(|q| (format!("queue=\"{}\"", label(&q.id)), value(q)))
+        .collect()
+}
+
+/// The text of the view (and of the runners and counters it was read with).
+pub(crate) fn render(view: &QueuesView<'_>, read: &QueuesRead, now: i64) -> String {
+    let mut out = String::new();
+    let queue_info = view.queues.iter().map(|q| {
+        (
+            format!("queue=\"{}\",name=\"{}\"", label(&q.id), label(&q.name)),
+            1,
+        )
+    });
+    family(
+        &mut out,
+        "edgerunner_queue_info",
+        "gauge",
+        "A queue of the organization (1), with its name.",
+        queue_info,
+    );
+    let jobs = view.queues.iter().flat_map(|q| {
+        [
+            ("queued", q.jobs.queued),
+            ("claimed", q.jobs.claimed),
+            ("running", q.jobs.running),
+            ("cancel_requested", q.jobs.cancel_requested),
+        ]
+        .map(|(state, n)| (format!("queue=\"{}\",state=\"{state}\"", label(&q.id)), n))
+    });
+    family(
+        &mut out,
+        "edgerunner_jobs",
+        "gauge",
+        "Live jobs by queue and state.",
+        jobs,
+    );
+    family(
+        &mut out,
+        "edgerunner_queue_oldest_queued_age_seconds",
+        "gauge",
+        "How long the queue's oldest queued job has waited (0 when none waits).",
+        per_queue(view, |q| q.oldest_queued_age_seconds.unwrap_or(0)),
+    );
+    let queue_runners = view.queues.iter().flat_map(|q| {
+        q.runners.iter().flat_map(move |runners| {
+            RunnerLoad::ALL.map(|load| {
+                let labels = format!("queue=\"{}\",state=\"{}\"", label(&q.id), load.as_str());
+                (labels, runners.of(load))
+            })
+        })
+    });
+    family(
+        &mut out,
+        "edgerunner_queue_runners",
+        "gauge",
+        "Runners that can serve the queue, by state (idle, busy, draining, offline).",
+        queue_runners,
+    );
+    family(&mut out, "edgerunner_queue_suggested_runners", "gauge",
+        "Runners the queue wants: ceil((queued + claimed + running + cancel_requested) / slots per runner).",
+        per_queue(view, |q| q.suggested_runners));
+    let runners = RunnerLoad::ALL.map(|load| {
+        let n = read
+            .runners
+            .iter()
+            .filter(|r| RunnerLoad::of(r, now) == Some(load))
+            .count();
+        (
+            format!("state=\"{}\"", load.as_str()),
+            i64::try_from(n).unwrap_or(i64::MAX),
+        )
+    });
+    family(&mut out, "edgerunner_runners", "gauge",
+        "The organization's runners that take or took work, by state (idle, busy, draining, offline).",
+        runners);
+    counters(&mut out, read);
+    family(
+        &mut out,
+        "edgerunner_read_capped",
+        "gauge",
+        "1 when a bound of the read was reached: the counts are then at least these.",
+        [(String::new(), i64::from(view.capped))],
+    );
+    out
+}
+
+/// The organization's counters (and the deployment's): one family each, but the completions,
+/// one family by outcome. A counter never written is 0.
 fn counters(out: &mut String, read: &QueuesRead) {
     let value = |name: &str| {
         read.counters
@@ -63,139 +173,21 @@ fn counters(out: &mut String, read: &QueuesRead) {
             "Recovery passes of the deployment's reaper.",
         ),
     ] {
-        family(out, metric, "counter", help);
-        let _ = writeln!(out, "{metric} {}", value(name));
+        family(out, metric, "counter", help, [(String::new(), value(name))]);
     }
+    let completions = COMPLETION_OUTCOMES.map(|outcome| {
+        (
+            format!("outcome=\"{outcome}\""),
+            value(&format!("completions_{outcome}")),
+        )
+    });
     family(
         out,
         "edgerunner_completions_total",
         "counter",
         "Completions: accepted ones by the state they left the job in, refused ones by decision.",
+        completions,
     );
-    for outcome in COMPLETION_OUTCOMES {
-        let _ = writeln!(
-            out,
-            "edgerunner_completions_total{{outcome=\"{outcome}\"}} {}",
-            value(&format!("completions_{outcome}"))
-        );
-    }
-}
-
-/// Writes a metric family's `# HELP` and `# TYPE` lines.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// The text of the view (and of the runners it was read with, for the runners by state).
-pub(crate) fn render(view: &QueuesView<'_>, read: &QueuesRead, now: i64) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
-        "edgerunner_queue_info",
-        "gauge",
-        "A queue of the organization (1), with its name.",
-    );
-    for q in &view.queues {
-        let _ = writeln!(
-            out,
-            "edgerunner_queue_info{{queue=\"{}\",name=\"{}\"}} 1",
-            label(&q.id),
-            label(&q.name)
-        );
-    }
-    family(
-        &mut out,
-        "edgerunner_jobs",
-        "gauge",
-        "Live jobs by queue and state.",
-    );
-    for q in &view.queues {
-        for (state, jobs) in [
-            ("queued", q.jobs.queued),
-            ("claimed", q.jobs.claimed),
-            ("running", q.jobs.running),
-            ("cancel_requested", q.jobs.cancel_requested),
-        ] {
-            let _ = writeln!(
-                out,
-                "edgerunner_jobs{{queue=\"{}\",state=\"{state}\"}} {jobs}",
-                label(&q.id)
-            );
-        }
-    }
-    family(
-        &mut out,
-        "edgerunner_queue_oldest_queued_age_seconds",
-        "gauge",
-        "How long the queue's oldest queued job has waited (0 when none waits).",
-    );
-    for q in &view.queues {
-        let _ = writeln!(
-            out,
-            "edgerunner_queue_oldest_queued_age_seconds{{queue=\"{}\"}} {}",
-            label(&q.id),
-            q.oldest_queued_age_seconds.unwrap_or(0)
-        );
-    }
-    family(
-        &mut out,
-        "edgerunner_queue_runners",
-        "gauge",
-        "Runners that can serve the queue, by state (idle, busy, draining, offline).",
-    );
-    for q in &view.queues {
-        let Some(runners) = &q.runners else { continue };
-        for (state, n) in [
-            ("idle", runners.idle),
-            ("busy", runners.busy),
-            ("draining", runners.draining),
-            ("offline", runners.offline),
-        ] {
-            let _ = writeln!(
-                out,
-                "edgerunner_queue_runners{{queue=\"{}\",state=\"{state}\"}} {n}",
-                label(&q.id)
-            );
-        }
-    }
-    family(
-        &mut out,
-        "edgerunner_queue_suggested_runners",
-        "gauge",
-        "Runners the queue wants: ceil((queued + claimed + running + cancel_requested) / slots per runner).",
-    );
-    for q in &view.queues {
-        let _ = writeln!(
-            out,
-            "edgerunner_queue_suggested_runners{{queue=\"{}\"}} {}",
-            label(&q.id),
-            q.suggested_runners
-        );
-    }
-    family(
-        &mut out,
-        "edgerunner_runners",
-        "gauge",
-        "The organization's runners that take or took work, by state (idle, busy, draining, offline).",
-    );
-    for state in ["idle", "busy", "draining", "offline"] {
-        let n = read
-            .runners
-            .iter()
-            .filter(|r| runner_state(r, now) == Some(state))
-            .count();
-        let _ = writeln!(out, "edgerunner_runners{{state=\"{state}\"}} {n}");
-    }
-    counters(&mut out, read);
-    family(
-        &mut out,
-        "edgerunner_read_capped",
-        "gauge",
-        "1 when a bound of the read was reached: the counts are then at least these.",
-    );
-    let _ = writeln!(out, "edgerunner_read_capped {}", u8::from(view.capped));
-    out
 }
 
 #[cfg(test)]

@@ -68,18 +68,61 @@ pub(crate) struct QueuesView<'a> {
     pub(crate) generated_at: Option<String>,
 }
 
-/// How a runner counts: idle, busy, draining or offline (`None`: it takes no work).
-pub(crate) fn runner_state(runner: &RoutedRunner, now: i64) -> Option<&'static str> {
-    let seen_lately = runner
-        .last_seen_at
-        .is_some_and(|at| now.saturating_sub(at) <= OFFLINE_AFTER_MILLIS);
-    match runner.state {
-        RunnerState::Draining => Some("draining"),
-        RunnerState::Lost => Some("offline"),
-        RunnerState::Active if !seen_lately => Some("offline"),
-        RunnerState::Active if runner.active_claims > 0 => Some("busy"),
-        RunnerState::Active => Some("idle"),
-        RunnerState::PendingApproval | RunnerState::Revoked => None,
+/// How a runner that takes (or took) work counts for a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunnerLoad {
+    Idle,
+    Busy,
+    Draining,
+    Offline,
+}
+
+impl RunnerLoad {
+    pub(crate) const ALL: [RunnerLoad; 4] = [Self::Idle, Self::Busy, Self::Draining, Self::Offline];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Busy => "busy",
+            Self::Draining => "draining",
+            Self::Offline => "offline",
+        }
+    }
+
+    /// How `runner` counts at `now` (`None`: pending approval or revoked, it takes no work).
+    pub(crate) fn of(runner: &RoutedRunner, now: i64) -> Option<Self> {
+        let seen_lately = runner
+            .last_seen_at
+            .is_some_and(|at| now.saturating_sub(at) <= OFFLINE_AFTER_MILLIS);
+        match runner.state {
+            RunnerState::Draining => Some(Self::Draining),
+            RunnerState::Lost => Some(Self::Offline),
+            RunnerState::Active if !seen_lately => Some(Self::Offline),
+            RunnerState::Active if runner.active_claims > 0 => Some(Self::Busy),
+            RunnerState::Active => Some(Self::Idle),
+            RunnerState::PendingApproval | RunnerState::Revoked => None,
+        }
+    }
+}
+
+impl QueueRunners {
+    fn add(&mut self, load: RunnerLoad) {
+        match load {
+            RunnerLoad::Idle => self.idle += 1,
+            RunnerLoad::Busy => self.busy += 1,
+            RunnerLoad::Draining => self.draining += 1,
+            RunnerLoad::Offline => self.offline += 1,
+        }
+    }
+
+    /// How many runners count as `load`.
+    pub(crate) fn of(&self, load: RunnerLoad) -> i64 {
+        match load {
+            RunnerLoad::Idle => self.idle,
+            RunnerLoad::Busy => self.busy,
+            RunnerLoad::Draining => self.draining,
+            RunnerLoad::Offline => self.offline,
+        }
     }
 }
 
@@ -164,16 +207,11 @@ pub(crate) fn build<'a>(organization_id: &'a str, read: &QueuesRead, now: i64) -
                         let serves = profile.as_ref().is_some_and(|p| {
                             match_job(p, &requirements, &any_subject, None).is_ok()
                         });
-                        let Some(state) = runner_state(runner, now).filter(|_| serves) else {
+                        let Some(load) = RunnerLoad::of(runner, now).filter(|_| serves) else {
                             continue;
                         };
-                        match state {
-                            "idle" => runners.idle += 1,
-                            "busy" => runners.busy += 1,
-                            "draining" => runners.draining += 1,
-                            _ => runners.offline += 1,
-                        }
-                        if state != "offline" {
+                        runners.add(load);
+                        if load != RunnerLoad::Offline {
                             slots.push(runner.max_concurrent_jobs.max(1));
                         }
                     }
