@@ -115,6 +115,23 @@ class RouteTableAndDocument(unittest.TestCase):
                         for code in codes:
                             self.assertRegex(code, r"^[A-Z][A-Z0-9_]*$", where)
 
+    def test_a_set_of_enumerated_values_may_hold_every_value(self):
+        """An array of distinct values from an enum bounds its length at the enum's size: a
+        smaller maxItems refuses a valid answer (a key with all four scopes did, in the fuzzer)."""
+
+        def walk(node, where):
+            if isinstance(node, dict):
+                items = resolve(node.get("items", {})) if node.get("type") == "array" else {}
+                if node.get("uniqueItems") and "enum" in items and "maxItems" in node:
+                    self.assertEqual(node["maxItems"], len(items["enum"]), where)
+                for key, value in node.items():
+                    walk(value, f"{where}/{key}")
+            elif isinstance(node, list):
+                for index, value in enumerate(node):
+                    walk(value, f"{where}/{index}")
+
+        walk(DOCUMENT, "#")
+
     def test_every_reference_resolves(self):
         def walk(node):
             if isinstance(node, dict):
