@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,7 @@ spec.loader.exec_module(chaos)
 
 TABLES = {
     "jobs": "id",
+    "archived_jobs": "id",
     "job_claims": "job_id",
     "stream_chunks": "job_id",
     "job_events": "job_id",
@@ -57,7 +59,12 @@ def footprint(server: chaos.Server, job_id: str) -> dict[str, tuple[int, int]]:
             for value in row.values():
                 if value is None:
                     continue
-                size += len(value.encode()) if isinstance(value, str) else 8
+                if isinstance(value, str):
+                    size += len(value.encode())
+                elif isinstance(value, list):  # a blob, as wrangler answers it
+                    size += len(value)
+                else:
+                    size += 8
         found[table] = (len(rows), size)
     return found
 
@@ -100,92 +107,37 @@ def pages_by_name(db: sqlite3.Connection) -> dict[str, int]:
     return {name: size for name, size in db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")}
 
 
-# A compact layout for archived jobs, measured beside today's (a design, not the schema): an
-# integer key that the indexes carry instead of the 28-byte job id; hashes as 32-byte blobs;
-# the subject by its version (the version names its artifact, kind and content hash); the
-# requirements by reference to one row per distinct requirements document; the accepted
-# completion's evaluation run in the row instead of a custody row; what only the detail shows
-# (input hash, stream summary, the decisions' counters) in the R2 record.
-COMPACT = """
-CREATE TABLE compact_requirements (id INTEGER PRIMARY KEY, sha256 BLOB NOT NULL UNIQUE, document TEXT NOT NULL);
-CREATE TABLE compact_archived_jobs (
-    seq INTEGER PRIMARY KEY,
-    organization_id TEXT NOT NULL,
-    id TEXT NOT NULL UNIQUE,
-    idempotency_key TEXT NOT NULL,
-    intent_hash BLOB NOT NULL,
-    subject_version_id INTEGER NOT NULL,
-    subject_environment INTEGER NOT NULL,
-    requirements_id INTEGER NOT NULL REFERENCES compact_requirements (id),
-    state INTEGER NOT NULL,
-    attempts INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    finished_at INTEGER NOT NULL,
-    bundle_sha256 BLOB NOT NULL,
-    bundle_bytes INTEGER NOT NULL,
-    evidence_run_id TEXT,
-    held_at INTEGER, held_by TEXT, held_reason TEXT, expiring_at INTEGER);
-CREATE UNIQUE INDEX compact_by_key ON compact_archived_jobs (organization_id, idempotency_key);
-CREATE INDEX compact_by_organization ON compact_archived_jobs (organization_id, created_at);
-CREATE INDEX compact_by_state ON compact_archived_jobs (organization_id, state, created_at);
-CREATE INDEX compact_to_expire ON compact_archived_jobs (organization_id, finished_at)
-    WHERE held_at IS NULL AND expiring_at IS NULL;
-"""
-
-
-def compact_at_scale(db: sqlite3.Connection, row: dict, run_id: str | None, copies: int) -> dict:
-    """Bytes per archived job in the compact layout, for `copies` copies of `row`."""
-    db.executescript(COMPACT)
-    db.execute("INSERT INTO compact_requirements (sha256, document) VALUES (?, ?)",
-               (os.urandom(32), row["requirements"]))
-    before = pages_by_name(db)
-    states = {"succeeded": 0, "failed": 1, "cancelled": 2}
-    environments = {"dev": 0, "staging": 1, "prod": 2}
-    for n in range(copies):
-        db.execute(
-            "INSERT INTO compact_archived_jobs (organization_id, id, idempotency_key, intent_hash, "
-            "subject_version_id, subject_environment, requirements_id, state, attempts, created_at, "
-            "finished_at, bundle_sha256, bundle_bytes, evidence_run_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
-            (row["organization_id"], "job_" + os.urandom(12).hex(), f"storage-{n:08x}",
-             bytes.fromhex(row["intent_hash"]), row["subject_version_id"],
-             environments[row["subject_environment"]], states[row["state"]],
-             row["dispatch_attempt"] * 16 + row["released_attempts"], row["created_at"] + n * 1000,
-             row["finished_at"] + n * 1000, bytes.fromhex(row["bundle_sha256"]), row["bundle_bytes"],
-             run_id and run_id[:4] + os.urandom(12).hex()))
-    db.commit()
-    after = pages_by_name(db)
-    grown = {name: round((after[name] - before.get(name, 0)) / copies, 1)
-             for name in after if name.startswith(("compact", "sqlite_autoindex_compact"))
-             and after[name] > before.get(name, 0)}
-    return {"bytesPerJob": grown, "totalPerJob": round(sum(grown.values()), 1)}
-
-
 def at_scale(source: Path, job_id: str, copies: int, scratch: Path) -> dict:
     """Bytes per archived job in the database file, by table and index: `copies` copies of the
-    archived job `job_id` (row and custody rows) added to a copy of the server's database."""
+    archived job `job_id` (its archived_jobs row and custody rows, migration 0018) added to a
+    copy of the server's database, each under a fresh id and an idempotency key of 36
+    characters (a UUID, as clients commonly send)."""
     path = scratch / "scale.sqlite"
     shutil.copyfile(source, path)
     db = sqlite3.connect(path)
     # A copy for measuring only: the rows copied are valid as the server writes them, but the
-    # schema's triggers would ask for the job's pruned rows (its completion) to exist.
+    # schema's triggers would ask for the job's pruned row in jobs (gone since its move).
     db.execute("PRAGMA foreign_keys = OFF")
     for (name,) in db.execute("SELECT name FROM sqlite_schema WHERE type = 'trigger'").fetchall():
         db.execute(f'DROP TRIGGER "{name}"')
     db.commit()
     before = pages_by_name(db)
     file_before = db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
-    job_columns = [row[1] for row in db.execute("PRAGMA table_info(jobs)")]
-    [template] = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchall()
+    job_columns = [row[1] for row in db.execute("PRAGMA table_info(archived_jobs)")]
+    [template] = db.execute("SELECT * FROM archived_jobs WHERE id = ?", (job_id,)).fetchall()
     custody = db.execute("SELECT * FROM completion_evidence WHERE job_id = ?", (job_id,)).fetchall()
     custody_columns = [row[1] for row in db.execute("PRAGMA table_info(completion_evidence)")]
     row = dict(zip(job_columns, template))
+    del row["seq"]
     for n in range(copies):
         new_id = "job_" + os.urandom(12).hex()
-        copy = dict(row, id=new_id, idempotency_key=f"storage-{n:08x}",
+        copy = dict(row, id=new_id, idempotency_key=str(uuid.uuid4()),
                     created_at=row["created_at"] + n * 1000, updated_at=row["updated_at"] + n * 1000,
-                    finished_at=row["finished_at"] + n * 1000, archived_at=row["archived_at"] + n * 1000)
-        db.execute(f"INSERT INTO jobs ({', '.join(copy)}) VALUES ({', '.join('?' * len(copy))})", list(copy.values()))
+                    finished_at=row["finished_at"] + n * 1000, archived_at=row["archived_at"] + n * 1000,
+                    intent_hash=os.urandom(32), input_hash=os.urandom(32), bundle_sha256=os.urandom(32),
+                    stream_head=row["stream_head"] and os.urandom(32))
+        db.execute(f"INSERT INTO archived_jobs ({', '.join(copy)}) VALUES ({', '.join('?' * len(copy))})",
+                   list(copy.values()))
         for held in custody:
             entry = dict(zip(custody_columns, held))
             entry.update(job_id=new_id, evidence_id=entry["evidence_id"][:4] + os.urandom(12).hex(),
@@ -195,16 +147,16 @@ def at_scale(source: Path, job_id: str, copies: int, scratch: Path) -> dict:
     db.commit()
     after = pages_by_name(db)
     file_after = db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
-    runs = [dict(zip(custody_columns, held))["evidence_id"] for held in custody
-            if dict(zip(custody_columns, held))["evidence_kind"] == "evaluation_run"]
-    compact = compact_at_scale(db, row, runs[0] if runs else None, copies)
     db.close()
     path.unlink()
     grown = {name: round((after[name] - before.get(name, 0)) / copies, 1)
              for name in after if after[name] > before.get(name, 0)}
+    custody_names = ("completion_evidence", "sqlite_autoindex_completion_evidence")
     return {"copies": copies, "custodyRows": len(custody), "bytesPerJob": grown,
             "totalPerJob": round(sum(grown.values()), 1),
-            "fileBytesPerJob": round((file_after - file_before) / copies, 1), "compact": compact}
+            "withoutCustody": round(sum(size for name, size in grown.items()
+                                        if not name.startswith(custody_names)), 1),
+            "fileBytesPerJob": round((file_after - file_before) / copies, 1)}
 
 
 def lines(first: int, count: int) -> dict:
@@ -276,11 +228,11 @@ def main() -> int:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
-    print("| job | D1 before: rows, bytes | D1 after: rows, bytes | of which the job row | R2: bundle + record bytes |")
+    print("| job | D1 before: rows, bytes | D1 after: rows, bytes | of which the archived row | R2: bundle + record bytes |")
     print("|---|---|---|---|---|")
     for label, job in results["jobs"].items():
         b, a = total(job["before"]), total(job["after"])
-        print(f"| {label} | {b[0]:,}, {b[1]:,} | {a[0]}, {a[1]:,} | {job['after']['jobs'][1]:,} | "
+        print(f"| {label} | {b[0]:,}, {b[1]:,} | {a[0]}, {a[1]:,} | {job['after']['archived_jobs'][1]:,} | "
               f"{job['r2Bytes']:,} (bundle {job['bundleBytes']:,}) |")
     scale = results["scale"]
     print(f"\nAt scale: {scale['copies']:,} archived quiet jobs (each with {scale['custodyRows']} custody row(s)) "
@@ -289,10 +241,7 @@ def main() -> int:
     print("| table or index | bytes per archived job |\n|---|---|")
     for name, size in sorted(scale["bytesPerJob"].items(), key=lambda item: -item[1]):
         print(f"| {name} | {size:,} |")
-    print(f"\nThe compact layout (bench/storage.py COMPACT), the same jobs: {scale['compact']['totalPerJob']:,} bytes each:")
-    print("| table or index | bytes per archived job |\n|---|---|")
-    for name, size in sorted(scale["compact"]["bytesPerJob"].items(), key=lambda item: -item[1]):
-        print(f"| {name} | {size:,} |")
+    print(f"\nOf which the job's own row and indexes (without its custody rows): {scale['withoutCustody']:,} bytes.")
     t = results["throughput"]
     print(f"\nThroughput: {t['jobs']} finished jobs archived (stored, read back, pruned) in {t['seconds']} s "
           f"with 4 requests at once: {t['jobsPerSecond']} jobs/s.")

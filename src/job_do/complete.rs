@@ -4,6 +4,7 @@
 //! a duplicate of the accepted one, or a conflicting or stale one (recorded, up to the job's
 //! cap, and refused with its decision).
 
+use edgerunner_protocol::archive::ArchiveState;
 use edgerunner_protocol::completion::{
     reconcile, AcceptedCompletion, ActiveClaim, Completion, Evidence, JobCompletionView, Outcome,
 };
@@ -329,8 +330,8 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
 }
 
 /// A completion for a job whose archive is stored: decided from the archive's record (the
-/// job's claims and accepted completion as they were archived) and counted on the job row (the
-/// job's one row that still takes writes), so that nothing is added beside what the archive
+/// job's claims and accepted completion as they were archived) and counted on the job's row,
+/// in jobs or archived_jobs (the job's one row that still takes writes), so that nothing is added beside what the archive
 /// holds and nothing of it is lost. The runner's answer is the one it would have had before.
 async fn archived(
     ctx: &OpCtx<'_>,
@@ -357,7 +358,12 @@ async fn archived(
         completion_id: None,
         job_state: decided.state,
     };
-    let count = jobs::count_unstored_decision(
+    // Stored: the job's row is still in jobs; pruned: it moved to archived_jobs.
+    let count_unstored = match summary.state {
+        ArchiveState::Stored => jobs::count_unstored_decision,
+        ArchiveState::Pruned => jobs::count_unstored_decision_archived,
+    };
+    let count = count_unstored(
         ctx.db,
         &snap.job.id,
         outcome.as_str(),

@@ -207,14 +207,28 @@ pub(crate) async fn prune_batch(
     })
 }
 
-/// Records stage `pruned` (the schema checks that no row of the job is left). `false`: the
-/// job was not at stage `stored`.
+/// Records stage `pruned` (the schema checks that no row of the job is left) and moves the
+/// job's row to `archived_jobs` (migration 0018), in one batch. `false`: the job was not at
+/// stage `stored` (pruned and moved already), and then nothing changed.
 pub(crate) async fn mark_pruned(db: &Db, org: &str, job: &str) -> ApiResult<bool> {
-    let marked = stmt(
-        db,
-        include_str!("queries/archive_mark_pruned.sql"),
-        &[job.into(), org.into()],
-    )?;
-    let changed = super::batch(db, vec![marked, super::usage::job_pruned(db, org, job)?]).await?;
-    Ok(changed.first() == Some(&1))
+    let args = [job.into(), org.into()];
+    let statements = vec![
+        stmt(db, include_str!("queries/archive_mark_pruned.sql"), &args)?,
+        super::usage::job_pruned(db, org, job)?,
+        stmt(
+            db,
+            include_str!("queries/archive/move_requirements.sql"),
+            &args,
+        )?,
+        stmt(db, include_str!("queries/archive/move_job.sql"), &args)?,
+        stmt(db, include_str!("queries/archive/move_delete.sql"), &args)?,
+    ];
+    let changed = super::batch(db, statements).await?;
+    match changed.as_slice() {
+        [1, _, _, 1, 1] => Ok(true),
+        [0, _, 0, 0, 0] => Ok(false),
+        other => Err(ApiError::internal(format!(
+            "job {job}'s move to archived_jobs changed {other:?} rows"
+        ))),
+    }
 }

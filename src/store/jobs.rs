@@ -460,6 +460,22 @@ pub(crate) fn count_unstored_decision(
     )
 }
 
+/// [`count_unstored_decision`] for a job whose row moved to `archived_jobs` (its archive is
+/// pruned).
+pub(crate) fn count_unstored_decision_archived(
+    db: &Db,
+    job: &str,
+    decision: &str,
+    checksum: &str,
+    now: i64,
+) -> ApiResult<D1PreparedStatement> {
+    stmt(
+        db,
+        include_str!("queries/jobs/count_unstored_decision_archived.sql"),
+        &[job.into(), decision.into(), checksum.into(), now.into()],
+    )
+}
+
 #[derive(Deserialize)]
 pub(crate) struct ChunkRow {
     pub(crate) dispatch_attempt: i64,

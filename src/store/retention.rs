@@ -172,7 +172,8 @@ pub(crate) async fn delete_evidence_batch(
 }
 
 /// The expiring job's last batch: its organization's count grows by one, then its run in
-/// custody, its custody rows and its row go. `false`: the row was gone already.
+/// custody, its custody rows and its archived row go, with its requirements document when no
+/// other archived job names it. `false`: the row was gone already.
 pub(crate) async fn delete_job(db: &Db, org: &str, job: &str) -> ApiResult<bool> {
     let args = [job.into(), org.into()];
     let statements = vec![
@@ -188,13 +189,20 @@ pub(crate) async fn delete_job(db: &Db, org: &str, job: &str) -> ApiResult<bool>
             include_str!("queries/retention/delete_custody.sql"),
             &args,
         )?,
+        stmt(
+            db,
+            include_str!("queries/retention/release_requirements.sql"),
+            &args,
+        )?,
         stmt(db, include_str!("queries/retention/delete_job.sql"), &args)?,
+        stmt(
+            db,
+            include_str!("queries/retention/drop_requirements.sql"),
+            &[org.into()],
+        )?,
     ];
-    let results = write_batch(db, statements).await?;
-    let last = results
-        .last()
-        .ok_or_else(|| ApiError::internal("the deletion batch answered no result"))?;
-    Ok(changes(last)? == 1)
+    let changed = super::batch(db, statements).await?;
+    Ok(changed.get(5) == Some(&1))
 }
 
 /// Holds the finished job (who and why) and records `event` with it, in one batch; `false`
@@ -216,28 +224,44 @@ pub(crate) async fn hold(
         .map(JobState::as_str)
         .collect();
     let finished = serde_json::to_string(&finished).map_err(ApiError::internal)?;
-    let hold = stmt(
-        db,
-        include_str!("queries/retention/hold.sql"),
-        &[
-            job.into(),
-            org.into(),
-            now.into(),
-            who.into(),
-            finished.as_str().into(),
-            reason.into(),
-        ],
-    )?;
+    let args = [
+        job.into(),
+        org.into(),
+        now.into(),
+        who.into(),
+        finished.as_str().into(),
+        reason.into(),
+    ];
+    // The job is in jobs or in archived_jobs, never both: one of the two holds applies, and
+    // each is followed by its own counter and event (each guarded by the write before it).
     let changed = super::batch(
         db,
         vec![
-            hold,
+            stmt(db, include_str!("queries/retention/hold.sql"), &args)?,
+            usage::job_held(db, org, true)?,
+            events::insert_if_changed(db, event)?,
+            stmt(
+                db,
+                include_str!("queries/retention/hold_archived.sql"),
+                &args,
+            )?,
             usage::job_held(db, org, true)?,
             events::insert_if_changed(db, event)?,
         ],
     )
     .await?;
-    Ok(changed.first() == Some(&1))
+    held_once(&changed)
+}
+
+/// Whether exactly one of a hold's (or a release's) two writes, at 0 and 3, changed its row.
+fn held_once(changed: &[usize]) -> ApiResult<bool> {
+    match (changed.first(), changed.get(3)) {
+        (Some(0), Some(0)) => Ok(false),
+        (Some(1), Some(0)) | (Some(0), Some(1)) => Ok(true),
+        other => Err(ApiError::internal(format!(
+            "a hold's writes changed {other:?} rows"
+        ))),
+    }
 }
 
 /// Releases the held job and records `event` with it, in one batch; `false` when it was not
@@ -248,19 +272,22 @@ pub(crate) async fn release(
     job: &str,
     event: &NewEvent<'_>,
 ) -> ApiResult<bool> {
-    let release = stmt(
-        db,
-        include_str!("queries/retention/release.sql"),
-        &[job.into(), org.into()],
-    )?;
+    let args = [job.into(), org.into()];
     let changed = super::batch(
         db,
         vec![
-            release,
+            stmt(db, include_str!("queries/retention/release.sql"), &args)?,
+            usage::job_held(db, org, false)?,
+            events::insert_if_changed(db, event)?,
+            stmt(
+                db,
+                include_str!("queries/retention/release_archived.sql"),
+                &args,
+            )?,
             usage::job_held(db, org, false)?,
             events::insert_if_changed(db, event)?,
         ],
     )
     .await?;
-    Ok(changed.first() == Some(&1))
+    held_once(&changed)
 }

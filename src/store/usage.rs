@@ -18,6 +18,11 @@ pub(crate) const MAX_DUE_COUNTED: i64 = 10_000;
 /// fixed columns and index entries, and while it is live its claims, events and completions
 /// (each bounded per job). Migration 0015 estimates what was stored before it the same way.
 pub(crate) const JOB_ROW_BYTES: i64 = 1024;
+/// What an archived job's row costs (migration 0018) besides its requirements document: its
+/// columns and index entries (bench/storage.py measures about 500 bytes), until retention
+/// deletes it. A job's charge drops from [`JOB_ROW_BYTES`] and its input to this when its row
+/// moves to `archived_jobs`.
+pub(crate) const ARCHIVED_JOB_BYTES: i64 = 512;
 /// What a stream chunk costs besides its payload: its hashes, names and index entries.
 pub(crate) const CHUNK_ROW_BYTES: i64 = 256;
 /// What a release version costs besides its content.
@@ -124,12 +129,18 @@ pub(crate) fn archive_stored(
     )
 }
 
-/// After a job's archive was marked pruned: a live job is an archived one, its chunks freed.
+/// After a job's archive was marked pruned: a live job is an archived one, its chunks, its
+/// input and its live row's excess over an archived row freed.
 pub(crate) fn job_pruned(db: &Db, org: &str, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/usage/job_pruned.sql"),
-        &[org.into(), job.into(), CHUNK_ROW_BYTES.into()],
+        &[
+            org.into(),
+            job.into(),
+            CHUNK_ROW_BYTES.into(),
+            (JOB_ROW_BYTES - ARCHIVED_JOB_BYTES).into(),
+        ],
     )
 }
 
@@ -152,12 +163,12 @@ pub(crate) fn job_expiring(db: &Db, org: &str) -> ApiResult<D1PreparedStatement>
     )
 }
 
-/// In a job's deletion batch, before its row goes.
+/// In an archived job's deletion batch, before its row goes.
 pub(crate) fn job_deleted(db: &Db, org: &str, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/usage/job_deleted.sql"),
-        &[job.into(), org.into(), JOB_ROW_BYTES.into()],
+        &[job.into(), org.into(), ARCHIVED_JOB_BYTES.into()],
     )
 }
 

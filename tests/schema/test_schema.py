@@ -47,9 +47,22 @@ def sha(text):
 def open_database(migrations=None):
     conn = sqlite3.connect(":memory:", isolation_level=None)  # autocommit; batches BEGIN explicitly
     conn.execute("PRAGMA foreign_keys = ON")
+    if sqlite3.sqlite_version_info < (3, 41, 0):
+        # unhex() is SQLite's own from 3.41 (D1 and workerd have it); older Pythons get its
+        # behaviour here: hex text to a blob, NULL for NULL or text that is not hex.
+        conn.create_function("unhex", 1, python_unhex, deterministic=True)
     for path in MIGRATIONS if migrations is None else migrations:
         apply_migration(conn, path)
     return conn
+
+
+def python_unhex(text):
+    if text is None:
+        return None
+    try:
+        return bytes.fromhex(text)
+    except (TypeError, ValueError):
+        return None
 
 
 def apply_migration(conn, path):
@@ -121,7 +134,10 @@ class World:
         """queries/usage/NAME right after the statement it follows, as the service's batches run
         it (it applies only when that statement changed its row); nothing before migration 0014,
         and no charge before 0015."""
-        sql = query(f"usage/{name}")
+        self.usage_sql(query(f"usage/{name}"), *params)
+
+    def usage_sql(self, sql, *params):
+        """[`usage`] of a statement's text (one the service ran before a later migration)."""
         columns = {row[1] for row in self.conn.execute("PRAGMA table_info(organization_usage)")}
         if columns and ("d1_bytes" in columns or "d1_bytes" not in sql):  # and nothing before 0015's
             self.conn.execute(sql, params)
@@ -772,7 +788,38 @@ class EnumCheckTests(SchemaTest):
                 value, unnamed_result, accepted, accepted_job, org, NOW,
             )
 
+        def archived(column):
+            """An archived row with `column` = value, moved from a job pruned for it."""
+            def write(value):
+                moved = w.job(org)
+                self.execute("UPDATE jobs SET state = 'cancelled', finished_at = ?, cancel_reason = 'x'"
+                             " WHERE id = ?", NOW, moved)
+                self.execute("UPDATE jobs SET archive_state = 'stored', bundle_sha256 = ?, bundle_bytes = 1,"
+                             " stream_chunks = 0, stream_bytes = 0, archived_at = ? WHERE id = ?",
+                             sha(moved), NOW, moved)
+                self.execute("UPDATE jobs SET archive_state = 'pruned' WHERE id = ?", moved)
+                number = w.one("SELECT number FROM organization_numbers WHERE organization_id = ?", org)[0]
+                document = self.execute(
+                    "INSERT INTO requirement_documents (organization_number, document, jobs)"
+                    " SELECT ?, requirements, 1 FROM jobs WHERE id = ?"
+                    " ON CONFLICT (organization_number, document) DO UPDATE SET jobs = jobs + 1"
+                    " RETURNING id", number, moved).fetchone()[0]
+                row = {"state": "cancelled", "subject_environment": "prod", column: value}
+                self.execute(
+                    "INSERT INTO archived_jobs (id, organization_number, idempotency_key, intent_hash,"
+                    " subject_version_id, subject_environment, requirements_id, input_hash, state,"
+                    " dispatch_attempt, released_attempts, created_at, updated_at, finished_at, archived_at,"
+                    " bundle_sha256, bundle_bytes, stream_chunks, stream_bytes)"
+                    " SELECT id, ?, idempotency_key, unhex(intent_hash), subject_version_id, ?, ?,"
+                    " unhex(input_hash), ?, 0, 0, created_at, updated_at, finished_at, archived_at,"
+                    " unhex(bundle_sha256), 1, 0, 0 FROM jobs WHERE id = ?",
+                    number, row["subject_environment"], document, row["state"], moved)
+
+            return write
+
         return [
+            ("archived_jobs", "state", "failed", archived("state")),
+            ("archived_jobs", "subject_environment", "dev", archived("subject_environment")),
             ("api_keys", "role", "member", lambda v: w.api_key(org, role=v)),
             ("organizations", "enrollment_policy", "token", lambda v: w.org(enrollment_policy=v)),
             ("runners", "state", "draining", lambda v: _update("runners", "state")(self, state_runner, v)),
@@ -2138,6 +2185,21 @@ class QueryPlanTests(SchemaTest):
         self.assertFalse(any(d.startswith("SCAN") for d in plan), text)
         self.assertFalse(any("TEMP B-TREE" in d for d in plan), text)
 
+    def assertMergesRanges(self, sql, params, indexes):
+        """A read of jobs and archived_jobs (migration 0018): a range of each of `indexes`, and
+        nothing scanned or sorted but what those bounded ranges gave (each arm's page, at most
+        its LIMIT; the jobs made in one millisecond, whose ids order them; a GROUP BY's states)."""
+        plan = query_plan(self.conn, sql, params)
+        text = " | ".join(plan)
+        for index in indexes:
+            self.assertTrue(any(f"INDEX {index} (" in d for d in plan), (index, text))
+        for d in plan:
+            if d.startswith("SCAN"):
+                self.assertTrue(d.startswith("SCAN (subquery-"), text)
+            if "TEMP B-TREE" in d:
+                self.assertIn(d, ("USE TEMP B-TREE FOR ORDER BY", "USE TEMP B-TREE FOR RIGHT PART OF ORDER BY",
+                                  "USE TEMP B-TREE FOR GROUP BY"), text)
+
     def test_claim_matching_query_uses_the_queue_index_without_scan_or_sort(self):
         org = self.populate()
         first_page = (org, "agent", "python3.12", 0, -(2**62), "", 8)
@@ -2180,7 +2242,7 @@ class QueryPlanTests(SchemaTest):
         seen, cursor = [], self.PAST_EVERY_JOB
         for _ in range(10):  # bounded: 12 jobs in pages of 5
             params = (org, *cursor, 5)
-            self.assertUsesIndex(self.JOBS_PAGE, params, "jobs_by_organization")
+            self.assertMergesRanges(self.JOBS_PAGE, params, ("jobs_by_organization", "archived_jobs_by_organization"))
             rows = self.execute(self.JOBS_PAGE, *params).fetchall()
             if not rows:
                 break
@@ -2191,16 +2253,17 @@ class QueryPlanTests(SchemaTest):
     def test_jobs_page_of_one_state_uses_the_state_index(self):
         org = self.populate()
         params = (org, *self.PAST_EVERY_JOB, "queued", 50)
-        self.assertUsesIndex(self.JOBS_PAGE_IN_STATE, params, "jobs_by_organization_state")
+        self.assertMergesRanges(self.JOBS_PAGE_IN_STATE, params, ("jobs_by_organization_state", "archived_jobs_by_state"))
         rows = self.execute(self.JOBS_PAGE_IN_STATE, *params).fetchall()
         self.assertEqual(len(rows), 5)
         self.assertTrue(all(r[11] == "queued" for r in rows))
 
     def test_job_state_counts_read_only_the_covering_index(self):
         org = self.populate()
-        self.assertUsesIndex(self.JOB_STATE_COUNTS, (org,), "jobs_by_organization_state")
+        self.assertMergesRanges(self.JOB_STATE_COUNTS, (org,), ("jobs_by_organization_state", "archived_jobs_by_state"))
         plan = " | ".join(query_plan(self.conn, self.JOB_STATE_COUNTS, (org,)))
-        self.assertIn("COVERING INDEX", plan)
+        self.assertIn("COVERING INDEX jobs_by_organization_state", plan)
+        self.assertIn("COVERING INDEX archived_jobs_by_state", plan)
         counts = dict(self.execute(self.JOB_STATE_COUNTS, org).fetchall())
         self.assertEqual(counts, {"queued": 5, "claimed": 3})
 
@@ -2627,6 +2690,7 @@ def query(name):
 
 # The quota's allowances, as src/store/usage.rs has them (and migration 0015's estimate).
 JOB_ROW_BYTES = 1024
+ARCHIVED_JOB_BYTES = 512
 CHUNK_ROW_BYTES = 256
 VERSION_ROW_BYTES = 512
 
@@ -2989,6 +3053,14 @@ class RunnerMachineStatementTests(SchemaTest):
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 # A prune batch, in its order (store::archive::prune_batch).
+# usage/job_pruned.sql before migration 0018, when a pruned job's row stayed in jobs whole.
+LEGACY_JOB_PRUNED = """
+UPDATE organization_usage
+   SET jobs_live = jobs_live - 1, jobs_archived = jobs_archived + 1,
+       d1_bytes = max(0, d1_bytes - (SELECT coalesce(stream_bytes, 0) + coalesce(stream_chunks, 0) * ?3
+                                       FROM jobs WHERE id = ?2 AND organization_id = ?1))
+ WHERE organization_id = ?1 AND changes() = 1
+"""
 PRUNE_STATEMENTS = (query("archive_prune_chunks"), query("archive_prune_completions"),
                     query("archive_prune_events"), query("archive_prune_claims"))
 
@@ -3001,13 +3073,13 @@ class ArchiveWorld(SchemaTest):
         self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
         self.run = self.w.evaluation_run(self.org)
 
-    def finished_job(self, chunks=3, lost_attempt=True, run=None):
+    def finished_job(self, chunks=3, lost_attempt=True, run=None, **job_overrides):
         """A job as the service leaves it: a first attempt lost with a stream, a second that
         streamed and completed with its evaluation run (`run`, or a new one) and a test result
         of it, and a duplicate completion after."""
         w = self.w
         run = run or w.evaluation_run(self.org)
-        job = w.job(self.org)
+        job = w.job(self.org, **job_overrides)
         if lost_attempt:
             first = w.grant(job, self.runner)
             w.stream(job, first, 1, 2)
@@ -3052,6 +3124,38 @@ class ArchiveWorld(SchemaTest):
 
     def prune_batch(self, job, limit):
         return self.counted_batch(PRUNE_STATEMENTS, (job, self.org, limit))
+
+    def has_archived_jobs(self):
+        """Whether migration 0018 (archived_jobs) is applied: the tests of earlier migrations
+        build their worlds before it."""
+        return self.w.one("SELECT count(*) FROM sqlite_schema WHERE name = 'archived_jobs'")[0] == 1
+
+    def mark_pruned(self, job):
+        """store::archive::mark_pruned's batch: stage pruned and its counters, then (from
+        migration 0018) the row's move to archived_jobs. The rows each statement changed."""
+        self.conn.execute("BEGIN")
+        try:
+            changed = [self.execute(query("archive_mark_pruned"), job, self.org).rowcount]
+            if self.has_archived_jobs():
+                self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES, JOB_ROW_BYTES - ARCHIVED_JOB_BYTES)
+            else:
+                self.w.usage_sql(LEGACY_JOB_PRUNED, self.org, job, CHUNK_ROW_BYTES)
+            if self.has_archived_jobs():
+                changed += [self.execute(query(f"archive/move_{step}"), job, self.org).rowcount
+                            for step in ("requirements", "job", "delete")]
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return changed
+
+    def job_row(self, job, columns):
+        """`columns` of the job's row, wherever it is (jobs, or archived_job_rows)."""
+        tables = ("jobs", "archived_job_rows") if self.has_archived_jobs() else ("jobs",)
+        rows = [row for table in tables
+                for row in self.conn.execute(f"SELECT {columns} FROM {table} WHERE id = ?", (job,))]
+        self.assertLessEqual(len(rows), 1)
+        return rows[0] if rows else None
 
 
 class ArchiveTests(ArchiveWorld):
@@ -3274,43 +3378,64 @@ class ArchiveTests(ArchiveWorld):
 TERMINAL_STATES = '["succeeded","failed","cancelled"]'
 RETENTION_EVIDENCE_DELETES = tuple(query(f"retention/delete_{table}")
                                    for table in ("test_results", "cost_records", "model_calls", "traces"))
-# The deletion batch, each statement with how many of (job, organization, JOB_ROW_BYTES) it takes.
+# The deletion batch (store::retention::delete_job), each statement with its parameters from
+# (job, organization): from migration 0018 the archived row goes, with its requirements document
+# when no other archived job names it.
 RETENTION_JOB_DELETE = tuple((query(name), params) for name, params in (
-    ("retention/count_deleted", 2), ("usage/job_deleted", 3), ("retention/delete_runs", 2),
-    ("retention/delete_custody", 2), ("retention/delete_job", 2)))
+    ("retention/count_deleted", lambda job, org: (job, org)),
+    ("usage/job_deleted", lambda job, org: (job, org, ARCHIVED_JOB_BYTES)),
+    ("retention/delete_runs", lambda job, org: (job, org)),
+    ("retention/delete_custody", lambda job, org: (job, org)),
+    ("retention/release_requirements", lambda job, org: (job, org)),
+    ("retention/delete_job", lambda job, org: (job, org)),
+    ("retention/drop_requirements", lambda job, org: (org,))))
+# Its statement that deletes the job's row.
+DELETES_THE_JOB = 5
 
 
 class RetentionWorld(ArchiveWorld):
     """Archived jobs and the retention statements, for the retention and usage tests."""
-    def archived_job(self, run=None):
+    def archived_job(self, run=None, **job_overrides):
         """A finished job, stored and pruned, with its run and a test result in custody."""
-        job, head = self.finished_job(run=run)
+        job, head = self.finished_job(run=run, **job_overrides)
         self.assertEqual(self.store(job, head), 1)
         for _ in range(10):  # bounded: a handful of rows at 500 a batch
             if all(n == 0 for n in self.prune_batch(job, 500)):
                 break
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
-        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
+        self.assertEqual(self.mark_pruned(job)[0], 1)
         return job
 
-    def hold(self, job, by="admin:key_1", reason="an audit"):
-        held = self.execute(query("retention/hold"), job, self.org, NOW + 5, by, TERMINAL_STATES,
-                            reason).rowcount
-        self.w.usage("job_held", self.org, 1)
+    def hold(self, job, by="admin:key_1", reason="an audit", org=None):
+        """store::retention::hold's writes: of jobs, then (from 0018) of archived_jobs, each
+        with its counter; the rows they changed together."""
+        org = org or self.org
+        held = 0
+        for name in ("hold", "hold_archived") if self.has_archived_jobs() else ("hold",):
+            held += self.execute(query(f"retention/{name}"), job, org, NOW + 5, by, TERMINAL_STATES,
+                                 reason).rowcount
+            self.w.usage("job_held", org, 1)
         return held
 
     def release(self, job, org=None):
-        released = self.execute(query("retention/release"), job, org or self.org).rowcount
-        self.w.usage("job_held", org or self.org, -1)
+        org = org or self.org
+        released = 0
+        for name in ("release", "release_archived") if self.has_archived_jobs() else ("release",):
+            released += self.execute(query(f"retention/{name}"), job, org).rowcount
+            self.w.usage("job_held", org, -1)
         return released
 
     def expire(self, job, cut=NOW + 1):
         """1 when the job was marked (its row returned as the deletion needs it), else 0."""
-        returned = self.execute(query("retention/expire"), job, self.org, NOW + 10, cut).fetchall()
+        expire = query("retention/expire") if self.has_archived_jobs() else (
+            # What the pass ran before migration 0018, when archived jobs stayed in jobs.
+            "UPDATE jobs SET expiring_at = ?3 WHERE id = ?1 AND organization_id = ?2"
+            " AND archive_state = 'pruned' AND held_at IS NULL AND expiring_at IS NULL"
+            " AND finished_at < ?4 RETURNING id, organization_id, bundle_sha256")
+        returned = self.execute(expire, job, self.org, NOW + 10, cut).fetchall()
         self.w.usage("job_expiring", self.org)
         self.w.usage("evidence_freed", self.org, job)
         if returned:
-            bundle = self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0]
+            bundle = self.job_row(job, "bundle_sha256")[0]
             self.assertEqual(returned, [(job, self.org, bundle)])
         return len(returned)
 
@@ -3320,7 +3445,7 @@ class RetentionWorld(ArchiveWorld):
     def delete_job(self, job):
         self.conn.execute("BEGIN")
         try:
-            changed = [self.conn.execute(sql, (job, self.org, JOB_ROW_BYTES)[:params]).rowcount
+            changed = [self.conn.execute(sql, params(job, self.org)).rowcount
                        for sql, params in RETENTION_JOB_DELETE]
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -3346,12 +3471,22 @@ class RetentionTests(RetentionWorld):
         self.assertEqual(self.hold(live), 0)
         self.assertRefused(self.execute, "UPDATE jobs SET held_at = ?, held_by = 'x' WHERE id = ?", NOW, live,
                            message="job_hold_needs_a_finished_job")
+        # A finished job, not yet archived, is held where it is, and its hold moves with it.
+        finished, head = self.finished_job()
+        self.assertEqual(self.hold(finished), 1)
+        self.assertEqual(self.store(finished, head), 1)
+        for _ in range(10):  # bounded: a handful of rows at 500 a batch
+            if all(n == 0 for n in self.prune_batch(finished, 500)):
+                break
+        self.assertEqual(self.mark_pruned(finished), [1, 1, 1, 1])
+        self.assertEqual(self.job_row(finished, "held_at, held_by, held_reason"),
+                         (NOW + 5, "admin:key_1", "an audit"))
         job = self.archived_job()
-        self.assertRefused(self.execute, "UPDATE jobs SET held_at = ? WHERE id = ?", NOW, job,
-                           message="job_hold_needs_a_finished_job")
+        self.assertRefused(self.execute, "UPDATE archived_jobs SET held_at = ? WHERE id = ?", NOW, job,
+                           message="CHECK constraint failed")
         self.assertEqual(self.hold(job), 1)
         self.assertEqual(self.hold(job), 0)  # held already: nothing changes
-        self.assertEqual(self.w.one("SELECT held_at, held_by, held_reason FROM jobs WHERE id = ?", job),
+        self.assertEqual(self.job_row(job, "held_at, held_by, held_reason"),
                          (NOW + 5, "admin:key_1", "an audit"))
         # A reason only with a hold.
         self.assertRefused(self.execute, "UPDATE jobs SET held_reason = 'x' WHERE id = ?", live,
@@ -3359,16 +3494,15 @@ class RetentionTests(RetentionWorld):
         # Held: never due, never expired, by the statement or by hand.
         self.assertEqual(self.execute(query("retention/due"), self.org, NOW + 1, 10).fetchall(), [])
         self.assertEqual(self.expire(job), 0)
-        self.assertRefused(self.execute, "UPDATE jobs SET expiring_at = ? WHERE id = ?", NOW, job,
-                           message="job_expiry_needs_an_archived_unheld_job")
+        self.assertRefused(self.execute, "UPDATE archived_jobs SET expiring_at = ? WHERE id = ?", NOW, job,
+                           message="CHECK constraint failed")
         self.assertEqual(self.release(job), 1)
-        self.assertEqual(self.w.one("SELECT held_at, held_by, held_reason FROM jobs WHERE id = ?", job),
-                         (None, None, None))
+        self.assertEqual(self.job_row(job, "held_at, held_by, held_reason"), (None, None, None))
         self.assertEqual(self.release(job), 0)
-        # Another organization's admin holds nothing of this one.
+        # Another organization's admin holds nothing of this one, live or archived.
         other = self.w.org()
-        self.assertEqual(self.execute(query("retention/hold"), job, other, NOW, "x", TERMINAL_STATES,
-                                      "theirs").rowcount, 0)
+        self.assertEqual(self.hold(job, org=other), 0)
+        self.assertEqual(self.hold(finished, org=other), 0)
 
     def test_only_an_archived_unheld_job_finished_before_the_cut_expires_and_for_good(self):
         unarchived, head = self.finished_job()
@@ -3385,17 +3519,17 @@ class RetentionTests(RetentionWorld):
         self.assertEqual(self.expire(job), 1)
         self.assertEqual(self.expire(job), 0)
         self.assertEqual(self.execute(due, self.org, NOW + 1, 10).fetchall(), [])
-        bundle = self.w.one("SELECT bundle_sha256 FROM jobs WHERE id = ?", job)[0]
+        bundle = self.job_row(job, "bundle_sha256")[0]
         self.assertEqual(self.execute(query("retention/expiring"), self.org, 10).fetchall(),
                          [(job, self.org, bundle)])
         self.assertEqual(self.execute(query("retention/expiring_all"), 10).fetchall(), [(job, self.org, bundle)])
         # Final: not moved, not cleared; an expiring job is not held.
         for value in (NOW + 99, None):
-            self.assertRefused(self.execute, "UPDATE jobs SET expiring_at = ? WHERE id = ?", value, job,
-                               message="job_expiry_needs_an_archived_unheld_job")
+            self.assertRefused(self.execute, "UPDATE archived_jobs SET expiring_at = ? WHERE id = ?", value, job,
+                               message="job_expiry_is_final")
         self.assertEqual(self.hold(job), 0)
-        self.assertRefused(self.execute, "UPDATE jobs SET held_at = ?, held_by = 'x' WHERE id = ?", NOW, job,
-                           message="job_hold_needs_a_finished_job")
+        self.assertRefused(self.execute, "UPDATE archived_jobs SET held_at = ?, held_by = 'x' WHERE id = ?",
+                           NOW, job, message="job_expiry_is_final")
 
     def test_nothing_of_a_job_is_deleted_before_it_expires(self):
         run = self.w.evaluation_run(self.org)
@@ -3432,15 +3566,15 @@ class RetentionTests(RetentionWorld):
             if all(n < 2 for n in deleted):
                 break
         self.assertEqual([b[0] for b in batches], [2, 2, 1])
-        self.assertEqual(self.delete_job(job), [1, 1, 1, 2, 1])
-        for table in ("jobs", "completion_evidence"):
-            self.assertEqual(self.w.one(f"SELECT count(*) FROM {table} WHERE {'id' if table == 'jobs' else 'job_id'} = ?",
-                                        job)[0], 0)
+        # The other job names the same requirements document: it stays.
+        self.assertEqual(self.delete_job(job), [1, 1, 1, 2, 1, 1, 0])
+        for table, key in (("jobs", "id"), ("archived_jobs", "id"), ("completion_evidence", "job_id")):
+            self.assertEqual(self.w.one(f"SELECT count(*) FROM {table} WHERE {key} = ?", job)[0], 0)
         self.assertEqual(self.w.one("SELECT count(*) FROM evaluation_runs WHERE id = ?", run)[0], 0)
         self.assertEqual(self.w.one("SELECT retention_deleted_jobs FROM organizations WHERE id = ?", self.org)[0], 1)
         # Run again (a pass that stopped after the batch): nothing changes, nothing is counted.
         self.assertEqual(self.delete_evidence(job, 2), [0, 0, 0, 0])
-        self.assertEqual(self.delete_job(job), [0, 0, 0, 0, 0])
+        self.assertEqual(self.delete_job(job), [0, 0, 0, 0, 0, 0, 0])
         self.assertEqual(self.w.one("SELECT retention_deleted_jobs FROM organizations WHERE id = ?", self.org)[0], 1)
         # The other job, its run and its custody are untouched; every key holds.
         self.assertEqual((self.counts(other), self.w.one("SELECT count(*) FROM test_results"
@@ -3472,14 +3606,18 @@ class RetentionTests(RetentionWorld):
     def test_the_retention_reads_go_through_their_indexes(self):
         for _ in range(3):
             self.archived_job()
-        plan = " ".join(query_plan(self.conn, query("retention/due_all"), (NOW, 10)))
-        self.assertIn("jobs_to_expire", plan)
-        plan = " ".join(query_plan(self.conn, query("retention/expiring_all"), (10,)))
-        self.assertIn("jobs_expiring", plan)
-        plan = " ".join(query_plan(self.conn, query("retention/due"), (self.org, NOW + 1, 10)))
-        self.assertIn("jobs_to_expire", plan)
-        plan = " ".join(query_plan(self.conn, query("retention/expiring"), (self.org, 10)))
-        self.assertIn("jobs_expiring", plan)
+        # Each walks or searches its index (the cron's walk of every organization's, one
+        # organization at a time; the expiring ones, which are only those being deleted).
+        for name, params, step in (
+                ("due_all", (NOW, 10), "SEARCH a USING INDEX archived_jobs_to_expire"),
+                ("expiring_all", (10,), "SCAN a USING INDEX archived_jobs_expiring"),
+                ("due", (self.org, NOW + 1, 10), "SEARCH a USING INDEX archived_jobs_to_expire"),
+                ("expiring", (self.org, 10), "SEARCH a USING INDEX archived_jobs_expiring"),
+                ("expire", ("job_1", self.org, NOW, NOW), "SEARCH archived_jobs USING INDEX sqlite_autoindex_archived_jobs_1"),
+                ("drop_requirements", (self.org,), "SEARCH requirement_documents USING INDEX requirement_documents_unused")):
+            plan = " ".join(query_plan(self.conn, query(f"retention/{name}"), params))
+            self.assertIn(step, plan, name)
+            self.assertNotIn("SCAN archived_jobs", plan, name)
 
 
 class UsageTests(RetentionWorld):
@@ -3496,30 +3634,43 @@ class UsageTests(RetentionWorld):
 
     def recount(self, org=None):
         org = org or self.org
-        one = lambda where: self.w.one(f"SELECT count(*) FROM jobs WHERE organization_id = ? AND {where}", org)[0]
+        # Every job of the organization, live or archived, with what migration 0015's estimate
+        # charges for its row: a live row, or (migration 0018) an archived one and its document.
+        everywhere = (
+            "SELECT archive_state, expiring_at, held_at, bundle_bytes,"
+            "       ? + length(CAST(input AS BLOB)) + length(CAST(requirements AS BLOB)) AS charge"
+            "  FROM jobs WHERE organization_id = ?")
+        params = [JOB_ROW_BYTES, org]
+        if self.has_archived_jobs():
+            everywhere += (
+                " UNION ALL SELECT archive_state, expiring_at, held_at, bundle_bytes,"
+                "       ? + length(CAST(requirements AS BLOB))"
+                "  FROM archived_job_rows WHERE organization_id = ?")
+            params += [ARCHIVED_JOB_BYTES, org]
+        one = lambda column, where: self.w.one(
+            f"SELECT coalesce({column}, 0) FROM ({everywhere}) WHERE {where}", *params)[0]
+        expiring = ("SELECT id FROM archived_jobs WHERE expiring_at IS NOT NULL" if self.has_archived_jobs()
+                    else "SELECT id FROM jobs WHERE expiring_at IS NOT NULL")
         return {
-            "jobs_live": one("archive_state IS NOT 'pruned' AND expiring_at IS NULL"),
-            "jobs_archived": one("archive_state = 'pruned' AND expiring_at IS NULL"),
-            "jobs_expiring": one("expiring_at IS NOT NULL"),
-            "jobs_held": one("held_at IS NOT NULL"),
-            "r2_objects": 2 * one("archive_state IS NOT NULL"),
-            "r2_bytes": self.w.one("SELECT coalesce(sum(bundle_bytes), 0) FROM jobs WHERE organization_id = ?"
-                                   " AND archive_state IS NOT NULL", org)[0],
+            "jobs_live": one("count(*)", "archive_state IS NOT 'pruned' AND expiring_at IS NULL"),
+            "jobs_archived": one("count(*)", "archive_state = 'pruned' AND expiring_at IS NULL"),
+            "jobs_expiring": one("count(*)", "expiring_at IS NOT NULL"),
+            "jobs_held": one("count(*)", "held_at IS NOT NULL"),
+            "r2_objects": 2 * one("count(*)", "archive_state IS NOT NULL"),
+            "r2_bytes": one("sum(bundle_bytes)", "archive_state IS NOT NULL"),
             # Migration 0015's estimate of what the organization's unbounded writes hold.
-            "d1_bytes": self.w.one(
-                "SELECT (SELECT coalesce(sum(? + length(CAST(input AS BLOB)) + length(CAST(requirements AS BLOB))), 0)"
-                "          FROM jobs WHERE organization_id = ?1)"
-                "     + (SELECT coalesce(sum(? + length(CAST(payload AS BLOB))), 0)"
-                "          FROM stream_chunks WHERE organization_id = ?1)"
+            "d1_bytes": one("sum(charge)", "1")
+            + self.w.one(
+                "SELECT (SELECT coalesce(sum(? + length(CAST(payload AS BLOB))), 0)"
+                "          FROM stream_chunks WHERE organization_id = ?2)"
                 "     + (SELECT coalesce(sum(? + length(CAST(content AS BLOB))), 0)"
-                "          FROM release_versions WHERE organization_id = ?1)".replace("?1", "?2"),
-                JOB_ROW_BYTES, org, CHUNK_ROW_BYTES, VERSION_ROW_BYTES)[0]
+                "          FROM release_versions WHERE organization_id = ?2)",
+                CHUNK_ROW_BYTES, org, VERSION_ROW_BYTES)[0]
             # Its evidence, but for what an expiring job's custody holds (freed when marked).
             + sum(self.w.one(
                 f"SELECT coalesce(sum(bytes), 0) FROM {view} WHERE organization_id = ?"
                 f" AND evaluation_run_id NOT IN (SELECT ce.evidence_id FROM completion_evidence AS ce"
-                f"   JOIN jobs AS j ON j.id = ce.job_id WHERE ce.evidence_kind = 'evaluation_run'"
-                f"   AND j.expiring_at IS NOT NULL)", org)[0]
+                f"   WHERE ce.evidence_kind = 'evaluation_run' AND ce.job_id IN ({expiring}))", org)[0]
                   for view in ("evaluation_run_bytes", "test_result_bytes", "cost_record_bytes",
                                "model_call_bytes", "trace_bytes")),
         }
@@ -3565,12 +3716,10 @@ class UsageTests(RetentionWorld):
         for _ in range(10):  # bounded: a handful of rows at 500 a batch
             if all(n == 0 for n in self.prune_batch(job, 500)):
                 break
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
-        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1])
         self.assertCounted(jobs_live=0, jobs_archived=1, jobs_held=1)
         # Applied only after a statement that changed its row: marked again, nothing moves.
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 0)
-        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
+        self.assertEqual(self.mark_pruned(job), [0, 0, 0, 0])
         self.assertCounted(jobs_live=0, jobs_archived=1)
         self.assertEqual(self.release(job), 1)
         self.assertCounted(jobs_held=0)
@@ -3579,7 +3728,7 @@ class UsageTests(RetentionWorld):
         for _ in range(10):
             if all(n == 0 for n in self.delete_evidence(job, 500)):
                 break
-        self.assertEqual(self.delete_job(job)[-1], 1)
+        self.assertEqual(self.delete_job(job)[DELETES_THE_JOB], 1)
         self.assertCounted(jobs_live=0, jobs_archived=0, jobs_expiring=0, r2_objects=0, r2_bytes=0)
         # Another organization's counters never moved.
         self.assertEqual(self.counters(self.w.org()), dict.fromkeys(self.COUNTERS, 0))
@@ -3593,7 +3742,7 @@ class UsageTests(RetentionWorld):
                    "d1_bytes", "d1_quota_override", "retention_days", "retention_deleted_jobs", "cut",
                    "oldest_job_at", "due_at_cut")
         row = dict(zip(columns, self.execute(read, self.org, NOW + 90 * day + 1, 10_000).fetchone()))
-        oldest = self.w.one("SELECT min(created_at) FROM jobs WHERE organization_id = ?", self.org)[0]
+        oldest = self.w.one("SELECT min(created_at) FROM archived_job_rows WHERE organization_id = ?", self.org)[0]
         self.assertEqual(row, {"jobs_live": 0, "jobs_archived": 3, "jobs_expiring": 0, "jobs_held": 1,
                                "r2_objects": 6, "r2_bytes": 3 * 4096, "d1_bytes": self.recount()["d1_bytes"],
                                "d1_quota_override": None, "retention_days": 90,
@@ -3604,9 +3753,10 @@ class UsageTests(RetentionWorld):
         self.assertEqual(self.execute(read, self.org, NOW + 90 * day + 1, 1).fetchone()[-1], 1)
         self.assertIsNone(self.execute(read, "org_unknown", NOW, 10).fetchone())
         plan = " ".join(query_plan(self.conn, read, (self.org, NOW, 10)))
-        self.assertIn("jobs_to_expire", plan)
-        self.assertIn("jobs_by_organization", plan)
+        for index in ("archived_jobs_to_expire", "jobs_by_organization", "archived_jobs_by_organization"):
+            self.assertIn(index, plan)
         self.assertNotIn("SCAN jobs", plan)
+        self.assertNotIn("SCAN archived_jobs", plan)
 
 
 class QuotaTests(RetentionWorld):
@@ -3698,16 +3848,19 @@ class QuotaTests(RetentionWorld):
             if all(n == 0 for n in self.prune_batch(job, 500)):
                 break
         before_prune = self.d1_bytes()
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
-        self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES)
-        self.assertEqual(self.d1_bytes(), before_prune - chunks)
+        job_input = self.w.one("SELECT length(CAST(input AS BLOB)) FROM jobs WHERE id = ?", job)[0]
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1])
+        # Its chunks, its input and its live row's excess over the archived row it moved to.
+        self.assertEqual(self.d1_bytes(), before_prune - chunks - job_input - (JOB_ROW_BYTES - ARCHIVED_JOB_BYTES))
+        archived_row = self.w.one("SELECT ? + length(CAST(requirements AS BLOB)) FROM archived_job_rows"
+                                  " WHERE id = ?", ARCHIVED_JOB_BYTES, job)[0]
         self.assertEqual(self.expire(job), 1)
         for _ in range(10):
             if all(n == 0 for n in self.delete_evidence(job, 500)):
                 break
         before_delete = self.d1_bytes()
-        self.assertEqual(self.delete_job(job)[-1], 1)
-        self.assertEqual(self.d1_bytes(), before_delete - row)
+        self.assertEqual(self.delete_job(job)[DELETES_THE_JOB], 1)
+        self.assertEqual(self.d1_bytes(), before_delete - archived_row)
 
     def test_evidence_is_charged_by_its_text_and_freed_when_its_job_is_marked(self):
         run = self.w.evaluation_run(self.org, metadata='{"k":"v"}')
@@ -3858,3 +4011,176 @@ class CounterTests(SchemaTest):
         self.execute(query("counters/add_deployment"), "reaper_passes")
         self.assertIn(("reaper_passes", 2), self.execute(query("counters/read"), org).fetchall())
 
+
+
+# =============================================================================================
+# Migration 0018: archived jobs, compact
+# =============================================================================================
+
+
+JOB_ROW = ("id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, "
+           "subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, "
+           "state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, "
+           "created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, "
+           "last_unstored_decision, last_unstored_at, held_at, held_by, held_reason")
+ARCHIVE_SUMMARY = ("organization_id, state, finished_at, archive_state, bundle_sha256, bundle_bytes, "
+                   "stream_chunks, stream_bytes, stream_head, archived_at")
+
+
+class ArchivedJobTests(RetentionWorld):
+    """A pruned job's row moves to archived_jobs in its prune's last batch, and every read of a
+    job (by id, by key, by page, by state) finds it there as it was."""
+
+    COUNTERS = UsageTests.COUNTERS
+
+    def pruned_in_jobs(self, **job_overrides):
+        """A finished job stored and pruned down to its row, not yet marked: its row as the
+        reads gave it before the move."""
+        job, head = self.finished_job(**job_overrides)
+        self.assertEqual(self.store(job, head), 1)
+        for _ in range(10):  # bounded: a handful of rows at 500 a batch
+            if all(n == 0 for n in self.prune_batch(job, 500)):
+                break
+        return job
+
+    def test_a_pruned_job_moves_whole_and_reads_as_it_was(self):
+        job = self.pruned_in_jobs()
+        # A late decision counted on the row before the move, and an admin's hold, move with it.
+        self.execute(query("jobs/count_unstored_decision"), job, "duplicate", sha("late"), NOW + 3)
+        self.assertEqual(self.hold(job), 1)
+        before = self.w.one(f"SELECT {JOB_ROW} FROM jobs WHERE id = ?", job)
+        summary = self.w.one(f"SELECT {ARCHIVE_SUMMARY} FROM jobs WHERE id = ?", job)
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1])
+        self.assertEqual(self.w.one("SELECT count(*) FROM jobs WHERE id = ?", job)[0], 0)
+        reads = {
+            "jobs/select_job": (job,),
+            "jobs/get": (self.org, job),
+            "jobs/by_idempotency_key": (self.org, before[2]),
+        }
+        for name, params in reads.items():
+            self.assertEqual(self.execute(query(name), *params).fetchall(), [before], name)
+        self.assertEqual(self.execute(query("archive/row"), job).fetchall(),
+                         [summary[:3] + ("pruned",) + summary[4:]])
+        self.assertEqual(self.execute(query("archive/row_in_org"), self.org, job).fetchall(),
+                         [summary[:3] + ("pruned",) + summary[4:]])
+        self.assertEqual(self.execute(query("jobs/select_found"), self.org, job).fetchall(),
+                         [(before[11], before[12])])
+        # Another organization finds nothing of it.
+        other = self.w.org()
+        for name, params in (("jobs/get", (other, job)), ("jobs/by_idempotency_key", (other, before[2])),
+                             ("archive/row_in_org", (other, job)), ("jobs/select_found", (other, job))):
+            self.assertEqual(self.execute(query(name), *params).fetchall(), [], name)
+        # An archived job holds no claim and no lease: the commit's assertion knows it so.
+        self.execute(query("assert_job_as_known"), job, before[11], before[12], None, None)
+        for args in ((job, before[11], before[12] + 1, None, None), (job, before[11], before[12], None, NOW),
+                     (job, "running", before[12], None, None)):
+            self.assertRefused(self.execute, query("assert_job_as_known"), *args, message="job_moved")
+
+    def test_late_decisions_count_on_the_archived_row(self):
+        job = self.archived_job()
+        self.assertEqual(self.execute(query("jobs/count_unstored_decision_archived"), job, "stale",
+                                      sha("late"), NOW + 9).rowcount, 1)
+        self.assertEqual(self.job_row(job, "unstored_decisions, last_unstored_checksum,"
+                                           " last_unstored_decision, last_unstored_at"),
+                         (1, sha("late"), "stale", NOW + 9))
+        # Nothing else of it changes, by the statements or by hand.
+        for column, value in (("state", "failed"), ("bundle_bytes", 1), ("idempotency_key", "other"),
+                              ("created_at", 1), ("requirements_id", 99)):
+            with self.subTest(column=column):
+                self.assertRefused(self.execute, f"UPDATE archived_jobs SET {column} = ? WHERE id = ?", value, job,
+                                   message="archived_job_is_final")
+
+    def test_only_a_pruned_job_moves_and_its_key_stays_taken(self):
+        live = self.w.job(self.org)
+        number = self.w.one("SELECT number FROM organization_numbers WHERE organization_id = ?", self.org)[0]
+        # Not pruned: the move does nothing, and a hand-made archived row is refused.
+        self.assertEqual(self.mark_pruned(live), [0, 0, 0, 0])
+        by_hand = lambda name: query(f"archive/move_{name}").replace("j.archive_state = 'pruned'", "1")
+        self.execute(by_hand("requirements"), live, self.org)
+        self.assertRefused(self.execute, by_hand("job"), live, self.org, message="archived_job_needs_a_pruned_job")
+        self.assertRefused(self.execute, "DELETE FROM jobs WHERE id = ?", live,
+                           message="job_delete_needs_the_archived_row")
+        job = self.archived_job()
+        key = self.job_row(job, "idempotency_key")[0]
+        # Its key and id name no new job.
+        self.assertRefused(self.w.job, self.org, idempotency_key=key, message="job_idempotency_key_taken")
+        self.assertRefused(self.w.job, self.org, id=job, message="job_idempotency_key_taken")
+        self.w.job(self.w.org(), idempotency_key=key)  # another organization's own key
+        # Not deleted before it expires; its document not while it is named.
+        self.assertRefused(self.execute, "DELETE FROM archived_jobs WHERE id = ?", job,
+                           message="job_delete_needs_expiry")
+        self.assertRefused(self.execute, "DELETE FROM requirement_documents WHERE organization_number = ?",
+                           number, message="requirement_document_is_named")
+
+    def test_requirements_are_kept_once_per_document_of_an_organization(self):
+        plain = self.archived_job()
+        same = self.archived_job()
+        tagged = self.archived_job(requirements=stable_json({"executionKind": "agent", "runtime": "python3.12",
+                                                             "tags": ["gpu"]}))
+        documents = lambda: self.conn.execute(
+            "SELECT document, jobs FROM requirement_documents ORDER BY jobs DESC").fetchall()
+        self.assertEqual(documents(), [('{"executionKind":"agent","runtime":"python3.12"}', 2),
+                                       ('{"executionKind":"agent","runtime":"python3.12","tags":["gpu"]}', 1)])
+        self.assertEqual(self.job_row(tagged, "requirements")[0],
+                         '{"executionKind":"agent","runtime":"python3.12","tags":["gpu"]}')
+        # Deleted with the last job that names it.
+        for job, left in ((plain, [1, 1]), (tagged, [1]), (same, [])):  # counts, most first
+            self.assertEqual(self.expire(job), 1)
+            for _ in range(10):
+                if all(n == 0 for n in self.delete_evidence(job, 500)):
+                    break
+            self.assertEqual(self.delete_job(job)[DELETES_THE_JOB], 1)
+            self.assertEqual([n for _, n in documents()], left, job)
+
+    def test_pages_and_counts_read_both_tables_in_order_without_overlap(self):
+        archived = [self.archived_job() for _ in range(3)]
+        live = [self.w.job(self.org, created_at=NOW + n) for n in range(3)]
+        self.execute("UPDATE jobs SET state = 'cancelled', finished_at = ?, cancel_reason = 'x' WHERE id = ?",
+                     NOW, live[0])
+        everything = [r[0] for r in self.execute(
+            f"SELECT id, created_at FROM jobs WHERE organization_id = ?1 UNION ALL"
+            f" SELECT id, created_at FROM archived_job_rows WHERE organization_id = ?1"
+            f" ORDER BY created_at DESC, id DESC", self.org)]
+        self.assertEqual(sorted(everything), sorted(archived + live))
+        seen, cursor = [], (2**53, "~")
+        for _ in range(10):  # bounded: 6 jobs in pages of 4
+            rows = self.execute(query("jobs_page"), self.org, *cursor, 4).fetchall()
+            if not rows:
+                break
+            seen += [r[0] for r in rows]
+            cursor = (rows[-1][17], rows[-1][0])
+        self.assertEqual(seen, everything)
+        in_state = self.execute(query("jobs_page_in_state"), self.org, 2**53, "~", "succeeded", 10).fetchall()
+        self.assertEqual(sorted(r[0] for r in in_state), sorted(archived))
+        self.assertEqual(dict(self.execute(query("job_state_counts"), self.org).fetchall()),
+                         {"succeeded": 3, "cancelled": 1, "queued": 2})
+
+    def test_migration_0018_moves_every_pruned_job_and_keeps_the_counts(self):
+        before = [m for m in MIGRATIONS if os.path.basename(m) < "0018"]
+        self.conn.close()
+        self.conn = open_database(before)
+        self.w = World(self.conn)
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.w.job(self.org)  # queued
+        self.finished_job()  # finished, not archived
+        held = self.archived_job()
+        self.assertEqual(self.hold(held), 1)
+        rows = {job: self.w.one(f"SELECT {JOB_ROW} FROM jobs WHERE id = ?", job)
+                for job in (held, self.archived_job())}
+        expiring = self.archived_job()
+        self.assertEqual(self.expire(expiring), 1)
+        for path in MIGRATIONS[len(before):]:
+            apply_migration(self.conn, path)
+        self.assertEqual(self.w.one("SELECT count(*) FROM jobs WHERE archive_state = 'pruned'")[0], 0)
+        self.assertEqual(self.w.one("SELECT count(*) FROM archived_jobs")[0], 3)
+        for job, row in rows.items():
+            self.assertEqual(self.execute(query("jobs/get"), self.org, job).fetchall(), [row])
+        self.assertEqual(self.execute(query("jobs/get"), self.org, expiring).fetchall(), [])
+        self.assertEqual(UsageTests.counters(self), UsageTests.recount(self))
+        self.assertEqual(self.conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+        # And the expiring one goes on to its deletion.
+        for _ in range(10):
+            if all(n == 0 for n in self.delete_evidence(expiring, 500)):
+                break
+        self.assertEqual(self.delete_job(expiring)[DELETES_THE_JOB], 1)

@@ -75,6 +75,7 @@ pub fn d1_footprint(job_id: &str) -> Vec<(String, u64, u64)> {
     let id = sql_text(job_id);
     let tables = [
         ("jobs", format!("id = {id}")),
+        ("archived_jobs", format!("id = {id}")),
         ("job_claims", format!("job_id = {id}")),
         ("stream_chunks", format!("job_id = {id}")),
         ("job_events", format!("job_id = {id}")),

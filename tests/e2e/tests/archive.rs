@@ -81,7 +81,8 @@ async fn an_archived_job_reads_byte_for_byte_as_before_and_d1_keeps_its_row_and_
     );
     verify(&bundle_after, &job_id, runner.signing.secret.expose());
 
-    // D1 keeps the job row and its custody (the evaluation run), nothing else.
+    // D1 keeps the job's archived row (migration 0018) and its custody (the evaluation run),
+    // nothing else.
     let d1_after = d1_footprint(&job_id);
     let rows: u64 = d1_after.iter().map(|(_, rows, _)| rows).sum();
     let bytes: u64 = d1_after.iter().map(|(_, _, bytes)| bytes).sum();
@@ -92,7 +93,7 @@ async fn an_archived_job_reads_byte_for_byte_as_before_and_d1_keeps_its_row_and_
     assert!(before_rows > 23, "{d1_before:?}");
     for (table, count, _) in &d1_after {
         let expected = match table.as_str() {
-            "jobs" | "completion_evidence" => 1,
+            "archived_jobs" | "completion_evidence" => 1,
             _ => 0,
         };
         assert_eq!(*count, expected, "{table}: {d1_after:?}");

@@ -317,7 +317,7 @@ async fn the_cron_pass_deletes_each_organizations_jobs_by_its_own_setting() {
     // Both finished two days ago, as an operator could write through D1: past the short
     // organization's cut (1 day), inside the long one's (90).
     let moved = d1_rows(&d1(&format!(
-        "UPDATE jobs SET finished_at = {} WHERE id IN ({}, {}) RETURNING id",
+        "UPDATE archived_jobs SET finished_at = {} WHERE id IN ({}, {}) RETURNING id",
         now_ms() - 2 * DAY_MS,
         sql_text(&gone),
         sql_text(&kept)
@@ -587,7 +587,7 @@ async fn the_usage_view_counts_what_the_organization_stores() {
     assert_eq!(usage().await["retention"]["due"], 0);
     for id in [&archived, &held] {
         d1(&format!(
-            "UPDATE jobs SET finished_at = finished_at - {} WHERE id = {}",
+            "UPDATE archived_jobs SET finished_at = finished_at - {} WHERE id = {}",
             2 * DAY_MS,
             sql_text(id)
         ));
@@ -625,7 +625,7 @@ async fn a_job_marked_for_deletion_answers_as_unknown_until_it_is_gone() {
     // A pass that marked the job and stopped before deleting it (a crash, R2 unreachable):
     // its expire batch, as the pass runs it (retention/expire.sql, then usage/job_expiring.sql).
     d1(&format!(
-        "UPDATE jobs SET expiring_at = {now} WHERE id = {job}; \
+        "UPDATE archived_jobs SET expiring_at = {now} WHERE id = {job}; \
          UPDATE organization_usage SET jobs_archived = jobs_archived - 1, \
          jobs_expiring = jobs_expiring + 1 WHERE organization_id = {org} AND changes() = 1",
         now = now_ms(),

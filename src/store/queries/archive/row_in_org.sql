@@ -5,3 +5,7 @@
 SELECT organization_id, state, finished_at, archive_state, bundle_sha256, bundle_bytes,
     stream_chunks, stream_bytes, stream_head, archived_at FROM jobs WHERE id = ?2 AND organization_id = ?1
     AND expiring_at IS NULL
+UNION ALL
+SELECT organization_id, state, finished_at, archive_state, bundle_sha256, bundle_bytes,
+    stream_chunks, stream_bytes, stream_head, archived_at FROM archived_job_rows
+    WHERE id = ?2 AND organization_id = ?1 AND expiring_at IS NULL
