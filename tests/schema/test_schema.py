@@ -2402,8 +2402,8 @@ class QueryPlanTests(SchemaTest):
              ("j",), "job_completions_by_job"),
             ("accepted completion of a job", "SELECT * FROM job_completions WHERE job_id = ?"
              " AND decision = 'accepted'", ("j",), "job_completions_one_accepted_per_job"),
-            ("evidence of a completion", "SELECT * FROM completion_evidence WHERE completion_id = ?", ("c",),
-             "completion_evidence_by_completion"),
+            ("custody of a job", "SELECT * FROM completion_evidence WHERE job_id = ?", ("j",),
+             "completion_evidence_by_job"),
             ("targets of an evaluation", "SELECT * FROM executable_targets WHERE organization_id = ?"
              " AND evaluation_id = ? ORDER BY created_at LIMIT 50", ("o", "e"),
              "executable_targets_by_evaluation"),
