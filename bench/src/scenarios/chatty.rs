@@ -69,6 +69,7 @@ pub(crate) async fn chatty(
                 grace: Duration::from_secs(5),
                 max_jobs: Some(1),
                 exit_when_idle: true,
+                idle_exit: None,
                 work_dir: work_dir.clone(),
                 keep_work: false,
                 batch: BatchLimits {

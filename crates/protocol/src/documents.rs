@@ -73,7 +73,8 @@ pub(crate) fn check_list(table: &str, column: &str) -> Vec<String> {
             let text = std::fs::read_to_string(path).expect("a migration is readable");
             let at = text.rfind(&create)?;
             let rest = &text[at..];
-            let end = rest.find("\n);").expect("a CREATE TABLE ends with `);`");
+            // `);`, or `) WITHOUT ROWID;`
+            let end = rest.find("\n)").expect("a CREATE TABLE ends with `)` on a line");
             Some(rest[..end].to_owned())
         })
         .next_back()

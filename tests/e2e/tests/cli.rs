@@ -1109,3 +1109,146 @@ async fn a_completion_refused_for_its_evidence_is_reported_and_the_claim_handed_
     let record = runner_record(&setup.org.admin_key, &runner_id).await;
     assert_eq!(record["activeClaims"], 0, "its capacity is free: {record}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Ephemeral runners and idle exit (issue 44)
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_ephemeral_runner_takes_exactly_one_job_and_exits_0_whatever_its_outcome() {
+    let setup = Setup::new("ephemeral").await;
+    let base = base_url();
+    // Declared capacity 3: --ephemeral takes one job all the same.
+    let (runner_id, token) = setup.register(3);
+    let env = setup.env(&base, &runner_id, &token);
+    let first = setup
+        .enqueue(&json!({"n": 1}), &requirements("prompt"))
+        .await;
+    let second = setup
+        .enqueue(&json!({"n": 2}), &requirements("prompt"))
+        .await;
+    let mut runner =
+        RunnerProcess::start(&setup.scratch, &["--exec", "exit 3", "--ephemeral"], &env);
+    let status = runner.exit(Duration::from_secs(60)).await;
+    assert!(
+        status.success(),
+        "exit 0 although its job failed: {status}: {}",
+        runner.log()
+    );
+    let claimed = runner
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "job.claimed")
+        .count();
+    assert_eq!(claimed, 1, "{}", runner.log());
+    assert_eq!(job(&setup.org.admin_key, &first).await["state"], "failed");
+    assert_eq!(
+        job(&setup.org.admin_key, &second).await["state"],
+        "queued",
+        "the next job is the next runner's"
+    );
+    let stopped = runner
+        .events()
+        .into_iter()
+        .find(|e| e["event"] == "runner.stopped")
+        .unwrap_or_else(|| panic!("no stop line: {}", runner.log()));
+    assert_eq!(stopped["claimed"], 1, "{stopped}");
+    assert_eq!(stopped["failed"], 1, "{stopped}");
+}
+
+#[tokio::test]
+async fn a_runner_exits_0_once_no_job_came_for_its_idle_time_counted_from_its_last_job() {
+    let setup = Setup::new("idle-exit").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(1);
+    let env = setup.env(&base, &runner_id, &token);
+    // Queued before it starts: the runner runs it, then waits its idle time from its end.
+    let queued = setup
+        .enqueue(&json!({"task": "one"}), &requirements("prompt"))
+        .await;
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &["--exec", "echo done", "--idle-exit", "2"],
+        &env,
+    );
+    let status = runner.exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    assert_eq!(
+        job(&setup.org.admin_key, &queued).await["state"],
+        "succeeded"
+    );
+    let events: Vec<String> = runner
+        .events()
+        .iter()
+        .filter_map(|e| e["event"].as_str().map(str::to_owned))
+        .collect();
+    let completed = events
+        .iter()
+        .position(|e| e == "job.completed")
+        .unwrap_or_else(|| panic!("the job completed: {}", runner.log()));
+    let idle = events
+        .iter()
+        .position(|e| e == "runner.idle_exit")
+        .unwrap_or_else(|| panic!("it left for being idle: {}", runner.log()));
+    assert!(
+        completed < idle,
+        "idle only after its job: {}",
+        runner.log()
+    );
+    let record = runner_record(&setup.org.admin_key, &runner_id).await;
+    assert_eq!(record["state"], "active", "left, not lost: {record}");
+}
+
+#[tokio::test]
+async fn sigterm_hands_an_ephemeral_runners_job_back_at_once() {
+    let setup = Setup::new("ephemeral-sigterm").await;
+    let base = base_url();
+    let (runner_id, token) = setup.register(1);
+    let env = setup.env(&base, &runner_id, &token);
+    let given_back = setup
+        .enqueue(&json!({"task": "give back"}), &requirements("prompt"))
+        .await;
+    let pid_file = setup.scratch.path("pid-ephemeral");
+    let command = format!(
+        "echo $$ > {}; while true; do sleep 0.2; done",
+        pid_file.display()
+    );
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &[
+            "--exec",
+            &command,
+            "--ephemeral",
+            "--idle-exit",
+            "60",
+            "--drain-timeout",
+            "0",
+            "--grace",
+            "1",
+        ],
+        &env,
+    );
+    eventually("the command starts", Duration::from_secs(60), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
+    })
+    .await;
+    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    runner.signal("TERM");
+    let status = runner.exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    assert!(runner.has_event("job.given_back"), "{}", runner.log());
+    assert!(!pid_alive(&pid), "the command was stopped");
+    let requeued = job(&setup.org.admin_key, &given_back).await;
+    assert_eq!(
+        requeued["state"], "queued",
+        "handed back at once, not after its lease: {requeued}"
+    );
+    assert!(
+        requeued["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .any(|e| e["type"] == "job.released" && e["runnerId"] == runner_id.as_str()),
+        "{requeued}"
+    );
+}

@@ -288,6 +288,24 @@ mod tests {
     }
 
     #[test]
+    fn an_ephemeral_runner_takes_one_job_and_may_leave_when_idle() {
+        let start = |extra: &[&str]| {
+            let mut args = vec!["runner", "start", "--exec", "true"];
+            args.extend_from_slice(extra);
+            parse(&args)
+        };
+        assert!(start(&["--ephemeral"]).is_ok());
+        assert!(start(&["--ephemeral", "--idle-exit", "30"]).is_ok());
+        assert!(start(&["--idle-exit", "0.5"]).is_ok());
+        // One job: no budget or capacity of its own.
+        assert!(start(&["--ephemeral", "--max-jobs", "2"]).is_err());
+        assert!(start(&["--ephemeral", "--capacity", "2"]).is_err());
+        for bad in ["0", "-1", "soon"] {
+            assert!(start(&["--idle-exit", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn parses_runner_and_admin_commands() {
         assert!(parse(&["runner", "start", "--exec", "true", "--max-jobs", "1"]).is_ok());
         assert!(parse(&["runner", "start"]).is_err(), "--exec is required");

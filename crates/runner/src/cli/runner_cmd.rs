@@ -282,6 +282,15 @@ pub struct StartArgs {
     /// Exit once no job is queued for this runner and none is running
     #[arg(long)]
     pub exit_when_idle: bool,
+    /// Take exactly one job, run it to its end and exit 0, whatever its outcome (one job at
+    /// a time: a fresh process, and with a pool or a scaler a fresh machine, per job). SIGTERM
+    /// while it runs drains or hands it back as always; with --idle-exit, exits 0 when none comes
+    #[arg(long, conflicts_with_all = ["max_jobs", "capacity"])]
+    pub ephemeral: bool,
+    /// Exit 0 once no job has run for this many seconds, counted from the start and from the
+    /// end of the last job (a runner that scales down by leaving)
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub idle_exit: Option<Duration>,
     /// Where this runner makes its private work directory (a fresh `edgerunner-<random>`,
     /// mode 0700) for job directories; refused when it or a directory above it is group- or
     /// world-writable without the sticky bit [default: $TMPDIR]
@@ -413,6 +422,14 @@ fn batch_bytes(text: &str) -> Result<usize, String> {
             range.end()
         ))
     }
+}
+
+fn positive_seconds(text: &str) -> Result<Duration, String> {
+    let value = seconds(text)?;
+    if value.is_zero() {
+        return Err("must be above zero".into());
+    }
+    Ok(value)
 }
 
 fn seconds(text: &str) -> Result<Duration, String> {
@@ -731,12 +748,14 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::SUCCESS);
     };
     record_isolation(&client, &http, &isolation.host).await;
-    let capacity = args.capacity.unwrap_or_else(|| {
-        record["maxConcurrentJobs"]
+    let capacity = match (args.ephemeral, args.capacity) {
+        (true, _) => 1,
+        (false, Some(capacity)) => capacity,
+        (false, None) => record["maxConcurrentJobs"]
             .as_u64()
             .and_then(|n| usize::try_from(n).ok())
-            .unwrap_or(1)
-    });
+            .unwrap_or(1),
+    };
     let work_parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_dir = RunnerWorkDir::create_in(&work_parent)
         .map_err(|error| CliError::Failed(error.to_string()))?;
@@ -784,8 +803,13 @@ async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
                 extend_seconds: args.lease_seconds,
             },
             grace: args.grace,
-            max_jobs: args.max_jobs,
+            max_jobs: if args.ephemeral {
+                Some(1)
+            } else {
+                args.max_jobs
+            },
             exit_when_idle: args.exit_when_idle,
+            idle_exit: args.idle_exit,
             work_dir: work_dir.clone(),
             keep_work: args.keep_work,
             batch: BatchLimits {

@@ -84,6 +84,19 @@ impl Worker {
                 );
                 break;
             }
+            let idle_left = self.config.idle_exit.and_then(|limit| {
+                let since = self.progress.borrow().idle_since;
+                idle_left(limit, since.filter(|_| jobs.is_empty()), Instant::now())
+            });
+            if idle_left == Some(Duration::ZERO) {
+                info!(
+                    event = "runner.idle_exit",
+                    claimed = summary.claimed,
+                    "no job for {:?} (--idle-exit); exiting",
+                    self.config.idle_exit.unwrap_or_default()
+                );
+                break;
+            }
             if !previous_claims_settled {
                 previous_claims_settled = self.hand_back_previous_claims().await;
             }
@@ -100,6 +113,10 @@ impl Worker {
             } else {
                 self.config.claim_wait
             };
+            // An idle runner that is to exit waits no longer than its idle time has left.
+            let wait = idle_left.map_or(wait, |left| {
+                wait.min(u32::try_from(left.as_secs()).unwrap_or(u32::MAX))
+            });
             let asked = tokio::time::Instant::now();
             match self.client.claim_waiting(wait).await {
                 Ok(Some(assignment)) => {
@@ -139,7 +156,12 @@ impl Worker {
                     // early (the server was not waiting) must not make this loop spin.
                     let waited = asked.elapsed() >= Duration::from_secs(u64::from(wait)) / 2;
                     if wait == 0 || !waited {
-                        pause(self.config.poll_interval, &mut shutdown).await;
+                        let interval = self.config.poll_interval;
+                        let left = idle_left.map_or(interval, |left| {
+                            left.saturating_sub(asked.elapsed())
+                                .max(Duration::from_millis(50))
+                        });
+                        pause(interval.min(left), &mut shutdown).await;
                     }
                 }
                 Err(ClientError::Refused(error)) => {
@@ -313,6 +335,13 @@ fn describe_claim_problem(error: &ClientError) -> (&'static str, String) {
     }
 }
 
+/// How much of `limit` a runner idle since `idle_since` has left at `now` before it exits
+/// (`--idle-exit`): `None` while a job runs (`idle_since` is `None`), zero once it is spent.
+fn idle_left(limit: Duration, idle_since: Option<Instant>, now: Instant) -> Option<Duration> {
+    let since = idle_since?;
+    Some(limit.saturating_sub(now.saturating_duration_since(since)))
+}
+
 /// Waits for the next change of `shutdown`; never, once its sender is gone.
 async fn changed(shutdown: &mut watch::Receiver<ShutdownState>) {
     if shutdown.changed().await.is_err() {
@@ -324,5 +353,52 @@ async fn pause(duration: Duration, shutdown: &mut watch::Receiver<ShutdownState>
     tokio::select! {
         () = tokio::time::sleep(duration) => {}
         () = changed(shutdown) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_runner_has_its_limit_less_the_time_since_its_last_job() {
+        let start = Instant::now();
+        let limit = Duration::from_secs(30);
+        assert_eq!(idle_left(limit, Some(start), start), Some(limit));
+        assert_eq!(
+            idle_left(limit, Some(start), start + Duration::from_secs(12)),
+            Some(Duration::from_secs(18))
+        );
+        assert_eq!(
+            idle_left(limit, Some(start), start + limit),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            idle_left(limit, Some(start), start + Duration::from_secs(90)),
+            Some(Duration::ZERO),
+            "long past: spent, never negative"
+        );
+    }
+
+    #[test]
+    fn a_runner_with_a_job_running_is_never_idle() {
+        let start = Instant::now();
+        assert_eq!(
+            idle_left(Duration::ZERO, None, start + Duration::from_secs(999)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_idle_time_counts_from_the_end_of_the_last_job() {
+        let start = Instant::now();
+        let ended = start + Duration::from_secs(100);
+        let limit = Duration::from_secs(30);
+        assert_eq!(
+            idle_left(limit, Some(ended), ended + Duration::from_secs(29)),
+            Some(Duration::from_secs(1))
+        );
+        // A clock that reads earlier than the last end (never, but not a panic either).
+        assert_eq!(idle_left(limit, Some(ended), start), Some(limit));
     }
 }

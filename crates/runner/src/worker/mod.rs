@@ -93,6 +93,9 @@ pub struct WorkerConfig {
     pub max_jobs: Option<u64>,
     /// Stop once a claim finds no job while none is running.
     pub exit_when_idle: bool,
+    /// Stop once no job has run for this long (from the start, and from the end of the last
+    /// job): `--idle-exit`.
+    pub idle_exit: Option<Duration>,
     /// Each job gets a fresh private directory `<job id>-<attempt>-<random>` in here.
     pub work_dir: RunnerWorkDir,
     /// Keep job directories after completion.
