@@ -74,7 +74,9 @@ pub(crate) fn check_list(table: &str, column: &str) -> Vec<String> {
             let at = text.rfind(&create)?;
             let rest = &text[at..];
             // `);`, or `) WITHOUT ROWID;`
-            let end = rest.find("\n)").expect("a CREATE TABLE ends with `)` on a line");
+            let end = rest
+                .find("\n)")
+                .expect("a CREATE TABLE ends with `)` on a line");
             Some(rest[..end].to_owned())
         })
         .next_back()
