@@ -30,6 +30,8 @@
 //!   are never written through a planted link.
 //! - [`keyfile`], [`config`]: the runner's key (owner-only file) and configuration.
 //! - [`admin`]: the REST operations an admin uses daily, with an API key.
+//! - [`pool`]: a pool's decisions (how many one-job runner processes a host starts, between a
+//!   floor and a ceiling), pure; the `runner pool` command that acts on them is not built yet.
 //! - [`custody`]: offline verification of a job's custody bundle (`edgerunner verify`).
 //! - [`report`]: the CLI's `tracing` output: human lines and a status line on a terminal, JSON
 //!   lines otherwise. The library itself only emits `tracing` events and spans.
@@ -55,6 +57,7 @@ pub mod isolation;
 pub mod job_env;
 pub mod keyfile;
 pub mod log_payload;
+pub mod pool;
 pub mod report;
 pub mod retry;
 pub mod session;
