@@ -204,15 +204,23 @@ BEGIN
     SELECT RAISE(ABORT, 'job_delete_needs_the_archived_row');
 END;
 
+-- (An enqueue reads the key in both tables first; this is the race where the job it would
+-- have found moved between that read and the insert: answered as the UNIQUE is, a replay.)
 CREATE TRIGGER jobs_idempotency_key_is_free
 BEFORE INSERT ON jobs
 WHEN EXISTS (SELECT 1 FROM archived_jobs
-              WHERE (organization_number = (SELECT number FROM organization_numbers
-                                             WHERE organization_id = NEW.organization_id)
-                     AND idempotency_key = NEW.idempotency_key)
-                 OR id = NEW.id)
+              WHERE organization_number = (SELECT number FROM organization_numbers
+                                            WHERE organization_id = NEW.organization_id)
+                AND idempotency_key = NEW.idempotency_key)
 BEGIN
     SELECT RAISE(ABORT, 'job_idempotency_key_taken');
+END;
+
+CREATE TRIGGER jobs_id_is_free
+BEFORE INSERT ON jobs
+WHEN EXISTS (SELECT 1 FROM archived_jobs WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'job_id_taken');
 END;
 
 -- ===========================================================================================

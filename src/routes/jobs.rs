@@ -192,8 +192,13 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     let results = match written {
         Ok(results) => results,
         Err(err) => {
-            // Two enqueues with one key raced; the loser answers as a replay would.
-            if err.guard() == Some(guards::UNIQUE_IDEMPOTENCY_KEY) {
+            // Two enqueues with one key raced, or the job under the key was archived since
+            // it was read: the loser answers as a replay would.
+            let taken = [
+                guards::UNIQUE_IDEMPOTENCY_KEY,
+                guards::IDEMPOTENCY_KEY_ARCHIVED,
+            ];
+            if err.guard().is_some_and(|guard| taken.contains(&guard)) {
                 if let Some(existing) =
                     jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await?
                 {

@@ -41,6 +41,8 @@ pub(crate) const STREAM_BYTES_LIMIT: &str = "stream_bytes_limit";
 pub(crate) const STREAM_BYTES_MISCOUNTED: &str = "stream_bytes_miscounted";
 pub(crate) const COMPLETION_DECISIONS_AT_CAP: &str = "completion_decisions_at_cap";
 pub(crate) const ORGANIZATION_QUOTA_EXCEEDED: &str = "organization_quota_exceeded";
+/// An enqueue's key names an archived job (migration 0018's `jobs_idempotency_key_is_free`).
+pub(crate) const IDEMPOTENCY_KEY_ARCHIVED: &str = "job_idempotency_key_taken";
 // Batch assertions (migration 0007).
 pub(crate) const CREDENTIAL_REVOKED: &str = "credential_revoked";
 pub(crate) const JOB_MOVED: &str = "job_moved";
@@ -144,6 +146,12 @@ pub(crate) const GUARDS: &[Guard] = &[
     // Jobs and claims.
     guard(
         UNIQUE_IDEMPOTENCY_KEY,
+        409,
+        ErrorCode::IdempotencyKeyReused,
+        "a job with this idempotency key already exists",
+    ),
+    guard(
+        IDEMPOTENCY_KEY_ARCHIVED,
         409,
         ErrorCode::IdempotencyKeyReused,
         "a job with this idempotency key already exists",
@@ -382,6 +390,21 @@ mod tests {
         // Another table's idempotency key is not the jobs' one.
         assert_eq!(
             Guard::reported("UNIQUE constraint failed: other.idempotency_key: SQLITE_CONSTRAINT"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_key_an_archived_job_holds_answers_as_a_taken_key() {
+        let text = "D1_ERROR: job_idempotency_key_taken: SQLITE_CONSTRAINT";
+        let guard = Guard::reported(text).expect("a guard");
+        assert_eq!(guard.name, IDEMPOTENCY_KEY_ARCHIVED);
+        let unique = Guard::named(UNIQUE_IDEMPOTENCY_KEY).expect("a guard");
+        assert_eq!((guard.status, guard.code), (unique.status, unique.code));
+        // A job id taken by an archived job is no answer of the API's: a 500 (never met:
+        // ids are 96 random bits).
+        assert_eq!(
+            Guard::reported("D1_ERROR: job_id_taken: SQLITE_CONSTRAINT"),
             None
         );
     }

@@ -4104,7 +4104,7 @@ class ArchivedJobTests(RetentionWorld):
         key = self.job_row(job, "idempotency_key")[0]
         # Its key and id name no new job.
         self.assertRefused(self.w.job, self.org, idempotency_key=key, message="job_idempotency_key_taken")
-        self.assertRefused(self.w.job, self.org, id=job, message="job_idempotency_key_taken")
+        self.assertRefused(self.w.job, self.org, id=job, message="job_id_taken")
         self.w.job(self.w.org(), idempotency_key=key)  # another organization's own key
         # Not deleted before it expires; its document not while it is named.
         self.assertRefused(self.execute, "DELETE FROM archived_jobs WHERE id = ?", job,
