@@ -1,8 +1,10 @@
 //! Archive on finish (issue 40), against local workerd with its real D1 and R2: a finished job
 //! archived (`POST …/jobs/{id}/archive`) reads exactly as before — its detail, every stream
 //! page, its bundle byte for byte, which `edgerunner verify` still accepts — while D1 keeps its
-//! row and its evidence custody only; a completion that arrives afterwards is counted on the job
-//! row and the archived bytes stay; a bundle past one R2 `put` goes up in parts.
+//! compact archived row (migration 0018) and its evidence custody only; a completion that
+//! arrives afterwards is counted on that row and the archived bytes stay; its idempotency key
+//! answers an enqueue and the lists show it as before; a bundle past one R2 `put` goes up in
+//! parts.
 
 use edgerunner_e2e::archive::*;
 use edgerunner_e2e::jobs::*;
@@ -311,5 +313,79 @@ async fn a_retention_pass_cannot_move_the_clock_outside_a_local_test_server() {
     assert_eq!(
         pass,
         json!({"expired": 0, "deleted": 0, "unfinished": 0, "more": false})
+    );
+}
+
+#[tokio::test]
+async fn an_archived_jobs_key_answers_an_enqueue_as_before_and_the_lists_show_it() {
+    let f = StagedPrompt::new(bootstrap_org("archive-key")).await;
+    let input = json!({ "question": "an archived key", "weight": lexical("0.25") });
+    let body = enqueue_body(
+        &unique("archived-key"),
+        &f.release,
+        "staging",
+        &input,
+        &requirements("prompt"),
+    );
+    let enqueued = enqueue(f.key(), &body).await.expect(201);
+    let id = enqueued["id"].as_str().expect("an id").to_owned();
+    cancel_job(f.key(), &id, "archived for the test")
+        .await
+        .expect(200);
+    let archived = archive(f.key(), &id).await.expect(200);
+    assert_eq!(archived["state"], "pruned", "{archived}");
+    assert_eq!(
+        d1_footprint(&id)
+            .iter()
+            .map(|(table, rows, _)| (table.as_str(), *rows))
+            .filter(|(_, rows)| *rows > 0)
+            .collect::<Vec<_>>(),
+        vec![("archived_jobs", 1)],
+        "its row moved to archived_jobs"
+    );
+    let detail = job(f.key(), &id).await;
+
+    // The same key and intent: the archived job, as a replay answers it (the list's shape).
+    let replay = enqueue(f.key(), &body).await.expect(200);
+    assert_eq!(replay["id"], id.as_str(), "{replay}");
+    assert_eq!(replay["state"], "cancelled", "{replay}");
+    for field in [
+        "idempotencyKey",
+        "subject",
+        "inputHash",
+        "requirements",
+        "createdAt",
+        "finishedAt",
+        "cancelReason",
+    ] {
+        assert_eq!(replay[field], detail[field], "{field}: {replay} / {detail}");
+    }
+    // The same key for another job: refused, as before the archive.
+    let mut other = body.clone();
+    other["input"] = json!({ "question": "another job" });
+    enqueue(f.key(), &other)
+        .await
+        .expect_error(409, "IDEMPOTENCY_CONFLICT");
+
+    // Listed (all states, and its own), counted, and its page's row is the replay's.
+    let listed = get("/api/remote-runners/jobs?limit=50", f.key())
+        .await
+        .expect(200);
+    let row = listed["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["id"] == id.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("listed: {listed}"));
+    assert_eq!(row, replay);
+    assert_eq!(listed["counts"]["cancelled"], 1, "{listed}");
+    let cancelled = get("/api/remote-runners/jobs?state=cancelled&limit=50", f.key())
+        .await
+        .expect(200);
+    assert_eq!(
+        cancelled["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{cancelled}"
     );
 }
