@@ -3125,6 +3125,23 @@ class ArchiveWorld(SchemaTest):
     def prune_batch(self, job, limit):
         return self.counted_batch(PRUNE_STATEMENTS, (job, self.org, limit))
 
+    def rebuild_before(self, migration):
+        """This test's world again, on the schema as it was before `migration` (its
+        organization and a runner in it): the migrations from there on are the test's to apply
+        ([`apply_from`]). What the service wrote before that migration is built with the
+        statements of its time where they differ ([`mark_pruned`], [`expire`])."""
+        self.pending = [m for m in MIGRATIONS if os.path.basename(m) >= migration]
+        self.conn.close()
+        self.conn = open_database([m for m in MIGRATIONS if m not in self.pending])
+        self.w = World(self.conn)
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+
+    def apply_from(self):
+        """The migrations [`rebuild_before`] left out, in order."""
+        for path in self.pending:
+            apply_migration(self.conn, path)
+
     def has_archived_jobs(self):
         """Whether migration 0018 (archived_jobs) is applied: the tests of earlier migrations
         build their worlds before it."""
@@ -3682,12 +3699,7 @@ class UsageTests(RetentionWorld):
             self.assertEqual(counted[name], value, name)
 
     def test_migration_0014_counts_what_each_organization_held_before_it(self):
-        before = [m for m in MIGRATIONS if os.path.basename(m) < "0014"]
-        self.conn.close()
-        self.conn = open_database(before)
-        self.w = World(self.conn)
-        self.org = self.w.org()
-        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.rebuild_before("0014")
         self.w.job(self.org)  # queued
         self.finished_job()  # finished, not archived
         held = self.archived_job()
@@ -3695,8 +3707,7 @@ class UsageTests(RetentionWorld):
         self.archived_job()
         self.assertEqual(self.expire(self.archived_job()), 1)
         empty = self.w.org()
-        for path in MIGRATIONS[len(before):]:
-            apply_migration(self.conn, path)
+        self.apply_from()
         self.assertCounted(jobs_live=2, jobs_archived=2, jobs_expiring=1, jobs_held=1,
                            r2_objects=6, r2_bytes=3 * 4096)
         self.assertEqual(self.counters(empty), dict.fromkeys(self.COUNTERS, 0))
@@ -3897,16 +3908,10 @@ class QuotaTests(RetentionWorld):
                 self.assertNotIn(f"SCAN {table}", plan, plan)
 
     def test_migration_0015_counts_what_each_organization_held_before_it(self):
-        before = [m for m in MIGRATIONS if os.path.basename(m) < "0015"]
-        self.conn.close()
-        self.conn = open_database(before)
-        self.w = World(self.conn)
-        self.org = self.w.org()
-        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.rebuild_before("0015")
         self.finished_job(chunks=3)
         self.w.job(self.org)
-        for path in MIGRATIONS[len(before):]:
-            apply_migration(self.conn, path)
+        self.apply_from()
         expected = UsageTests.recount(self)["d1_bytes"]
         self.assertGreater(expected, 0)
         self.assertEqual(self.d1_bytes(), expected)
@@ -4156,12 +4161,7 @@ class ArchivedJobTests(RetentionWorld):
                          {"succeeded": 3, "cancelled": 1, "queued": 2})
 
     def test_migration_0018_moves_every_pruned_job_and_keeps_the_counts(self):
-        before = [m for m in MIGRATIONS if os.path.basename(m) < "0018"]
-        self.conn.close()
-        self.conn = open_database(before)
-        self.w = World(self.conn)
-        self.org = self.w.org()
-        self.runner = self.w.runner(self.org, max_concurrent_jobs=5)
+        self.rebuild_before("0018")
         self.w.job(self.org)  # queued
         self.finished_job()  # finished, not archived
         held = self.archived_job()
@@ -4170,8 +4170,7 @@ class ArchivedJobTests(RetentionWorld):
                 for job in (held, self.archived_job())}
         expiring = self.archived_job()
         self.assertEqual(self.expire(expiring), 1)
-        for path in MIGRATIONS[len(before):]:
-            apply_migration(self.conn, path)
+        self.apply_from()
         self.assertEqual(self.w.one("SELECT count(*) FROM jobs WHERE archive_state = 'pruned'")[0], 0)
         self.assertEqual(self.w.one("SELECT count(*) FROM archived_jobs")[0], 3)
         for job, row in rows.items():

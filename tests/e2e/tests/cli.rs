@@ -198,6 +198,42 @@ fn pid_alive(pid: &str) -> bool {
     Path::new("/proc").join(pid.trim()).exists()
 }
 
+/// The pid a job's command wrote to `pid_file` once it started (at most 60 s).
+async fn started_command(pid_file: &Path) -> String {
+    eventually("the command starts", Duration::from_secs(60), || {
+        std::fs::read_to_string(pid_file).is_ok_and(|pid| !pid.trim().is_empty())
+    })
+    .await;
+    std::fs::read_to_string(pid_file).expect("pid")
+}
+
+/// Job `job_id` as runner `runner_id` handed it back: queued again at once with nothing
+/// completed, its release recorded, no lease left to lapse.
+async fn handed_back(org: &Org, job_id: &str, runner_id: &str) -> Value {
+    let requeued = job(&org.admin_key, job_id).await;
+    assert_eq!(
+        requeued["completions"].as_array().map(Vec::len),
+        Some(0),
+        "not completed: {requeued}"
+    );
+    assert_eq!(
+        requeued["state"], "queued",
+        "handed back at once: {requeued}"
+    );
+    let events = requeued["events"].as_array().expect("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "job.released" && e["runnerId"] == runner_id),
+        "{requeued}"
+    );
+    assert!(
+        !events.iter().any(|e| e["type"] == "job.lease_lost"),
+        "{requeued}"
+    );
+    requeued
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
@@ -689,11 +725,7 @@ async fn a_job_cancelled_mid_run_is_terminated_and_recorded_cancelled() {
         ],
         &setup.env(&base, &runner_id, &token),
     );
-    eventually("the command starts", Duration::from_secs(60), || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
-    })
-    .await;
-    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    let pid = started_command(&pid_file).await;
     assert!(pid_alive(&pid));
     let cancelled_at = Instant::now();
     let answer = admin(
@@ -912,11 +944,7 @@ async fn sigterm_drains_running_work_and_a_second_signal_gives_it_back() {
         ],
         &env,
     );
-    eventually("the second command starts", Duration::from_secs(60), || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
-    })
-    .await;
-    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    let pid = started_command(&pid_file).await;
     runner.signal("TERM");
     eventually("the runner drains", Duration::from_secs(10), || {
         runner.has_event("runner.draining")
@@ -930,30 +958,10 @@ async fn sigterm_drains_running_work_and_a_second_signal_gives_it_back() {
     assert!(!pid_alive(&pid), "the command was stopped");
     // Handed back before the process exited: queued now, not after its 15 s lease, and the
     // runner is not marked lost.
-    let requeued = job(&setup.org.admin_key, &given_back).await;
-    assert_eq!(
-        requeued["completions"].as_array().map(Vec::len),
-        Some(0),
-        "not completed: {requeued}"
-    );
-    assert_eq!(
-        requeued["state"], "queued",
-        "handed back at once: {requeued}"
-    );
+    let requeued = handed_back(&setup.org, &given_back, &runner_id).await;
     assert_eq!(
         requeued["dispatchAttempt"], 1,
         "requeued for a new attempt: {requeued}"
-    );
-    let events = requeued["events"].as_array().expect("events");
-    assert!(
-        events
-            .iter()
-            .any(|e| e["type"] == "job.released" && e["runnerId"] == runner_id.as_str()),
-        "{requeued}"
-    );
-    assert!(
-        !events.iter().any(|e| e["type"] == "job.lease_lost"),
-        "{requeued}"
     );
     let record = runner_record(&setup.org.admin_key, &runner_id).await;
     assert_eq!(record["state"], "active", "not lost: {record}");
@@ -1228,27 +1236,11 @@ async fn sigterm_hands_an_ephemeral_runners_job_back_at_once() {
         ],
         &env,
     );
-    eventually("the command starts", Duration::from_secs(60), || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
-    })
-    .await;
-    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    let pid = started_command(&pid_file).await;
     runner.signal("TERM");
     let status = runner.exit(Duration::from_secs(30)).await;
     assert!(status.success(), "{status}: {}", runner.log());
     assert!(runner.has_event("job.given_back"), "{}", runner.log());
     assert!(!pid_alive(&pid), "the command was stopped");
-    let requeued = job(&setup.org.admin_key, &given_back).await;
-    assert_eq!(
-        requeued["state"], "queued",
-        "handed back at once, not after its lease: {requeued}"
-    );
-    assert!(
-        requeued["events"]
-            .as_array()
-            .expect("events")
-            .iter()
-            .any(|e| e["type"] == "job.released" && e["runnerId"] == runner_id.as_str()),
-        "{requeued}"
-    );
+    handed_back(&setup.org, &given_back, &runner_id).await;
 }

@@ -10,5 +10,7 @@ UPDATE organization_usage
                                        JOIN requirement_documents AS d ON d.id = a.requirements_id
                                       WHERE a.id = ?1))
  WHERE organization_id = ?2
-   AND EXISTS (SELECT 1 FROM archived_job_rows
-                WHERE id = ?1 AND organization_id = ?2 AND expiring_at IS NOT NULL)
+   AND EXISTS (SELECT 1 FROM archived_jobs
+                WHERE id = ?1 AND expiring_at IS NOT NULL
+                  AND organization_number = (SELECT number FROM organization_numbers
+                                              WHERE organization_id = ?2))
