@@ -109,7 +109,8 @@ def pages_by_name(db: sqlite3.Connection) -> dict[str, int]:
 
 def at_scale(source: Path, job_id: str, copies: int, scratch: Path) -> dict:
     """Bytes per archived job in the database file, by table and index: `copies` copies of the
-    archived job `job_id` (its archived_jobs row and custody rows, migration 0018) added to a
+    archived job `job_id` (its archived_jobs row, holding its run's custody since migration 0019,
+    and its other custody rows, if any) added to a
     copy of the server's database, each under a fresh id and an idempotency key of 36
     characters (a UUID, as clients commonly send)."""
     path = scratch / "scale.sqlite"
@@ -135,7 +136,11 @@ def at_scale(source: Path, job_id: str, copies: int, scratch: Path) -> dict:
                     created_at=row["created_at"] + n * 1000, updated_at=row["updated_at"] + n * 1000,
                     finished_at=row["finished_at"] + n * 1000, archived_at=row["archived_at"] + n * 1000,
                     intent_hash=os.urandom(32), input_hash=os.urandom(32), bundle_sha256=os.urandom(32),
-                    stream_head=row["stream_head"] and os.urandom(32))
+                    stream_head=row["stream_head"] and os.urandom(32),
+                    # The run it holds, and the completion that took it: ids as the server makes them.
+                    custody_run_id=row["custody_run_id"] and row["custody_run_id"][:4] + os.urandom(12).hex(),
+                    custody_completion_id=row["custody_completion_id"]
+                    and row["custody_completion_id"][:4] + os.urandom(12).hex())
         db.execute(f"INSERT INTO archived_jobs ({', '.join(copy)}) VALUES ({', '.join('?' * len(copy))})",
                    list(copy.values()))
         for held in custody:
@@ -152,7 +157,8 @@ def at_scale(source: Path, job_id: str, copies: int, scratch: Path) -> dict:
     grown = {name: round((after[name] - before.get(name, 0)) / copies, 1)
              for name in after if after[name] > before.get(name, 0)}
     custody_names = ("completion_evidence", "sqlite_autoindex_completion_evidence")
-    return {"copies": copies, "custodyRows": len(custody), "bytesPerJob": grown,
+    return {"copies": copies, "custodyRows": len(custody), "holdsRun": row["custody_run_id"] is not None,
+            "bytesPerJob": grown,
             "totalPerJob": round(sum(grown.values()), 1),
             "withoutCustody": round(sum(size for name, size in grown.items()
                                         if not name.startswith(custody_names)), 1),
@@ -235,13 +241,15 @@ def main() -> int:
         print(f"| {label} | {b[0]:,}, {b[1]:,} | {a[0]}, {a[1]:,} | {job['after']['archived_jobs'][1]:,} | "
               f"{job['r2Bytes']:,} (bundle {job['bundleBytes']:,}) |")
     scale = results["scale"]
-    print(f"\nAt scale: {scale['copies']:,} archived quiet jobs (each with {scale['custodyRows']} custody row(s)) "
+    held = "holding its run, " if scale["holdsRun"] else ""
+    print(f"\nAt scale: {scale['copies']:,} archived quiet jobs (each {held}with {scale['custodyRows']} other custody row(s)) "
           f"grow its tables and indexes by {scale['totalPerJob']:,} bytes each (the file by "
           f"{scale['fileBytesPerJob']:,}):")
     print("| table or index | bytes per archived job |\n|---|---|")
     for name, size in sorted(scale["bytesPerJob"].items(), key=lambda item: -item[1]):
         print(f"| {name} | {size:,} |")
-    print(f"\nOf which the job's own row and indexes (without its custody rows): {scale['withoutCustody']:,} bytes.")
+    print(f"\nOf which the job's own row and indexes (with the run it holds, without other custody rows): "
+          f"{scale['withoutCustody']:,} bytes.")
     t = results["throughput"]
     print(f"\nThroughput: {t['jobs']} finished jobs archived (stored, read back, pruned) in {t['seconds']} s "
           f"with 4 requests at once: {t['jobsPerSecond']} jobs/s.")

@@ -306,7 +306,9 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         // The guards that judge the evidence rather than the job: the completion is refused.
         Err(err) => {
             return Err(match err.guard() {
-                Some(guards::UNIQUE_COMPLETION_EVIDENCE) => JobRefusal::EvidenceAttached(
+                Some(
+                    guards::UNIQUE_COMPLETION_EVIDENCE | guards::EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB,
+                ) => JobRefusal::EvidenceAttached(
                     lifecycle::evidence_holder(ctx.db, &job.organization_id, &custody).await?,
                 ),
                 Some(guards::EVIDENCE_NOT_IN_COMPLETION_RUN) => JobRefusal::EvidenceNotInRun,

@@ -43,6 +43,9 @@ pub(crate) const COMPLETION_DECISIONS_AT_CAP: &str = "completion_decisions_at_ca
 pub(crate) const ORGANIZATION_QUOTA_EXCEEDED: &str = "organization_quota_exceeded";
 /// An enqueue's key names an archived job (migration 0018's `jobs_idempotency_key_is_free`).
 pub(crate) const IDEMPOTENCY_KEY_ARCHIVED: &str = "job_idempotency_key_taken";
+/// A completion names a run an archived job holds (migration 0019's
+/// `completion_evidence_run_is_free`; a live job's hold is [`UNIQUE_COMPLETION_EVIDENCE`]).
+pub(crate) const EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB: &str = "evidence_run_held_by_archived_job";
 // Batch assertions (migration 0007).
 pub(crate) const CREDENTIAL_REVOKED: &str = "credential_revoked";
 pub(crate) const JOB_MOVED: &str = "job_moved";
@@ -297,6 +300,12 @@ pub(crate) const GUARDS: &[Guard] = &[
     ),
     guard(
         UNIQUE_COMPLETION_EVIDENCE,
+        409,
+        ErrorCode::EvidenceAlreadyAttached,
+        "an evidence row named here is already attached to another accepted completion",
+    ),
+    guard(
+        EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB,
         409,
         ErrorCode::EvidenceAlreadyAttached,
         "an evidence row named here is already attached to another accepted completion",

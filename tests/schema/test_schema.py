@@ -2420,6 +2420,9 @@ class QueryPlanTests(SchemaTest):
              " ORDER BY created_at DESC LIMIT 50", ("o",), "evaluation_runs_by_organization"),
             ("evidence of a job", "SELECT * FROM completion_evidence WHERE job_id = ?", ("j",),
              "completion_evidence_by_job"),
+            # Migration 0019: an archived job holds its run in its row; the guards ask by run.
+            ("archived holder of a run", "SELECT 1 FROM archived_jobs WHERE custody_run_id = ?"
+             " AND expiring_at IS NULL", ("r",), "archived_jobs_by_custody_run"),
             ("api keys of an organization", "SELECT id, name, key_prefix FROM api_keys WHERE organization_id = ?"
              " ORDER BY created_at", ("o",), "api_keys_by_organization"),
             ("challenges of a runner", "SELECT id FROM runner_challenges WHERE runner_id = ?"
@@ -3061,6 +3064,40 @@ UPDATE organization_usage
                                        FROM jobs WHERE id = ?2 AND organization_id = ?1))
  WHERE organization_id = ?1 AND changes() = 1
 """
+# usage/evidence_freed.sql before migration 0019, when an archived job's run was held in
+# completion_evidence as a live job's is.
+LEGACY_EVIDENCE_FREED = """
+UPDATE organization_usage
+   SET d1_bytes = max(0, d1_bytes - (
+           WITH runs AS (SELECT evidence_id AS id FROM completion_evidence
+                          WHERE job_id = ?2 AND organization_id = ?1 AND evidence_kind = 'evaluation_run')
+           SELECT (SELECT coalesce(sum(bytes), 0) FROM evaluation_run_bytes WHERE id IN (SELECT id FROM runs))
+                + (SELECT coalesce(sum(bytes), 0) FROM test_result_bytes WHERE evaluation_run_id IN (SELECT id FROM runs))
+                + (SELECT coalesce(sum(bytes), 0) FROM cost_record_bytes WHERE evaluation_run_id IN (SELECT id FROM runs))
+                + (SELECT coalesce(sum(bytes), 0) FROM model_call_bytes WHERE evaluation_run_id IN (SELECT id FROM runs))
+                + (SELECT coalesce(sum(bytes), 0) FROM trace_bytes WHERE evaluation_run_id IN (SELECT id FROM runs))))
+ WHERE organization_id = ?1 AND changes() = 1
+"""
+# archive/move_job.sql before migration 0019, when the run's custody row stayed behind.
+LEGACY_MOVE_JOB = """
+INSERT INTO archived_jobs (id, organization_number, idempotency_key, intent_hash,
+    subject_version_id, subject_environment, requirements_id, input_hash, state,
+    dispatch_attempt, released_attempts, cancel_reason, created_at, updated_at, finished_at,
+    archived_at, bundle_sha256, bundle_bytes, stream_chunks, stream_bytes, stream_head,
+    unstored_decisions, last_unstored_checksum, last_unstored_decision, last_unstored_at,
+    held_at, held_by, held_reason, expiring_at)
+SELECT j.id, n.number, j.idempotency_key, unhex(j.intent_hash), j.subject_version_id,
+       j.subject_environment, d.id, unhex(j.input_hash), j.state, j.dispatch_attempt,
+       j.released_attempts, j.cancel_reason, j.created_at, j.updated_at, j.finished_at,
+       j.archived_at, unhex(j.bundle_sha256), j.bundle_bytes, j.stream_chunks, j.stream_bytes,
+       unhex(j.stream_head), j.unstored_decisions, unhex(j.last_unstored_checksum),
+       j.last_unstored_decision, j.last_unstored_at, j.held_at, j.held_by, j.held_reason,
+       j.expiring_at
+  FROM jobs AS j
+  JOIN organization_numbers AS n ON n.organization_id = j.organization_id
+  JOIN requirement_documents AS d ON d.organization_number = n.number AND d.document = j.requirements
+ WHERE j.id = ?1 AND j.organization_id = ?2 AND j.archive_state = 'pruned'
+"""
 PRUNE_STATEMENTS = (query("archive_prune_chunks"), query("archive_prune_completions"),
                     query("archive_prune_events"), query("archive_prune_claims"))
 
@@ -3158,13 +3195,26 @@ class ArchiveWorld(SchemaTest):
             else:
                 self.w.usage_sql(LEGACY_JOB_PRUNED, self.org, job, CHUNK_ROW_BYTES)
             if self.has_archived_jobs():
-                changed += [self.execute(query(f"archive/move_{step}"), job, self.org).rowcount
-                            for step in ("requirements", "job", "delete")]
+                changed += [self.execute(LEGACY_MOVE_JOB if step == "legacy_job" else query(f"archive/move_{step}"),
+                                         job, self.org).rowcount
+                            for step in self.move_steps()]
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
         return changed
+
+    def has_archived_custody(self):
+        """Whether migration 0019 is applied: an archived job holds its run in its row."""
+        return self.w.one("SELECT count(*) FROM sqlite_schema"
+                          " WHERE name = 'archived_jobs_by_custody_run'")[0] == 1
+
+    def move_steps(self):
+        """The move's statements (archive/move_*), as the migrations applied have them: from
+        0019 the run's custody row goes to the archived row."""
+        if self.has_archived_custody():
+            return ("requirements", "job", "custody", "delete")
+        return ("requirements", "legacy_job", "delete")
 
     def job_row(self, job, columns):
         """`columns` of the job's row, wherever it is (jobs, or archived_job_rows)."""
@@ -3450,7 +3500,10 @@ class RetentionWorld(ArchiveWorld):
             " AND finished_at < ?4 RETURNING id, organization_id, bundle_sha256")
         returned = self.execute(expire, job, self.org, NOW + 10, cut).fetchall()
         self.w.usage("job_expiring", self.org)
-        self.w.usage("evidence_freed", self.org, job)
+        if self.has_archived_custody():
+            self.w.usage("evidence_freed", self.org, job)
+        else:
+            self.w.usage_sql(LEGACY_EVIDENCE_FREED, self.org, job)
         if returned:
             bundle = self.job_row(job, "bundle_sha256")[0]
             self.assertEqual(returned, [(job, self.org, bundle)])
@@ -3495,7 +3548,7 @@ class RetentionTests(RetentionWorld):
         for _ in range(10):  # bounded: a handful of rows at 500 a batch
             if all(n == 0 for n in self.prune_batch(finished, 500)):
                 break
-        self.assertEqual(self.mark_pruned(finished), [1, 1, 1, 1])
+        self.assertEqual(self.mark_pruned(finished), [1, 1, 1, 1, 1])
         self.assertEqual(self.job_row(finished, "held_at, held_by, held_reason"),
                          (NOW + 5, "admin:key_1", "an audit"))
         job = self.archived_job()
@@ -3584,7 +3637,7 @@ class RetentionTests(RetentionWorld):
                 break
         self.assertEqual([b[0] for b in batches], [2, 2, 1])
         # The other job names the same requirements document: it stays.
-        self.assertEqual(self.delete_job(job), [1, 1, 1, 2, 1, 1, 0])
+        self.assertEqual(self.delete_job(job), [1, 1, 1, 1, 1, 1, 0])
         for table, key in (("jobs", "id"), ("archived_jobs", "id"), ("completion_evidence", "job_id")):
             self.assertEqual(self.w.one(f"SELECT count(*) FROM {table} WHERE {key} = ?", job)[0], 0)
         self.assertEqual(self.w.one("SELECT count(*) FROM evaluation_runs WHERE id = ?", run)[0], 0)
@@ -3668,6 +3721,10 @@ class UsageTests(RetentionWorld):
             f"SELECT coalesce({column}, 0) FROM ({everywhere}) WHERE {where}", *params)[0]
         expiring = ("SELECT id FROM archived_jobs WHERE expiring_at IS NOT NULL" if self.has_archived_jobs()
                     else "SELECT id FROM jobs WHERE expiring_at IS NOT NULL")
+        # From migration 0019 an archived job holds its run in its row.
+        held_by_expiring = ("SELECT custody_run_id FROM archived_jobs WHERE expiring_at IS NOT NULL"
+                            " AND custody_run_id IS NOT NULL" if self.has_archived_custody() else
+                            "SELECT NULL WHERE 0")
         return {
             "jobs_live": one("count(*)", "archive_state IS NOT 'pruned' AND expiring_at IS NULL"),
             "jobs_archived": one("count(*)", "archive_state = 'pruned' AND expiring_at IS NULL"),
@@ -3687,7 +3744,8 @@ class UsageTests(RetentionWorld):
             + sum(self.w.one(
                 f"SELECT coalesce(sum(bytes), 0) FROM {view} WHERE organization_id = ?"
                 f" AND evaluation_run_id NOT IN (SELECT ce.evidence_id FROM completion_evidence AS ce"
-                f"   WHERE ce.evidence_kind = 'evaluation_run' AND ce.job_id IN ({expiring}))", org)[0]
+                f"   WHERE ce.evidence_kind = 'evaluation_run' AND ce.job_id IN ({expiring}))"
+                f" AND evaluation_run_id NOT IN ({held_by_expiring})", org)[0]
                   for view in ("evaluation_run_bytes", "test_result_bytes", "cost_record_bytes",
                                "model_call_bytes", "trace_bytes")),
         }
@@ -3727,10 +3785,10 @@ class UsageTests(RetentionWorld):
         for _ in range(10):  # bounded: a handful of rows at 500 a batch
             if all(n == 0 for n in self.prune_batch(job, 500)):
                 break
-        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1])
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1, 1])
         self.assertCounted(jobs_live=0, jobs_archived=1, jobs_held=1)
         # Applied only after a statement that changed its row: marked again, nothing moves.
-        self.assertEqual(self.mark_pruned(job), [0, 0, 0, 0])
+        self.assertEqual(self.mark_pruned(job), [0, 0, 0, 0, 0])
         self.assertCounted(jobs_live=0, jobs_archived=1)
         self.assertEqual(self.release(job), 1)
         self.assertCounted(jobs_held=0)
@@ -3860,7 +3918,7 @@ class QuotaTests(RetentionWorld):
                 break
         before_prune = self.d1_bytes()
         job_input = self.w.one("SELECT length(CAST(input AS BLOB)) FROM jobs WHERE id = ?", job)[0]
-        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1])
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1, 1])
         # Its chunks, its input and its live row's excess over the archived row it moved to.
         self.assertEqual(self.d1_bytes(), before_prune - chunks - job_input - (JOB_ROW_BYTES - ARCHIVED_JOB_BYTES))
         archived_row = self.w.one("SELECT ? + length(CAST(requirements AS BLOB)) FROM archived_job_rows"
@@ -4055,7 +4113,7 @@ class ArchivedJobTests(RetentionWorld):
         self.assertEqual(self.hold(job), 1)
         before = self.w.one(f"SELECT {JOB_ROW} FROM jobs WHERE id = ?", job)
         summary = self.w.one(f"SELECT {ARCHIVE_SUMMARY} FROM jobs WHERE id = ?", job)
-        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1])
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1, 1])
         self.assertEqual(self.w.one("SELECT count(*) FROM jobs WHERE id = ?", job)[0], 0)
         reads = {
             "jobs/select_job": (job,),
@@ -4099,7 +4157,7 @@ class ArchivedJobTests(RetentionWorld):
         live = self.w.job(self.org)
         number = self.w.one("SELECT number FROM organization_numbers WHERE organization_id = ?", self.org)[0]
         # Not pruned: the move does nothing, and a hand-made archived row is refused.
-        self.assertEqual(self.mark_pruned(live), [0, 0, 0, 0])
+        self.assertEqual(self.mark_pruned(live), [0, 0, 0, 0, 0])
         by_hand = lambda name: query(f"archive/move_{name}").replace("j.archive_state = 'pruned'", "1")
         self.execute(by_hand("requirements"), live, self.org)
         self.assertRefused(self.execute, by_hand("job"), live, self.org, message="archived_job_needs_a_pruned_job")
@@ -4183,3 +4241,148 @@ class ArchivedJobTests(RetentionWorld):
             if all(n == 0 for n in self.delete_evidence(expiring, 500)):
                 break
         self.assertEqual(self.delete_job(expiring)[DELETES_THE_JOB], 1)
+
+
+class ArchivedCustodyTests(ArchivedJobTests):
+    """Migration 0019: an archived job holds the run its completion took into custody in its
+    own row, and every check and read of that custody finds it there as it found the custody
+    row before."""
+
+    def custody_reads(self, job, run):
+        """What the service reads of a job's custody: the job's evidence, the holder of its
+        run, the run with its holder."""
+        wanted = json.dumps([["evaluation_run", run], ["test_result", "tr_none"]])
+        return {
+            "jobs/evidence": self.execute(query("jobs/evidence"), self.org, job).fetchall(),
+            "evidence_holder": self.execute(query("evidence_holder"), self.org, wanted).fetchall(),
+            "evidence/get_run": self.execute(query("evidence/get_run"), self.org, run).fetchall(),
+        }
+
+    def test_the_move_carries_the_runs_custody_into_the_archived_row_and_reads_as_before(self):
+        run = self.w.evaluation_run(self.org)
+        job = self.pruned_in_jobs(run=run)
+        custody = self.w.one("SELECT evidence_id, completion_id, attached_at FROM completion_evidence"
+                             " WHERE job_id = ? AND evidence_kind = 'evaluation_run'", job)
+        self.assertEqual(custody[0], run)
+        before = self.custody_reads(job, run)
+        self.assertEqual(before["evidence_holder"], [("evaluation_run", run, job)])
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1, 1])
+        self.assertEqual(self.w.one("SELECT custody_run_id, custody_completion_id, custody_attached_at"
+                                    " FROM archived_jobs WHERE id = ?", job), custody)
+        # The run's custody row went; the test result's (evidence named besides the run) stays.
+        self.assertEqual(self.execute("SELECT evidence_kind FROM completion_evidence WHERE job_id = ?",
+                                      job).fetchall(), [("test_result",)])
+        self.assertEqual(self.custody_reads(job, run), before)
+        # Another organization reads none of it.
+        other = self.w.org()
+        self.assertEqual(self.execute(query("jobs/evidence"), other, job).fetchall(), [])
+        self.assertEqual(self.execute(query("evidence_holder"), other,
+                                      json.dumps([["evaluation_run", run]])).fetchall(), [])
+
+    def test_a_run_an_archived_job_holds_is_final_and_taken(self):
+        run = self.w.evaluation_run(self.org)
+        job = self.archived_job(run=run)
+        result = self.w.one("SELECT id FROM test_results WHERE evaluation_run_id = ?", run)[0]
+        # Nothing of the run changes: no new rows, none deleted, the run stays.
+        self.assertRefused(self.w.test_result, self.org, run, message="evidence_run_in_custody")
+        self.assertRefused(self.execute, "DELETE FROM test_results WHERE id = ?", result,
+                           message="evidence_run_in_custody")
+        self.assertRefused(self.execute, "DELETE FROM evaluation_runs WHERE id = ?", run,
+                           message="evidence_run_in_custody")
+        # The hold is final.
+        for change in ("custody_run_id = NULL, custody_completion_id = NULL, custody_attached_at = NULL",
+                       "custody_attached_at = custody_attached_at + 1"):
+            self.assertRefused(self.execute, f"UPDATE archived_jobs SET {change} WHERE id = ?", job,
+                               message="archived_job_is_final")
+        # Another job's completion naming the run is refused: its batch leaves nothing behind.
+        other = self.w.job(self.org)
+        claim = self.w.grant(other, self.runner)
+        head = self.w.stream(other, claim, 1, 1)
+        rows_before = self.counts(other)
+        self.assertRefused(self.w.complete, other, claim, self.runner, 1, final_stream_checksum=head,
+                           evaluation_run_id=run, message="evidence_run_held_by_archived_job")
+        self.assertEqual(self.counts(other), rows_before)
+        # Once expiring, its evidence goes; the archived row last, and only once the run went.
+        self.assertEqual(self.expire(job), 1)
+        for _ in range(10):  # bounded: one test result at 500 a batch
+            if all(n == 0 for n in self.delete_evidence(job, 500)):
+                break
+        self.execute(query("retention/delete_custody"), job, self.org)
+        self.assertRefused(self.execute, "DELETE FROM archived_jobs WHERE id = ?", job,
+                           message="job_delete_needs_expiry")
+        self.assertEqual(self.delete_job(job)[DELETES_THE_JOB], 1)
+        self.assertEqual(self.w.one("SELECT count(*) FROM evaluation_runs WHERE id = ?", run)[0], 0)
+
+    def test_a_moving_job_takes_exactly_the_custody_its_completion_took(self):
+        job = self.pruned_in_jobs()
+        move = query("archive/move_job")
+        taken = "ce.evidence_id, ce.completion_id, ce.attached_at"
+        self.assertIn(taken, move)
+        stranger = self.w.evaluation_run(self.org)
+        for wrong in ("NULL, NULL, NULL", f"'{stranger}', ce.completion_id, ce.attached_at",
+                      "ce.evidence_id, ce.completion_id, ce.attached_at + 1"):
+            self.conn.execute("BEGIN")
+            try:
+                self.execute(query("archive_mark_pruned"), job, self.org)
+                self.execute(query("archive/move_requirements"), job, self.org)
+                self.assertRefused(self.execute, move.replace(taken, wrong), job, self.org,
+                                   message="archived_job_takes_its_runs_custody")
+            finally:
+                self.conn.execute("ROLLBACK")
+        # A custody row goes only with the move that carries it.
+        self.assertRefused(self.execute, "DELETE FROM completion_evidence WHERE job_id = ?"
+                           " AND evidence_kind = 'evaluation_run'", job,
+                           message="evidence_custody_is_permanent")
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 1, 1])
+
+    def test_the_reads_by_run_ask_the_index_of_runs_held(self):
+        for name, params in (("evidence_holder", ("o", '[["evaluation_run", "r"]]')),
+                             ("evidence/get_run", ("o", "r"))):
+            plan = query_plan(self.conn, query(name), params)
+            held = [d for d in plan if d.startswith(("SEARCH a ", "SCAN a"))]
+            self.assertEqual(held, ["SEARCH a USING INDEX archived_jobs_by_custody_run (custody_run_id=?)"]
+                             if name == "evidence_holder" else
+                             ["SEARCH a USING INDEX archived_jobs_by_custody_run (custody_run_id=?) LEFT-JOIN"],
+                             " | ".join(plan))
+
+    def test_a_job_whose_completion_took_no_run_moves_holding_none(self):
+        job = self.pruned_in_jobs()
+        # As a job archived before custody was taken would be (written past its guards).
+        self.execute("DROP TRIGGER completion_evidence_is_permanent_delete")
+        self.execute("DELETE FROM completion_evidence WHERE job_id = ?", job)
+        self.assertEqual(self.mark_pruned(job), [1, 1, 1, 0, 1])
+        self.assertEqual(self.w.one("SELECT custody_run_id, custody_completion_id, custody_attached_at"
+                                    " FROM archived_jobs WHERE id = ?", job), (None, None, None))
+        self.assertEqual(self.execute(query("jobs/evidence"), self.org, job).fetchall(), [])
+
+    def test_migration_0019_moves_the_runs_archived_jobs_hold(self):
+        self.rebuild_before("0019")
+        runs = [self.w.evaluation_run(self.org) for _ in range(3)]
+        live, _ = self.finished_job(run=runs[0])
+        archived = self.archived_job(run=runs[1])
+        expiring = self.archived_job(run=runs[2])
+        self.assertEqual(self.expire(expiring), 1)
+        custody = {job: self.w.one("SELECT evidence_id, completion_id, attached_at FROM completion_evidence"
+                                   " WHERE job_id = ? AND evidence_kind = 'evaluation_run'", job)
+                   for job in (live, archived, expiring)}
+        self.apply_from()
+        self.assertEqual(self.w.one("SELECT count(*) FROM completion_evidence"
+                                    " WHERE evidence_kind = 'evaluation_run'")[0], 1)
+        for job in (archived, expiring):
+            self.assertEqual(self.w.one("SELECT custody_run_id, custody_completion_id, custody_attached_at"
+                                        " FROM archived_jobs WHERE id = ?", job), custody[job])
+        for job, run in ((live, runs[0]), (archived, runs[1]), (expiring, runs[2])):
+            reads = self.custody_reads(job, run)
+            self.assertEqual(reads["evidence_holder"], [("evaluation_run", run, job)])
+            self.assertEqual(reads["evidence/get_run"][0][6:], (custody[job][1], job, custody[job][2]))
+            self.assertIn(("evaluation_run", run, custody[job][1]), reads["jobs/evidence"])
+        self.assertEqual(UsageTests.counters(self), UsageTests.recount(self))
+        self.assertEqual(self.conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+        # The expiring one goes on to its deletion, run and all; the other's run stays held.
+        for _ in range(10):
+            if all(n == 0 for n in self.delete_evidence(expiring, 500)):
+                break
+        self.assertEqual(self.delete_job(expiring)[DELETES_THE_JOB], 1)
+        self.assertEqual(self.w.one("SELECT count(*) FROM evaluation_runs WHERE id = ?", runs[2])[0], 0)
+        self.assertRefused(self.execute, "DELETE FROM evaluation_runs WHERE id = ?", runs[1],
+                           message="evidence_run_in_custody")

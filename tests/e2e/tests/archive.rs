@@ -35,7 +35,9 @@ async fn an_archived_job_reads_byte_for_byte_as_before_and_d1_keeps_its_row_and_
         runner.stream(&chunk.to_json()).await.expect(200);
         last = Some(chunk.checksum.clone());
     }
-    let completion = claimed.succeeded(last.as_ref(), bare_evidence(f.key()).await);
+    let evidence = bare_evidence(f.key()).await;
+    let run_id = evidence.evaluation_run_id.key();
+    let completion = claimed.succeeded(last.as_ref(), evidence.clone());
     runner.complete(&completion).await.expect(200);
 
     let detail = job(f.key(), &job_id).await;
@@ -83,8 +85,8 @@ async fn an_archived_job_reads_byte_for_byte_as_before_and_d1_keeps_its_row_and_
     );
     verify(&bundle_after, &job_id, runner.signing.secret.expose());
 
-    // D1 keeps the job's archived row (migration 0018) and its custody (the evaluation run),
-    // nothing else.
+    // D1 keeps the job's archived row (migration 0018), holding the evaluation run its
+    // completion took into custody (migration 0019), and nothing else.
     let d1_after = d1_footprint(&job_id);
     let rows: u64 = d1_after.iter().map(|(_, rows, _)| rows).sum();
     let bytes: u64 = d1_after.iter().map(|(_, _, bytes)| bytes).sum();
@@ -95,7 +97,7 @@ async fn an_archived_job_reads_byte_for_byte_as_before_and_d1_keeps_its_row_and_
     assert!(before_rows > 23, "{d1_before:?}");
     for (table, count, _) in &d1_after {
         let expected = match table.as_str() {
-            "archived_jobs" | "completion_evidence" => 1,
+            "archived_jobs" => 1,
             _ => 0,
         };
         assert_eq!(*count, expected, "{table}: {d1_after:?}");
@@ -104,6 +106,18 @@ async fn an_archived_job_reads_byte_for_byte_as_before_and_d1_keeps_its_row_and_
         bytes <= 1024,
         "{bytes} bytes of D1 for an archived job: {d1_after:?}"
     );
+    let held = d1_rows(&d1(&format!(
+        "SELECT custody_run_id FROM archived_jobs WHERE id = {}",
+        sql_text(&job_id)
+    )));
+    assert_eq!(held[0]["custody_run_id"], run_id.as_str(), "{held:?}");
+    // Still held: another job's completion naming the run is refused, naming this job.
+    let (other_runner, other) = f.claimed_job(0).await;
+    let reply = other_runner
+        .complete(&other.succeeded(None, evidence))
+        .await;
+    reply.expect_error(409, "EVIDENCE_ALREADY_ATTACHED");
+    assert!(reply.text.contains(&job_id), "{reply:?}");
 
     // Archiving again changes nothing.
     assert_eq!(archive(f.key(), &job_id).await.expect(200), archived);
@@ -146,8 +160,9 @@ async fn a_completion_after_archiving_is_counted_and_the_archived_bytes_stay() {
         bundle(f.key(), &job_id).await == bundle_archived,
         "a late completion changed the archived bundle"
     );
+    // One row: the archived job, holding its run (migration 0019).
     let rows: u64 = d1_footprint(&job_id).iter().map(|(_, rows, _)| rows).sum();
-    assert_eq!(rows, 2, "{:?}", d1_footprint(&job_id));
+    assert_eq!(rows, 1, "{:?}", d1_footprint(&job_id));
 }
 
 #[tokio::test]
@@ -270,8 +285,9 @@ async fn the_cron_pass_archives_finished_jobs_whose_grace_is_over_and_leaves_the
     }
     assert!(archived, "the cron pass did not archive {old:?}");
     for id in old {
+        // The archived row alone, holding the job's run (migration 0019).
         let rows: u64 = d1_footprint(id).iter().map(|(_, rows, _)| rows).sum();
-        assert_eq!(rows, 2, "{id}: {:?}", d1_footprint(id));
+        assert_eq!(rows, 1, "{id}: {:?}", d1_footprint(id));
     }
     // Inside its grace period, or not finished: untouched.
     assert_eq!(job(f.key(), &finished[2]).await["archive"], Value::Null);

@@ -1,0 +1,5 @@
+-- The move's fourth step: the custody row of the run the archived row now holds goes (none
+-- when the job's completion took no run). ?1 job id, ?2 organization id
+DELETE FROM completion_evidence
+ WHERE evidence_kind = 'evaluation_run' AND job_id = ?1 AND organization_id = ?2
+   AND evidence_id = (SELECT custody_run_id FROM archived_jobs WHERE id = ?1)
