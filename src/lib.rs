@@ -376,7 +376,7 @@ async fn route(
 }
 
 /// The cron trigger: one bounded recovery pass across every organization, one bounded purge of
-/// expired enrollments and spent challenges (see [`reaper`]), one bounded archive pass over
+/// expired enrollments and spent challenges and one of spent ephemeral runners (see [`reaper`]), one bounded archive pass over
 /// finished jobs (see [`archive`]), then one bounded retention pass over archived jobs past
 /// their organization's cut (see [`retention`]).
 #[event(scheduled)]
@@ -389,6 +389,10 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match reaper::purge(&env, platform::now_ms()).await {
         Ok(report) => worker::console_log!("purge pass: {report}"),
         Err(err) => worker::console_error!("purge pass failed: {err:?}"),
+    }
+    match reaper::retire_ephemeral(&env, platform::now_ms()).await {
+        Ok(report) => worker::console_log!("ephemeral runners: {report}"),
+        Err(err) => worker::console_error!("retiring ephemeral runners failed: {err:?}"),
     }
     let limit = edgerunner_protocol::archive::JOBS_PER_PASS;
     match archive::pass(&env, platform::now_ms(), limit).await {

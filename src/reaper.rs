@@ -11,7 +11,8 @@
 //! CPU limit) and says whether more remain, so a caller can run another pass.
 
 use edgerunner_protocol::error_code::ErrorCode;
-use edgerunner_protocol::state::JobState;
+use edgerunner_protocol::kind::EventKind;
+use edgerunner_protocol::state::{JobState, RunnerInput, RunnerState};
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 use worker::Env;
@@ -156,4 +157,60 @@ pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
         "deletedChallenges": changed.get(4).copied().unwrap_or(0),
         "deletedEnrollmentTokens": changed.get(5).copied().unwrap_or(0),
     }))
+}
+
+/// Ephemeral runners revoked by one pass, at most.
+const RETIRE_LIMIT: i64 = 100;
+/// Why the cron pass revoked an ephemeral runner.
+pub(crate) const EPHEMERAL_RETIRED_REASON: &str = "ephemeral: its one job ended";
+
+/// The cron pass's retirement of ephemeral runners (migration 0020): each that is spent (its
+/// grant drained it and its claim ended, or an admin drained it before it took a job) is
+/// revoked as an admin's revoke does it (its credentials die with their generation), with its
+/// `runner.revoked` event, at most [`RETIRE_LIMIT`] a pass. A fleet of one-job runners thus
+/// leaves revoked records, never ones that look able to work.
+pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<Value> {
+    let db = store::Db::of(env, store::RoundTrips::default())?;
+    let spent = store::runners::spent_ephemeral(&db, RETIRE_LIMIT).await?;
+    let detail = json!({
+        "from": RunnerState::Draining.as_str(),
+        "to": RunnerState::Revoked.as_str(),
+        "ephemeral": true,
+    })
+    .to_string();
+    let mut statements = Vec::with_capacity(spent.len() * 2);
+    for runner in &spent {
+        let change = store::runners::StateChange {
+            org: &runner.organization_id,
+            id: &runner.id,
+            from: RunnerState::Draining,
+            input: RunnerInput::Revoke,
+            reason: EPHEMERAL_RETIRED_REASON,
+            now,
+            key_id: None,
+        };
+        statements.push(store::runners::change_state(&db, &change)?);
+        statements.push(store::events::insert_if_changed(
+            &db,
+            &store::events::NewEvent {
+                organization_id: &runner.organization_id,
+                job_id: None,
+                runner_id: Some(&runner.id),
+                claim_id: None,
+                actor: "system:cron",
+                kind: EventKind::RunnerRevoked,
+                attempt: None,
+                reason: Some(EPHEMERAL_RETIRED_REASON),
+                detail_json: Some(&detail),
+                at: now,
+            },
+        )?);
+    }
+    if statements.is_empty() {
+        return Ok(json!({ "retiredRunners": 0 }));
+    }
+    // A runner an admin changed meanwhile is left as the admin left it (its guard matches none).
+    let changed = store::batch(&db, statements).await?;
+    let retired = changed.iter().step_by(2).filter(|n| **n == 1).count();
+    Ok(json!({ "retiredRunners": retired }))
 }

@@ -242,6 +242,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         max_concurrent_jobs: i64::from(document.max_concurrent_jobs()),
         key_id: None,
         approved_at: None,
+        ephemeral: false,
         now: ctx.now,
     };
     let actor = format!("runner:{id}");

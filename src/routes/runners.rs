@@ -46,6 +46,19 @@ pub(crate) fn bootstrap_ttl(body: &Map<String, Value>, now: i64) -> ApiResult<i6
     Ok(now + seconds * 1000)
 }
 
+/// `ephemeral`: `true` registers a runner for exactly one job; absent, null or `false`, a
+/// runner that stays.
+fn ephemeral_flag(body: &Map<String, Value>) -> ApiResult<bool> {
+    match body.get("ephemeral") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(flag)) => Ok(*flag),
+        Some(_) => Err(ApiError::unprocessable(
+            ErrorCode::InvalidField,
+            "ephemeral must be true or false",
+        )),
+    }
+}
+
 pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require_admin()?;
@@ -59,11 +72,20 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
             "maxConcurrentJobs",
             "tags",
             "bootstrapTokenTtlSeconds",
+            "ephemeral",
         ],
     )?;
     let name = required_name(&body, "name", 200)?;
     let runner_key = required_name(&body, "runnerKey", 200)?;
+    let ephemeral = ephemeral_flag(&body)?;
     let document = super::capability_document(&body, &["maxConcurrentJobs"])?;
+    // An ephemeral runner takes one job: its grant drains it (migration 0020).
+    if ephemeral && document.max_concurrent_jobs() != 1 {
+        return Err(ApiError::unprocessable(
+            ErrorCode::InvalidField,
+            "an ephemeral runner takes one job: maxConcurrentJobs must be 1 (or absent)",
+        ));
+    }
     let tags = match body.get("tags") {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => parse_tags(v)?,
@@ -117,6 +139,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         max_concurrent_jobs: i64::from(document.max_concurrent_jobs()),
         key_id: None,
         approved_at: Some(ctx.now),
+        ephemeral,
         now: ctx.now,
     };
     let actor = caller.actor();

@@ -80,6 +80,13 @@ pub(crate) const GUARDS: &[Guard] = &[
         ErrorCode::FingerprintTaken,
         "this key is already enrolled; a revoked key never comes back, so generate a new one",
     ),
+    // Migration 0020: a drained ephemeral runner took its one job.
+    guard(
+        "ephemeral_runner_is_spent",
+        409,
+        ErrorCode::IllegalRunnerTransition,
+        "an ephemeral runner that took its job (or was drained) is spent: it never takes work again; revoke it",
+    ),
     guard(
         "runner_revocation_is_permanent",
         409,

@@ -8,7 +8,7 @@ use worker::D1PreparedStatement;
 use super::{all, batch, first, run, stmt, Arg, Db};
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 
 #[derive(Deserialize)]
 pub(crate) struct RunnerRow {
@@ -43,6 +43,8 @@ pub(crate) struct RunnerRow {
     pub(crate) last_seen_at: Option<i64>,
     pub(crate) last_heartbeat_at: Option<i64>,
     pub(crate) completed_jobs: i64,
+    /// 1: registered for one job (migration 0020).
+    pub(crate) ephemeral: i64,
 }
 
 pub(crate) async fn get(db: &Db, org: &str, id: &str) -> ApiResult<Option<RunnerRow>> {
@@ -183,6 +185,8 @@ pub(crate) struct NewRunner<'a> {
     pub(crate) max_concurrent_jobs: i64,
     pub(crate) key_id: Option<&'a str>,
     pub(crate) approved_at: Option<i64>,
+    /// One job, then retired (migration 0020): admin-registered runners only.
+    pub(crate) ephemeral: bool,
     pub(crate) now: i64,
 }
 
@@ -218,6 +222,7 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
             r.enroll_network.into(),
             r.enrollment_token_id.into(),
             r.enroll_site.into(),
+            Arg::Int(i64::from(r.ephemeral)),
         ],
     )
 }
@@ -420,14 +425,27 @@ pub(crate) fn credential_check(
     )
 }
 
+/// Why an ephemeral runner is draining: the grant of its one job drained it.
+pub(crate) const EPHEMERAL_DRAINED_REASON: &str = "ephemeral: took its one job";
+
 /// A grant's runner write: one more active claim for a runner in a state that may claim
 /// ([`RunnerState::can_claim`]); the schema's capacity CHECK aborts the batch when it is full.
+/// An ephemeral runner is drained by it (the protocol's drain from a claiming state).
 pub(crate) fn take_capacity(db: &Db, id: &str, now: i64) -> ApiResult<D1PreparedStatement> {
     let claiming = claiming_states();
+    let drained = RunnerState::Active
+        .transition(RunnerInput::Drain)
+        .map_err(|e| ApiError::internal(format!("the runner machine has no drain: {e:?}")))?;
     stmt(
         db,
         include_str!("queries/grant_runner.sql"),
-        &[id.into(), now.into(), claiming.as_str().into()],
+        &[
+            id.into(),
+            now.into(),
+            claiming.as_str().into(),
+            drained.as_str().into(),
+            EPHEMERAL_DRAINED_REASON.into(),
+        ],
     )
 }
 
@@ -524,6 +542,24 @@ pub(crate) fn delete_expired_enrollments(
             &args,
         )?,
     ])
+}
+
+/// An ephemeral runner whose one claim ended (or that an admin drained before it took any).
+#[derive(Deserialize, Debug)]
+pub(crate) struct SpentRunner {
+    pub(crate) id: String,
+    pub(crate) organization_id: String,
+}
+
+/// At most `limit` ephemeral runners that are spent: drained, holding no claim (the cron pass
+/// revokes them, [`crate::reaper::retire_ephemeral`]).
+pub(crate) async fn spent_ephemeral(db: &Db, limit: i64) -> ApiResult<Vec<SpentRunner>> {
+    all(
+        db,
+        include_str!("queries/runners/spent_ephemeral.sql"),
+        &[limit.into()],
+    )
+    .await
 }
 
 /// Deletes at most `limit` challenges that were used or expired by `now`.

@@ -2705,6 +2705,9 @@ LEASE_LOST_MOVES = '{"active":"lost"}'
 LEASE_LOST_RETIRING = '["active"]'
 AUTHENTICATING_STATES = '["active","draining","lost"]'
 CLAIMING_STATES = '["active"]'
+# runners::take_capacity: what the grant of an ephemeral runner's job moves it to (migration 0020).
+EPHEMERAL_DRAINED = "draining"
+EPHEMERAL_DRAINED_REASON = "ephemeral: took its one job"
 SESSION_PROVEN_MOVES = '{"lost":"active"}'
 SESSION_REASON = "session exchanged after loss"
 
@@ -2746,7 +2749,8 @@ class ProductionStatementTests(SchemaTest):
             (query("grant_claim"), (claim, self.job, self.org, self.runner, attempt, sha("nonce" + claim),
                                     "kid", at, at + 300_000, lease, '{"signed": true}', request_id)),
             (query("grant_job"), (self.job, self.org, attempt, claim, lease, at)),
-            (query("grant_runner"), (self.runner, at, CLAIMING_STATES)),
+            (query("grant_runner"), (self.runner, at, CLAIMING_STATES, EPHEMERAL_DRAINED,
+                                     EPHEMERAL_DRAINED_REASON)),
         ])
         return claim
 
@@ -4243,10 +4247,13 @@ class ArchivedJobTests(RetentionWorld):
         self.assertEqual(self.delete_job(expiring)[DELETES_THE_JOB], 1)
 
 
-class ArchivedCustodyTests(ArchivedJobTests):
+class ArchivedCustodyTests(RetentionWorld):
     """Migration 0019: an archived job holds the run its completion took into custody in its
     own row, and every check and read of that custody finds it there as it found the custody
     row before."""
+
+    COUNTERS = UsageTests.COUNTERS
+    pruned_in_jobs = ArchivedJobTests.pruned_in_jobs
 
     def custody_reads(self, job, run):
         """What the service reads of a job's custody: the job's evidence, the holder of its
@@ -4386,3 +4393,77 @@ class ArchivedCustodyTests(ArchivedJobTests):
         self.assertEqual(self.w.one("SELECT count(*) FROM evaluation_runs WHERE id = ?", runs[2])[0], 0)
         self.assertRefused(self.execute, "DELETE FROM evaluation_runs WHERE id = ?", runs[1],
                            message="evidence_run_in_custody")
+
+
+class EphemeralRunnerTests(SchemaTest):
+    """Migration 0020: an ephemeral runner takes one job. Its grant drains it, nothing makes it
+    active again, and the cron pass finds it once its claim ended."""
+
+    def setUp(self):
+        super().setUp()
+        self.org = self.w.org()
+        self.runner = self.w.runner(self.org)
+        self.job = self.w.job(self.org)
+
+    # The grant as the production statements write it (not their tests, which run there).
+    known = ProductionStatementTests.known
+    grant = ProductionStatementTests.grant
+
+    def make_ephemeral(self):
+        """This world's runner from now on: an ephemeral one (whether a runner is ephemeral
+        never changes, so a new one)."""
+        self.runner = self.w.runner(self.org, ephemeral=1, max_concurrent_jobs=1)
+
+    def runner_state(self):
+        return self.w.one("SELECT state, state_reason, active_claims FROM runners WHERE id = ?", self.runner)
+
+    def spent(self):
+        return self.execute(query("runners/spent_ephemeral"), 100).fetchall()
+
+    def test_only_a_one_claim_bootstrap_runner_is_ephemeral(self):
+        self.assertRefused(self.w.runner, self.org, ephemeral=1, max_concurrent_jobs=2,
+                           message="CHECK constraint failed")
+        one = self.w.runner(self.org, ephemeral=1, max_concurrent_jobs=1)
+        self.assertEqual(self.w.one("SELECT ephemeral FROM runners WHERE id = ?", one)[0], 1)
+        # Decided at registration, once.
+        self.assertRefused(self.execute, "UPDATE runners SET ephemeral = 0 WHERE id = ?", one,
+                           message="runner_ephemeral_is_final")
+        self.execute("UPDATE runners SET ephemeral = 1 WHERE id = ?", one)  # the same value: no change
+
+    def test_the_grant_drains_an_ephemeral_runner_and_no_other(self):
+        self.grant(1)
+        self.assertEqual(self.runner_state(), ("active", None, 1))
+        self.job = self.w.job(self.org)
+        self.make_ephemeral()
+        self.grant(1)
+        self.assertEqual(self.runner_state(), (EPHEMERAL_DRAINED, EPHEMERAL_DRAINED_REASON, 1))
+        # Spent: it takes no second job.
+        other = self.w.job(self.org)
+        self.assertEqual(self.execute(query("grant_runner"), self.runner, NOW, CLAIMING_STATES,
+                                      EPHEMERAL_DRAINED, EPHEMERAL_DRAINED_REASON).rowcount, 0)
+        self.assertNotEqual(other, None)
+
+    def test_a_drained_ephemeral_runner_is_never_active_again_and_is_found_once_its_claim_ended(self):
+        self.make_ephemeral()
+        claim = self.grant(1)
+        self.assertEqual(self.spent(), [])  # it holds its claim
+        for state in ("active", "lost", "pending_approval"):
+            self.assertRefused(self.execute, "UPDATE runners SET state = ? WHERE id = ?", state, self.runner,
+                               message="ephemeral_runner_is_spent")
+        # Its claim ends (released, as a completion or a hand-back leaves it).
+        self.execute("UPDATE job_claims SET state = 'released', end_reason = 'completed', ended_at = ?"
+                     " WHERE id = ?", NOW, claim)
+        self.execute("UPDATE runners SET active_claims = 0 WHERE id = ?", self.runner)
+        self.assertEqual(self.spent(), [(self.runner, self.org)])
+        # The cron pass's revoke (change_runner_state.sql, as an admin's).
+        self.assertEqual(self.execute(query("change_runner_state"), self.org, self.runner, "draining", "revoked",
+                                      "ephemeral: its one job ended", NOW, None, None, NOW, 1).rowcount, 1)
+        self.assertEqual(self.spent(), [])
+        # A runner that stays may come back from draining as before.
+        stays = self.w.runner(self.org)
+        self.execute("UPDATE runners SET state = 'draining' WHERE id = ?", stays)
+        self.execute("UPDATE runners SET state = 'active' WHERE id = ?", stays)
+
+    def test_the_pass_reads_the_index_of_spent_runners(self):
+        plan = query_plan(self.conn, query("runners/spent_ephemeral"), (100,))
+        self.assertEqual(plan, ["SCAN runners USING INDEX runners_ephemeral_spent"], plan)

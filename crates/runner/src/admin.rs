@@ -112,6 +112,12 @@ impl AdminClient {
         answer.json(&format!("{method} {path}"))
     }
 
+    /// `GET /api/remote-runners/queues`: each queue's jobs and runners now.
+    pub async fn queues(&self) -> Result<Value, ClientError> {
+        self.call(Method::GET, "/api/remote-runners/queues", None)
+            .await
+    }
+
     pub async fn list_runners(&self) -> Result<Value, ClientError> {
         self.call(Method::GET, "/api/remote-runners", None).await
     }

@@ -38,6 +38,8 @@ pub(crate) struct RunnerView<'a> {
     protocol_version: &'a str,
     problem_types: Value,
     external: bool,
+    /// Registered for one job: its grant drains it, and the cron pass then revokes it.
+    ephemeral: bool,
     tags: Value,
     max_concurrent_jobs: i64,
     active_claims: i64,
@@ -89,11 +91,19 @@ impl RunnerAction {
     }
 }
 
-/// The administrator's actions that apply to a runner in `state`, by name.
-pub(crate) fn runner_actions(state: RunnerState, identity_model: &str) -> Vec<&'static str> {
+/// The administrator's actions that apply to a runner in `state`, by name. A drained ephemeral
+/// runner is spent (migration 0020's `runners_ephemeral_once_drained_stay_drained`): it is
+/// never activated again.
+pub(crate) fn runner_actions(
+    state: RunnerState,
+    identity_model: &str,
+    ephemeral: bool,
+) -> Vec<&'static str> {
+    let spent = ephemeral && state == RunnerState::Draining;
     RUNNER_ACTIONS
         .into_iter()
         .filter(|action| action.applies(state, identity_model))
+        .filter(|action| !(spent && *action == RunnerAction::Command(RunnerInput::Activate)))
         .map(RunnerAction::name)
         .collect()
 }
@@ -101,7 +111,8 @@ pub(crate) fn runner_actions(state: RunnerState, identity_model: &str) -> Vec<&'
 impl<'a> RunnerView<'a> {
     /// The record with `files` (lists show none).
     pub(crate) fn new(runner: &'a RunnerRow, files: &'a [FileMeta]) -> Self {
-        let actions = runner_actions(runner.state, &runner.identity_model);
+        let ephemeral = runner.ephemeral != 0;
+        let actions = runner_actions(runner.state, &runner.identity_model, ephemeral);
         RunnerView {
             id: &runner.id,
             organization_id: &runner.organization_id,
@@ -123,6 +134,7 @@ impl<'a> RunnerView<'a> {
             protocol_version: &runner.protocol_version,
             problem_types: stored_json(&runner.problem_types),
             external: runner.external != 0,
+            ephemeral,
             tags: stored_json(&runner.tags),
             max_concurrent_jobs: runner.max_concurrent_jobs,
             active_claims: runner.active_claims,
@@ -236,6 +248,7 @@ mod tests {
             "active_claims": 1, "credential_generation": 3, "key_id": "rk_0123456789abcdef",
             "registered_at": NOW - 60_000, "approved_at": NOW, "revoked_at": null,
             "last_seen_at": NOW, "last_heartbeat_at": null, "completed_jobs": 4,
+            "ephemeral": 0,
         }))
     }
 
@@ -256,7 +269,7 @@ mod tests {
                 "product": null, "version": null, "fingerprint": null, "publicKey": null,
                 "keyId": "rk_0123456789abcdef", "address": null, "machine": {"cpus": 8},
                 "capabilities": {"runtimes": ["python3.12"]}, "capabilityHash": "ab".repeat(32),
-                "protocolVersion": "1", "problemTypes": [], "external": true, "tags": ["eu"],
+                "protocolVersion": "1", "problemTypes": [], "external": true, "ephemeral": false, "tags": ["eu"],
                 "maxConcurrentJobs": 2, "activeClaims": 1, "completedJobs": 4,
                 "registeredAt": "2025-12-31T23:59:00.000Z", "bootstrapTokenExpiresAt": null,
                 "approvedAt": "2026-01-01T00:00:00.000Z", "revokedAt": null,
@@ -272,7 +285,7 @@ mod tests {
 
     #[test]
     fn each_state_offers_the_actions_that_move_it() {
-        let offered = |model: &str, state: RunnerState| runner_actions(state, model);
+        let offered = |model: &str, state: RunnerState| runner_actions(state, model, false);
         use RunnerState as S;
         assert_eq!(
             offered("bootstrap", S::PendingApproval),
@@ -291,6 +304,15 @@ mod tests {
             ["activate", "drain", "rotate", "revoke"]
         );
         assert!(offered("bootstrap", S::Revoked).is_empty());
+        // A drained ephemeral runner took its one job: never activated again.
+        assert_eq!(
+            runner_actions(S::Draining, "bootstrap", true),
+            ["rotate", "revoke"]
+        );
+        assert_eq!(
+            runner_actions(S::Active, "bootstrap", true),
+            ["drain", "rotate", "revoke"]
+        );
         // A key-pair runner has no bootstrap token to rotate.
         assert_eq!(
             offered("keypair", S::PendingApproval),

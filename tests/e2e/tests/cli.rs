@@ -257,26 +257,27 @@ impl Setup {
 
     /// Registers a bootstrap-token runner with the CLI; returns its id and token.
     fn register(&self, capacity: u32) -> (String, String) {
+        self.register_with(&["--max-concurrent-jobs", &capacity.to_string()])
+    }
+
+    /// A runner registered through `admin runners register` with `flags` besides its name,
+    /// kind and runtime: its id and bootstrap token.
+    fn register_with(&self, flags: &[&str]) -> (String, String) {
         let name = unique("cli-runner");
-        let capacity = capacity.to_string();
-        let answer = admin(
-            &self.scratch,
-            &self.org,
-            &[
-                "runners",
-                "register",
-                "--name",
-                &name,
-                "--runner-key",
-                &name,
-                "--execution-kind",
-                "prompt",
-                "--runtime",
-                RUNTIME,
-                "--max-concurrent-jobs",
-                &capacity,
-            ],
-        );
+        let mut args = vec![
+            "runners",
+            "register",
+            "--name",
+            &name,
+            "--runner-key",
+            &name,
+            "--execution-kind",
+            "prompt",
+            "--runtime",
+            RUNTIME,
+        ];
+        args.extend_from_slice(flags);
+        let answer = admin(&self.scratch, &self.org, &args);
         let id = answer["runner"]["id"]
             .as_str()
             .expect("runner id")
@@ -1243,4 +1244,240 @@ async fn sigterm_hands_an_ephemeral_runners_job_back_at_once() {
     assert!(runner.has_event("job.given_back"), "{}", runner.log());
     assert!(!pid_alive(&pid), "the command was stopped");
     handed_back(&setup.org, &given_back, &runner_id).await;
+}
+
+#[tokio::test]
+async fn a_runner_registered_ephemeral_takes_one_job_and_the_server_retires_it() {
+    let setup = Setup::new("ephemeral-registered").await;
+    let base = base_url();
+    let key = setup.org.admin_key.clone();
+    // One job needs a capacity of one, and the flag is a boolean.
+    for body in [
+        json!({"ephemeral": true, "maxConcurrentJobs": 2}),
+        json!({"ephemeral": "yes"}),
+    ] {
+        let mut registration = json!({
+            "name": unique("one-job"), "runnerKey": unique("one-job"),
+            "capabilities": {"executionKinds": ["prompt"], "runtimes": [RUNTIME]},
+        });
+        for (field, value) in body.as_object().expect("an object") {
+            registration[field] = value.clone();
+        }
+        post("/api/remote-runners", Some(&key), &registration)
+            .await
+            .expect_error(422, "INVALID_FIELD");
+    }
+    let (runner_id, token) = setup.register_with(&["--ephemeral"]);
+    let record = runner_record(&key, &runner_id).await;
+    assert_eq!(record["ephemeral"], true, "{record}");
+    assert_eq!(record["maxConcurrentJobs"], 1, "{record}");
+    let first = setup
+        .enqueue(&json!({"n": 1}), &requirements("prompt"))
+        .await;
+    let second = setup
+        .enqueue(&json!({"n": 2}), &requirements("prompt"))
+        .await;
+    let env = setup.env(&base, &runner_id, &token);
+    let mut runner = RunnerProcess::start(
+        &setup.scratch,
+        &["--exec", "echo done", "--ephemeral"],
+        &env,
+    );
+    let status = runner.exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}: {}", runner.log());
+    assert_eq!(job(&key, &first).await["state"], "succeeded");
+    assert_eq!(job(&key, &second).await["state"], "queued");
+
+    // Its grant drained it: spent, it is offered nothing, and no admin puts it back to work.
+    let record = runner_record(&key, &runner_id).await;
+    assert_eq!(record["state"], "draining", "{record}");
+    assert_eq!(
+        record["stateReason"], "ephemeral: took its one job",
+        "{record}"
+    );
+    assert_eq!(record["activeClaims"], 0, "{record}");
+    assert_eq!(record["actions"], json!(["rotate", "revoke"]), "{record}");
+    patch(
+        &format!("/api/remote-runners/{runner_id}"),
+        &key,
+        &json!({"status": "active", "reason": "one more job"}),
+    )
+    .await
+    .expect_error(409, "ILLEGAL_RUNNER_TRANSITION");
+
+    // The cron pass retires it, with its event; its token opens no session again.
+    edgerunner_e2e::recovery::fire_cron().await;
+    let record = runner_record(&key, &runner_id).await;
+    assert_eq!(record["state"], "revoked", "{record}");
+    assert_eq!(
+        record["stateReason"], "ephemeral: its one job ended",
+        "{record}"
+    );
+    let events = get(&format!("/api/remote-runners/{runner_id}/events"), &key)
+        .await
+        .expect(200);
+    let revoked: Vec<&Value> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["type"] == "runner.revoked")
+        .collect();
+    assert_eq!(revoked.len(), 1, "{events}");
+    assert_eq!(revoked[0]["actor"], "system:cron", "{events}");
+    let mut again = RunnerProcess::start(
+        &setup.scratch,
+        &["--exec", "echo again", "--ephemeral"],
+        &env,
+    );
+    let status = again.exit(Duration::from_secs(60)).await;
+    assert!(
+        !status.success(),
+        "a revoked runner started: {}",
+        again.log()
+    );
+    assert_eq!(job(&key, &second).await["state"], "queued");
+}
+
+/// The status lines `runner pool` printed so far (its own lines, not its processes').
+fn pool_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.starts_with("pool "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pool_follows_its_queue_from_its_floor_and_back_one_fresh_runner_per_job() {
+    let setup = Setup::new("pool").await;
+    let base = base_url();
+    let key = setup.org.admin_key.clone();
+    let prefix = unique("pool");
+    let work = setup.scratch.path("work");
+    std::fs::create_dir_all(&work).expect("work dir");
+    let log = setup.scratch.path("pool.log");
+    let floor = "pool 1-3: 1 alive (0 busy) · 0 queued · wants 1";
+    let mut pool = command(
+        &setup.scratch,
+        &[
+            "runner",
+            "pool",
+            "--min",
+            "1",
+            "--max",
+            "3",
+            "--idle-exit",
+            "2",
+            "--interval",
+            "0.3",
+            "--name",
+            &prefix,
+            "--execution-kind",
+            "prompt",
+            "--runtime",
+            RUNTIME,
+            "--",
+            "--exec",
+            "sleep 1; echo done",
+            "--poll-interval",
+            "0.2",
+            "--work-dir",
+            work.to_str().expect("UTF-8 path"),
+        ],
+        &[("EVALGATE_BASE_URL", &base), ("EDGERUNNER_API_KEY", &key)],
+    )
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).expect("pool log"))
+    .spawn()
+    .expect("the pool starts");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // Its floor: one process, waiting.
+    eventually("the pool keeps its floor", Duration::from_secs(30), || {
+        pool_lines(&log).iter().any(|l| l == floor)
+    })
+    .await;
+    // Three jobs: three processes run them (the floor's and two more), each its own runner.
+    let mut jobs = Vec::new();
+    for n in 0..3 {
+        jobs.push(
+            setup
+                .enqueue(&json!({"n": n}), &requirements("prompt"))
+                .await,
+        );
+    }
+    for id in &jobs {
+        job_in_state(&setup.org, id, &["succeeded"], Duration::from_secs(90)).await;
+    }
+    assert!(
+        pool_lines(&log).iter().any(|l| l.contains("· starting ")),
+        "{}",
+        log_text()
+    );
+    let claims: Vec<Value> = log_text()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|event| event["event"] == "job.claimed")
+        .collect();
+    assert_eq!(claims.len(), 3, "{}", log_text());
+    // And back to its floor once they are done.
+    eventually(
+        "the pool comes back to its floor",
+        Duration::from_secs(60),
+        || pool_lines(&log).iter().filter(|l| *l == floor).count() >= 2,
+    )
+    .await;
+    let runners = get("/api/remote-runners?limit=1000", &key)
+        .await
+        .expect(200);
+    let pooled: Vec<&Value> = runners["runners"]
+        .as_array()
+        .expect("runners")
+        .iter()
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+        .collect();
+    let ran: Vec<&&Value> = pooled.iter().filter(|r| r["completedJobs"] == 1).collect();
+    assert_eq!(ran.len(), 3, "one runner per job: {pooled:?}");
+    assert!(pooled.iter().all(|r| r["ephemeral"] == true), "{pooled:?}");
+    assert!(
+        ran.iter()
+            .all(|r| r["state"] == "draining" || r["state"] == "revoked"),
+        "{ran:?}"
+    );
+
+    // SIGTERM: its floor process leaves without a job and the pool drains its runner.
+    let status = Command::new("kill")
+        .args(["-TERM", &pool.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = pool.try_wait().expect("try_wait") {
+            break exit;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool did not stop: {}",
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(exit.success(), "{exit}: {}", log_text());
+    edgerunner_e2e::recovery::fire_cron().await;
+    let runners = get("/api/remote-runners?limit=1000", &key)
+        .await
+        .expect(200);
+    let left: Vec<&Value> = runners["runners"]
+        .as_array()
+        .expect("runners")
+        .iter()
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+        .filter(|r| r["state"] != "revoked")
+        .collect();
+    assert!(
+        left.is_empty(),
+        "every runner of the pool is retired: {left:?}"
+    );
 }

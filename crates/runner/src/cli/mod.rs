@@ -25,6 +25,7 @@ use crate::keyfile::KeyFileError;
 pub mod admin_cmd;
 pub mod admin_logs;
 pub mod json_tools;
+pub mod pool_cmd;
 pub mod runner_cmd;
 pub mod secret_arg;
 pub mod terminal;

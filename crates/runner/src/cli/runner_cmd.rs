@@ -45,6 +45,9 @@ pub enum RunnerCommand {
     Start(Box<StartArgs>),
     /// Show this runner's record as the server has it
     Whoami(IdentityArgs),
+    /// Keep between --min and --max one-job runner processes alive on this machine, each
+    /// under a runner the pool registers for it, following the queue (an admin key)
+    Pool(Box<super::pool_cmd::PoolArgs>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -424,7 +427,7 @@ fn batch_bytes(text: &str) -> Result<usize, String> {
     }
 }
 
-fn positive_seconds(text: &str) -> Result<Duration, String> {
+pub(super) fn positive_seconds(text: &str) -> Result<Duration, String> {
     let value = seconds(text)?;
     if value.is_zero() {
         return Err("must be above zero".into());
@@ -444,6 +447,7 @@ pub async fn run(command: RunnerCommand) -> Result<ExitCode, CliError> {
         RunnerCommand::Enroll(args) => enroll_runner(args).await,
         RunnerCommand::Start(args) => start(*args).await,
         RunnerCommand::Whoami(args) => whoami(args).await,
+        RunnerCommand::Pool(args) => super::pool_cmd::run(*args).await,
     }
 }
 

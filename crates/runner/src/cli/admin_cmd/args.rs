@@ -155,6 +155,10 @@ pub struct RegisterArgs {
     /// Make the bootstrap token expire after this many seconds
     #[arg(long)]
     pub bootstrap_token_ttl: Option<u64>,
+    /// For exactly one job: its grant drains it and the server then revokes it (run it with
+    /// `runner start --ephemeral`); needs a capacity of 1
+    #[arg(long)]
+    pub ephemeral: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -58,7 +58,7 @@ pub(super) fn requirements_from_flags(
     Ok(requirements)
 }
 
-pub(super) fn registration(args: &RegisterArgs) -> Result<Value, CliError> {
+pub(crate) fn registration(args: &RegisterArgs) -> Result<Value, CliError> {
     let capabilities = match &args.capabilities {
         Some(text) => json_argument(text, "--capabilities")?,
         None => {
@@ -85,6 +85,9 @@ pub(super) fn registration(args: &RegisterArgs) -> Result<Value, CliError> {
     }
     if let Some(ttl) = args.bootstrap_token_ttl {
         body["bootstrapTokenTtlSeconds"] = ttl.into();
+    }
+    if args.ephemeral {
+        body["ephemeral"] = true.into();
     }
     Ok(body)
 }
@@ -176,6 +179,7 @@ mod tests {
             max_concurrent_jobs: None,
             tags: vec![],
             bootstrap_token_ttl: None,
+            ephemeral: false,
         };
         assert!(registration(&args).is_err());
         let args = RegisterArgs {
@@ -192,5 +196,11 @@ mod tests {
                 "maxConcurrentJobs": 2, "tags": ["gpu"],
             })
         );
+        let one_job = RegisterArgs {
+            ephemeral: true,
+            max_concurrent_jobs: None,
+            ..args
+        };
+        assert_eq!(registration(&one_job).expect("a body")["ephemeral"], true);
     }
 }

@@ -18,7 +18,8 @@ mod args;
 mod body;
 mod render;
 
-use body::{registration, requirements_from_flags};
+pub(crate) use body::registration;
+use body::requirements_from_flags;
 use render::{
     render_artifacts, render_enrollment_token, render_enrollment_tokens, render_events, render_job,
     render_jobs, render_release, render_runner, render_runners, render_token, render_usage, text,
