@@ -159,18 +159,42 @@ pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
     }))
 }
 
-/// Ephemeral runners revoked by one pass, at most.
+/// Ephemeral runners revoked by one pass, and retired ones deleted, at most.
 const RETIRE_LIMIT: i64 = 100;
+/// How long a retired ephemeral runner's record is kept unless `EPHEMERAL_RUNNER_KEPT_HOURS`
+/// says otherwise (a day: its job's events and evidence name it meanwhile, and an operator
+/// reading yesterday's runs finds it).
+const DEFAULT_EPHEMERAL_KEPT_HOURS: i64 = 24;
 /// Why the cron pass revoked an ephemeral runner.
 pub(crate) const EPHEMERAL_RETIRED_REASON: &str = "ephemeral: its one job ended";
 
 /// The cron pass's retirement of ephemeral runners (migration 0020): each that is spent (its
 /// grant drained it and its claim ended, or an admin drained it before it took a job) is
 /// revoked as an admin's revoke does it (its credentials die with their generation), with its
-/// `runner.revoked` event, at most [`RETIRE_LIMIT`] a pass. A fleet of one-job runners thus
-/// leaves revoked records, never ones that look able to work.
+/// `runner.revoked` event; and each revoked more than `EPHEMERAL_RUNNER_KEPT_HOURS` ago that
+/// nothing of its job names any more (its job archived) is deleted with its own events, files
+/// and credentials. At most [`RETIRE_LIMIT`] of each a pass. A fleet of one-job runners thus
+/// never leaves records that look able to work, and keeps about a day of retired ones.
 pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<Value> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
+    let kept = crate::platform::setting(
+        env,
+        "EPHEMERAL_RUNNER_KEPT_HOURS",
+        DEFAULT_EPHEMERAL_KEPT_HOURS,
+        1,
+    ) * 3_600_000;
+    let deleted = store::batch(
+        &db,
+        Vec::from(store::runners::delete_retired_ephemeral(
+            &db,
+            now - kept,
+            RETIRE_LIMIT,
+        )?),
+    )
+    .await?
+    .get(4)
+    .copied()
+    .unwrap_or(0);
     let spent = store::runners::spent_ephemeral(&db, RETIRE_LIMIT).await?;
     let detail = json!({
         "from": RunnerState::Draining.as_str(),
@@ -207,10 +231,10 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<Value> {
         )?);
     }
     if statements.is_empty() {
-        return Ok(json!({ "retiredRunners": 0 }));
+        return Ok(json!({ "retiredRunners": 0, "deletedRunners": deleted }));
     }
     // A runner an admin changed meanwhile is left as the admin left it (its guard matches none).
     let changed = store::batch(&db, statements).await?;
     let retired = changed.iter().step_by(2).filter(|n| **n == 1).count();
-    Ok(json!({ "retiredRunners": retired }))
+    Ok(json!({ "retiredRunners": retired, "deletedRunners": deleted }))
 }

@@ -562,6 +562,45 @@ pub(crate) async fn spent_ephemeral(db: &Db, limit: i64) -> ApiResult<Vec<SpentR
     .await
 }
 
+/// The cron pass's deletion of at most `limit` ephemeral runners revoked before `cutoff` that
+/// nothing of their job names any more: their own events, files, challenges and credentials,
+/// then the runners (five statements, in that order, for one batch; the last one's row count
+/// is the number deleted).
+pub(crate) fn delete_retired_ephemeral(
+    db: &Db,
+    cutoff: i64,
+    limit: i64,
+) -> ApiResult<[D1PreparedStatement; 5]> {
+    let args = [cutoff.into(), limit.into()];
+    Ok([
+        stmt(
+            db,
+            include_str!("queries/runners/delete_retired_ephemeral_events.sql"),
+            &args,
+        )?,
+        stmt(
+            db,
+            include_str!("queries/runners/delete_retired_ephemeral_files.sql"),
+            &args,
+        )?,
+        stmt(
+            db,
+            include_str!("queries/runners/delete_retired_ephemeral_challenges.sql"),
+            &args,
+        )?,
+        stmt(
+            db,
+            include_str!("queries/runners/delete_retired_ephemeral_credentials.sql"),
+            &args,
+        )?,
+        stmt(
+            db,
+            include_str!("queries/runners/delete_retired_ephemeral.sql"),
+            &args,
+        )?,
+    ])
+}
+
 /// Deletes at most `limit` challenges that were used or expired by `now`.
 pub(crate) fn purge_challenges(db: &Db, now: i64, limit: i64) -> ApiResult<D1PreparedStatement> {
     stmt(

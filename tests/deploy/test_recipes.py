@@ -10,6 +10,7 @@ built it in place of /usr/local/bin/edgerunner, which verify requires to exist).
     EDGERUNNER_BIN=target/debug/edgerunner .venv/bin/python -m unittest discover -s tests/deploy
 """
 
+import hashlib
 import json
 import os
 import re
@@ -32,6 +33,13 @@ SECRET_FLAGS = ("--bootstrap-token", "--api-key", "--evidence-api-key", "--enrol
 def start_flags():
     """The long flags `edgerunner runner start --help` lists."""
     help_text = subprocess.run([str(BIN), "runner", "start", "--help"], check=True,
+                               capture_output=True, text=True).stdout
+    return set(re.findall(r"(--[a-z][a-z0-9-]*)", help_text))
+
+
+def help_flags(*command):
+    """The long flags `edgerunner COMMAND --help` lists."""
+    help_text = subprocess.run([str(BIN), *command, "--help"], check=True,
                                capture_output=True, text=True).stdout
     return set(re.findall(r"(--[a-z][a-z0-9-]*)", help_text))
 
@@ -147,6 +155,66 @@ class TheRecipes(unittest.TestCase):
         self.assertEqual(next(v for k, v in instructions if k == "STOPSIGNAL"), "SIGTERM")
         self.assertIn(entrypoint[0], ("/usr/bin/tini",))
         self.assertIn("tini", next(v for k, v in instructions if k == "RUN" and "apt-get" in v))
+
+    def test_keda_scales_a_job_per_queued_job_of_one_queue_each_pod_a_fresh_ephemeral_runner(self):
+        documents = list(yaml.safe_load_all((DEPLOY / "keda" / "edgerunner-scaledjob.yml").read_text()))
+        auth = next(d for d in documents if d["kind"] == "TriggerAuthentication")
+        scaled = next(d for d in documents if d["kind"] == "ScaledJob")
+        self.assertEqual(auth["apiVersion"], scaled["apiVersion"])
+        self.assertEqual(auth["apiVersion"], "keda.sh/v1alpha1")
+        [secret] = auth["spec"]["secretTargetRef"]
+        self.assertEqual(secret["parameter"], "token")
+        # The trigger: the server's /metrics with a bearer key, the queue's exact selector.
+        [trigger] = scaled["spec"]["triggers"]
+        self.assertEqual(trigger["type"], "metrics-api")
+        self.assertEqual(trigger["authenticationRef"]["name"], auth["metadata"]["name"])
+        meta = trigger["metadata"]
+        self.assertEqual((meta["format"], meta["authMode"], meta["targetValue"]), ("prometheus", "bearer", "1"))
+        document = json.loads((ROOT / "docs" / "openapi.json").read_text())
+        path = "/" + meta["url"].split("://", 1)[1].split("/", 1)[1]
+        self.assertIn("401", document["paths"][path]["get"]["responses"])
+        selector = re.fullmatch(r'edgerunner_jobs\{queue="(q_[0-9a-f]{16})",state="queued"\}', meta["valueLocation"])
+        self.assertIsNotNone(selector, meta["valueLocation"])
+        # The metric has exactly these labels (the server's own exposition, pinned by its tests).
+        self.assertIn('r#"edgerunner_jobs{queue="q_0123456789abcdef",state="queued"} 5"#',
+                      (ROOT / "src" / "routes" / "views" / "metrics.rs").read_text())
+        pod = scaled["spec"]["jobTargetRef"]["template"]["spec"]
+        [init] = pod["initContainers"]
+        [runner] = pod["containers"]
+        # The queue is the one the registered runner serves: its routing's id.
+        register = init["command"]
+        self.assertEqual(register[:4], ["/usr/local/bin/edgerunner", "admin", "runners", "register"])
+        value = lambda words, flag: words[words.index(flag) + 1]
+        routing = [value(register, "--execution-kind"), value(register, "--runtime"), False, None, ["default"]]
+        stable = json.dumps(routing, separators=(",", ":"))
+        self.assertEqual(selector.group(1), "q_" + hashlib.sha256(stable.encode()).hexdigest()[:16])
+        used = flags_of(register[4:])
+        self.assertTrue(set(used) <= help_flags("admin", "runners", "register"),
+                        set(used) - help_flags("admin", "runners", "register"))
+        self.assertIn("--ephemeral", used)
+        self.assertFalse([f for f in used if f in SECRET_FLAGS], "a secret on the command line")
+        identity = value(register, "--identity-dir")
+        # The runner reads what the init container wrote, and never the admin key.
+        [script] = runner["command"][runner["command"].index("-c") + 1:]
+        words = shlex.split(script)
+        self.assertEqual(words[:4], ["exec", "/usr/local/bin/edgerunner", "runner", "start"])
+        started = flags_of(words[4:])
+        self.assertTrue(set(started) <= self.flags, set(started) - self.flags)
+        self.assertFalse([f for f in started if f in SECRET_FLAGS], "a secret on the command line")
+        self.assertIn("--ephemeral", started)
+        self.assertEqual(value(words, "--bootstrap-token-file"), f"{identity}/bootstrap-token")
+        self.assertIn(f"{identity}/runner-id", value(words, "--runner-id"))
+        mounts = lambda container: {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        admin_volume = next(v["name"] for v in pod["volumes"] if "secret" in v)
+        self.assertIn(admin_volume, mounts(init))
+        self.assertNotIn(admin_volume, mounts(runner))
+        self.assertTrue(value(register, "--api-key-file").startswith(mounts(init)[admin_volume]))
+        self.assertEqual(mounts(init)["identity"], identity)
+        self.assertEqual(mounts(runner)["identity"], identity)
+        self.assertEqual(next(v for v in pod["volumes"] if v["name"] == "identity")["emptyDir"]["medium"], "Memory")
+        # A deleted pod's job drains or goes back before SIGKILL.
+        self.assertGreater(pod["terminationGracePeriodSeconds"], int(value(words, "--drain-timeout")) + 10)
+        self.assertEqual(pod["restartPolicy"], "Never")
 
 
 if __name__ == "__main__":

@@ -1212,7 +1212,8 @@ async fn a_runner_exits_0_once_no_job_came_for_its_idle_time_counted_from_its_la
 async fn sigterm_hands_an_ephemeral_runners_job_back_at_once() {
     let setup = Setup::new("ephemeral-sigterm").await;
     let base = base_url();
-    let (runner_id, token) = setup.register(1);
+    // Registered for one job as well: the hand-back spends its identity all the same.
+    let (runner_id, token) = setup.register_with(&["--ephemeral"]);
     let env = setup.env(&base, &runner_id, &token);
     let given_back = setup
         .enqueue(&json!({"task": "give back"}), &requirements("prompt"))
@@ -1244,6 +1245,17 @@ async fn sigterm_hands_an_ephemeral_runners_job_back_at_once() {
     assert!(runner.has_event("job.given_back"), "{}", runner.log());
     assert!(!pid_alive(&pid), "the command was stopped");
     handed_back(&setup.org, &given_back, &runner_id).await;
+    let record = runner_record(&setup.org.admin_key, &runner_id).await;
+    assert_eq!(record["state"], "draining", "{record}");
+    assert_eq!(record["activeClaims"], 0, "{record}");
+    edgerunner_e2e::recovery::fire_cron().await;
+    let record = runner_record(&setup.org.admin_key, &runner_id).await;
+    assert_eq!(record["state"], "revoked", "{record}");
+    assert_eq!(
+        job(&setup.org.admin_key, &given_back).await["state"],
+        "queued",
+        "its job waits for the next runner"
+    );
 }
 
 #[tokio::test]
@@ -1336,6 +1348,94 @@ async fn a_runner_registered_ephemeral_takes_one_job_and_the_server_retires_it()
         again.log()
     );
     assert_eq!(job(&key, &second).await["state"], "queued");
+
+    // Its record stays for its day; once its job is archived and the day is over (moved back
+    // here), the cron pass deletes it.
+    edgerunner_e2e::archive::archive(&key, &first)
+        .await
+        .expect(200);
+    edgerunner_e2e::recovery::fire_cron().await;
+    assert_eq!(
+        get_runner(&key, &runner_id).await.status,
+        200,
+        "kept for its day"
+    );
+    let moved = d1_rows(&d1(&format!(
+        "UPDATE runners SET revoked_at = revoked_at - 2 * 86400000 WHERE id = {} RETURNING id",
+        sql_text(&runner_id)
+    )));
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    edgerunner_e2e::recovery::fire_cron().await;
+    assert_eq!(get_runner(&key, &runner_id).await.status, 404, "deleted");
+
+    // For a pod's init container: the identity as files, the token never printed.
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = setup.scratch.path("identity");
+    std::fs::create_dir_all(&dir).expect("identity dir");
+    let name = unique("one-job-pod");
+    let register = [
+        "runners",
+        "register",
+        "--name",
+        &name,
+        "--runner-key",
+        &name,
+        "--execution-kind",
+        "prompt",
+        "--runtime",
+        RUNTIME,
+        "--ephemeral",
+        "--identity-dir",
+        dir.to_str().expect("UTF-8 path"),
+    ];
+    let answer = admin(&setup.scratch, &setup.org, &register);
+    assert_eq!(answer.get("bootstrapToken"), None, "{answer}");
+    let id = std::fs::read_to_string(dir.join("runner-id")).expect("runner-id");
+    assert_eq!(answer["runner"]["id"], id.as_str(), "{answer}");
+    assert_eq!(answer["runner"]["ephemeral"], true, "{answer}");
+    let token_file = dir.join("bootstrap-token");
+    let mode = std::fs::metadata(&token_file)
+        .expect("token")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let whoami = run(
+        &setup.scratch,
+        &[
+            "runner",
+            "whoami",
+            "--server",
+            &base,
+            "--runner-id",
+            &id,
+            "--bootstrap-token-file",
+            token_file.to_str().expect("UTF-8 path"),
+        ],
+        &[],
+    );
+    assert!(whoami.status.success(), "{}", text(&whoami));
+    // An identity is never overwritten, and nothing is registered then.
+    let count = |answer: Value| answer["runners"].as_array().map(Vec::len);
+    let before = count(
+        get("/api/remote-runners?limit=1000", &key)
+            .await
+            .expect(200),
+    );
+    let mut again = vec!["admin", "--server", base.as_str(), "--json"];
+    again.extend_from_slice(&register);
+    let refused = run(&setup.scratch, &again, &[("EDGERUNNER_API_KEY", &key)]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("holds an identity already"),
+        "{}",
+        text(&refused)
+    );
+    let after = count(
+        get("/api/remote-runners?limit=1000", &key)
+            .await
+            .expect(200),
+    );
+    assert_eq!(before, after);
 }
 
 /// The status lines `runner pool` printed so far (its own lines, not its processes').

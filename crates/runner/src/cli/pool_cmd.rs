@@ -295,6 +295,7 @@ impl Pool {
             tags: self.args.tags.clone(),
             bootstrap_token_ttl: Some(TOKEN_TTL_SECONDS),
             ephemeral: true,
+            identity_dir: None,
         })?;
         let answer = self.admin.register_runner(&body).await?;
         let (Some(runner_id), Some(token)) = (
@@ -306,7 +307,10 @@ impl Pool {
             )));
         };
         let token_file = self.secrets.join(format!("{runner_id}.token"));
-        write_private(&token_file, token)?;
+        if let Err(err) = write_private(&token_file, token) {
+            self.retire(runner_id).await;
+            return Err(err);
+        }
         let mut command = Command::new(
             std::env::current_exe()
                 .map_err(|e| CliError::Input(format!("cannot find this program: {e}")))?,

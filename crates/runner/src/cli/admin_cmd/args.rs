@@ -159,6 +159,11 @@ pub struct RegisterArgs {
     /// `runner start --ephemeral`); needs a capacity of 1
     #[arg(long)]
     pub ephemeral: bool,
+    /// Write the runner's id (`runner-id`) and bootstrap token (`bootstrap-token`, owner-only)
+    /// into this directory instead of printing the token: what `runner start --runner-id …
+    /// --bootstrap-token-file DIR/bootstrap-token` reads (a pod's init container, say)
+    #[arg(long, value_name = "DIR")]
+    pub identity_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -180,6 +180,7 @@ mod tests {
             tags: vec![],
             bootstrap_token_ttl: None,
             ephemeral: false,
+            identity_dir: None,
         };
         assert!(registration(&args).is_err());
         let args = RegisterArgs {

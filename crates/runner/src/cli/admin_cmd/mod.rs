@@ -64,8 +64,20 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
             RunnersCommand::Show { id } => show(&admin.runner(&id).await?, &render_runner),
             RunnersCommand::Register(register) => {
                 let body = registration(&register)?;
-                let answer = admin.register_runner(&body).await?;
-                show(&answer, &|answer| render_token(answer, &server))
+                if let Some(dir) = &register.identity_dir {
+                    identity_is_free(dir)?;
+                }
+                let mut answer = admin.register_runner(&body).await?;
+                match &register.identity_dir {
+                    Some(dir) => {
+                        write_identity(dir, &answer)?;
+                        if let Some(fields) = answer.as_object_mut() {
+                            fields.remove("bootstrapToken");
+                        }
+                        show(&answer, &render_runner_in(dir))
+                    }
+                    None => show(&answer, &|answer| render_token(answer, &server)),
+                }
             }
             RunnersCommand::Approve(approve) => {
                 let answer = admin
@@ -339,4 +351,65 @@ async fn releases(
     };
     print_json(&answer)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a directory that holds an identity already, before anything is registered.
+fn identity_is_free(dir: &std::path::Path) -> Result<(), CliError> {
+    if !dir.is_dir() {
+        return Err(CliError::Input(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    for name in ["runner-id", "bootstrap-token"] {
+        if dir.join(name).exists() {
+            return Err(CliError::Input(format!(
+                "{} holds an identity already ({name}): nothing was registered",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A registration's runner id and bootstrap token as files of `dir` (`runner-id`, and
+/// `bootstrap-token` owner-only), each made new: an identity is never overwritten.
+fn write_identity(dir: &std::path::Path, answer: &Value) -> Result<(), CliError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let (Some(id), Some(token)) = (
+        answer["runner"]["id"].as_str(),
+        answer["bootstrapToken"].as_str(),
+    ) else {
+        return Err(CliError::Input(
+            "the registration answered no runner id and token".into(),
+        ));
+    };
+    for (name, text, mode) in [("runner-id", id, 0o644), ("bootstrap-token", token, 0o600)] {
+        let path = dir.join(name);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&path)
+            .and_then(|mut file| file.write_all(text.as_bytes()).map(|()| file));
+        if let Err(err) = file.as_mut().map(|file| file.flush()) {
+            return Err(CliError::Input(format!(
+                "cannot write {}: {err}",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The registered runner, and where its identity went.
+fn render_runner_in(dir: &std::path::Path) -> impl Fn(&Value) -> String + '_ {
+    move |answer| {
+        format!(
+            "{}\nidentity written to {} (runner-id, bootstrap-token)",
+            render_runner(&answer["runner"]),
+            dir.display()
+        )
+    }
 }
