@@ -183,18 +183,6 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<Value> {
         DEFAULT_EPHEMERAL_KEPT_HOURS,
         1,
     ) * 3_600_000;
-    let deleted = store::batch(
-        &db,
-        Vec::from(store::runners::delete_retired_ephemeral(
-            &db,
-            now - kept,
-            RETIRE_LIMIT,
-        )?),
-    )
-    .await?
-    .get(4)
-    .copied()
-    .unwrap_or(0);
     let spent = store::runners::spent_ephemeral(&db, RETIRE_LIMIT).await?;
     let detail = json!({
         "from": RunnerState::Draining.as_str(),
@@ -230,11 +218,24 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<Value> {
             },
         )?);
     }
-    if statements.is_empty() {
-        return Ok(json!({ "retiredRunners": 0, "deletedRunners": deleted }));
+    let mut retired = 0;
+    if !statements.is_empty() {
+        // A runner an admin changed meanwhile is left as the admin left it (its guard matches
+        // none).
+        let changed = store::batch(&db, statements).await?;
+        retired = changed.iter().step_by(2).filter(|n| **n == 1).count();
     }
-    // A runner an admin changed meanwhile is left as the admin left it (its guard matches none).
-    let changed = store::batch(&db, statements).await?;
-    let retired = changed.iter().step_by(2).filter(|n| **n == 1).count();
+    // Then the deletion of those retired long enough; a failure leaves them for the next pass
+    // and takes nothing from the retirement above.
+    let deleted = match store::runners::delete_retired_ephemeral(&db, now - kept, RETIRE_LIMIT) {
+        Ok(statements) => store::batch(&db, Vec::from(statements))
+            .await
+            .map(|changed| changed.get(4).copied().unwrap_or(0)),
+        Err(err) => Err(err),
+    };
+    let deleted = deleted.unwrap_or_else(|err| {
+        worker::console_error!("deleting retired ephemeral runners failed: {err:?}");
+        0
+    });
     Ok(json!({ "retiredRunners": retired, "deletedRunners": deleted }))
 }

@@ -302,8 +302,11 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         .await?
         .ok_or_else(|| ApiError::internal("enrolled runner vanished"))?;
     let files = runners::record_files(&ctx.db, organization_id, &id).await?;
-    json_response(201, &json!({ "runner": RunnerView::new(&runner, &files) }))
-        .map_err(ApiError::from)
+    json_response(
+        201,
+        &json!({ "runner": RunnerView::new(&runner, &files, ctx.now) }),
+    )
+    .map_err(ApiError::from)
 }
 
 /// `POST /api/remote-runners/challenge`: the same `200 {challenge, expiresAt}` whatever the
@@ -491,7 +494,7 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::runner(&req, ctx).await?;
     let files =
         runners::record_files(&ctx.db, caller.organization_id(), caller.runner_id()).await?;
-    respond(200, &RunnerView::new(&caller.runner, &files))
+    respond(200, &RunnerView::new(&caller.runner, &files, ctx.now))
 }
 
 /// The claims this runner holds now: what a restarted process hands back

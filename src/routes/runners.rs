@@ -179,7 +179,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         .ok_or_else(|| ApiError::internal("registered runner vanished"))?;
     json_response(
         201,
-        &json!({ "runner": RunnerView::new(&runner, &[]), "bootstrapToken": token }),
+        &json!({ "runner": RunnerView::new(&runner, &[], ctx.now), "bootstrapToken": token }),
     )
     .map_err(ApiError::from)
 }
@@ -209,7 +209,10 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         rows.truncate(limit as usize);
         rows.last().map(|r| Cursor::encode(r.registered_at, &r.id))
     });
-    let runners: Vec<RunnerView> = rows.iter().map(|r| RunnerView::new(r, &[])).collect();
+    let runners: Vec<RunnerView> = rows
+        .iter()
+        .map(|r| RunnerView::new(r, &[], ctx.now))
+        .collect();
     let mut counts = serde_json::Map::new();
     for state in RunnerState::ALL {
         counts.insert(state.as_str().into(), 0.into());
@@ -264,7 +267,7 @@ pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response
     caller.require(Scope::RunsRead)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
-    respond(200, &RunnerView::new(&runner, &files))
+    respond(200, &RunnerView::new(&runner, &files, ctx.now))
 }
 
 pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -420,7 +423,7 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     }
     let runner = load(ctx, &caller.organization_id, id).await?;
     let files = runners::record_files(&ctx.db, &caller.organization_id, id).await?;
-    respond(200, &RunnerView::new(&runner, &files))
+    respond(200, &RunnerView::new(&runner, &files, ctx.now))
 }
 
 pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -477,7 +480,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let runner = load(ctx, &caller.organization_id, id).await?;
     json_response(
         200,
-        &json!({ "runner": RunnerView::new(&runner, &[]), "bootstrapToken": token }),
+        &json!({ "runner": RunnerView::new(&runner, &[], ctx.now), "bootstrapToken": token }),
     )
     .map_err(ApiError::from)
 }

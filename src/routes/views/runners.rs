@@ -6,6 +6,7 @@ use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::queues::OFFLINE_AFTER_MILLIS;
 use super::stored_json;
 use crate::error::ApiError;
 use crate::platform::rfc3339;
@@ -52,7 +53,39 @@ pub(crate) struct RunnerView<'a> {
     revoked_at: Option<String>,
     last_seen_at: Option<String>,
     last_heartbeat_at: Option<String>,
+    /// Whether it talks to the server now, beside its admin `state`.
+    connection: ConnectionView,
     files: Vec<FileView<'a>>,
+}
+
+/// Whether a runner talks to the server, beside its admin state (issue 45): `never_connected`
+/// (no session, claim or heartbeat ever), `online` (seen within the last
+/// [`OFFLINE_AFTER_MILLIS`]: an idle runner renews its credential at least every ten minutes,
+/// a busy one heartbeats), or `offline` since it was last seen. The queues view counts a runner
+/// offline by the same rule.
+#[derive(Serialize, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ConnectionView {
+    status: &'static str,
+    /// Since when it is offline (its last sight); `null` unless offline.
+    since: Option<String>,
+}
+
+pub(crate) fn connection(last_seen_at: Option<i64>, now: i64) -> ConnectionView {
+    match last_seen_at {
+        None => ConnectionView {
+            status: "never_connected",
+            since: None,
+        },
+        Some(at) if now.saturating_sub(at) <= OFFLINE_AFTER_MILLIS => ConnectionView {
+            status: "online",
+            since: None,
+        },
+        Some(at) => ConnectionView {
+            status: "offline",
+            since: rfc3339(at),
+        },
+    }
 }
 
 /// The administrator's actions, in the order the panel offers them (the permanent one last):
@@ -109,8 +142,8 @@ pub(crate) fn runner_actions(
 }
 
 impl<'a> RunnerView<'a> {
-    /// The record with `files` (lists show none).
-    pub(crate) fn new(runner: &'a RunnerRow, files: &'a [FileMeta]) -> Self {
+    /// The record with `files` (lists show none), its connection as of `now`.
+    pub(crate) fn new(runner: &'a RunnerRow, files: &'a [FileMeta], now: i64) -> Self {
         let ephemeral = runner.ephemeral != 0;
         let actions = runner_actions(runner.state, &runner.identity_model, ephemeral);
         RunnerView {
@@ -145,6 +178,7 @@ impl<'a> RunnerView<'a> {
             revoked_at: runner.revoked_at.and_then(rfc3339),
             last_seen_at: runner.last_seen_at.and_then(rfc3339),
             last_heartbeat_at: runner.last_heartbeat_at.and_then(rfc3339),
+            connection: connection(runner.last_seen_at, now),
             files: files.iter().map(FileView::from).collect(),
         }
     }
@@ -259,7 +293,7 @@ mod tests {
             "name": "lscpu.txt", "size": 12, "content_hash": "cd".repeat(32), "uploaded_at": NOW,
         }));
         let files = [file];
-        let view = to_value(&RunnerView::new(&runner, &files)).unwrap();
+        let view = to_value(&RunnerView::new(&runner, &files, NOW)).unwrap();
         assert_eq!(
             view,
             json!({
@@ -274,6 +308,7 @@ mod tests {
                 "registeredAt": "2025-12-31T23:59:00.000Z", "bootstrapTokenExpiresAt": null,
                 "approvedAt": "2026-01-01T00:00:00.000Z", "revokedAt": null,
                 "lastSeenAt": "2026-01-01T00:00:00.000Z", "lastHeartbeatAt": null,
+                "connection": {"status": "online", "since": null},
                 "files": [{
                     "name": "lscpu.txt", "size": 12, "contentHash": "cd".repeat(32),
                     "uploadedAt": "2026-01-01T00:00:00.000Z",
@@ -281,6 +316,24 @@ mod tests {
             })
         );
         assert!(!view.to_string().contains("secret-hash"));
+    }
+
+    #[test]
+    fn a_runner_is_never_connected_online_or_offline_since_it_was_last_seen() {
+        let at = |last_seen: Option<i64>| to_value(&connection(last_seen, NOW)).unwrap();
+        assert_eq!(
+            at(None),
+            json!({"status": "never_connected", "since": null})
+        );
+        assert_eq!(at(Some(NOW)), json!({"status": "online", "since": null}));
+        assert_eq!(
+            at(Some(NOW - OFFLINE_AFTER_MILLIS)),
+            json!({"status": "online", "since": null})
+        );
+        assert_eq!(
+            at(Some(NOW - OFFLINE_AFTER_MILLIS - 1)),
+            json!({"status": "offline", "since": "2025-12-31T23:44:59.999Z"})
+        );
     }
 
     #[test]

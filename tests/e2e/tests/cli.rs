@@ -1283,6 +1283,12 @@ async fn a_runner_registered_ephemeral_takes_one_job_and_the_server_retires_it()
     let record = runner_record(&key, &runner_id).await;
     assert_eq!(record["ephemeral"], true, "{record}");
     assert_eq!(record["maxConcurrentJobs"], 1, "{record}");
+    // Beside its admin state: whether it talks to the server.
+    assert_eq!(
+        record["connection"],
+        json!({"status": "never_connected", "since": null}),
+        "{record}"
+    );
     let first = setup
         .enqueue(&json!({"n": 1}), &requirements("prompt"))
         .await;
@@ -1309,6 +1315,7 @@ async fn a_runner_registered_ephemeral_takes_one_job_and_the_server_retires_it()
     );
     assert_eq!(record["activeClaims"], 0, "{record}");
     assert_eq!(record["actions"], json!(["rotate", "revoke"]), "{record}");
+    assert_eq!(record["connection"]["status"], "online", "{record}");
     patch(
         &format!("/api/remote-runners/{runner_id}"),
         &key,
@@ -1348,6 +1355,19 @@ async fn a_runner_registered_ephemeral_takes_one_job_and_the_server_retires_it()
         again.log()
     );
     assert_eq!(job(&key, &second).await["state"], "queued");
+
+    // Not seen for 20 minutes (moved back here): offline since its last sight.
+    let moved = d1_rows(&d1(&format!(
+        "UPDATE runners SET last_seen_at = last_seen_at - 20 * 60000 WHERE id = {} RETURNING id",
+        sql_text(&runner_id)
+    )));
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    let record = runner_record(&key, &runner_id).await;
+    assert_eq!(record["connection"]["status"], "offline", "{record}");
+    assert_eq!(
+        record["connection"]["since"], record["lastSeenAt"],
+        "{record}"
+    );
 
     // Its record stays for its day; once its job is archived and the day is over (moved back
     // here), the cron pass deletes it.

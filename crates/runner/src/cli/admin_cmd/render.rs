@@ -105,6 +105,19 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     out.join("\n")
 }
 
+/// A runner's connection for a person: `online`, `never connected`, `offline 3h` (since when),
+/// or `-` from a server that does not say.
+fn connection(now_ms: i64, connection: &Value) -> String {
+    match connection["status"].as_str() {
+        Some("offline") => format!(
+            "offline since {}",
+            age(now_ms, connection["since"].as_str())
+        ),
+        Some(status) => status.replace('_', " "),
+        None => "-".to_owned(),
+    }
+}
+
 pub(super) fn render_runners(answer: &Value, now_ms: i64) -> String {
     let runners = answer["runners"].as_array().cloned().unwrap_or_default();
     if runners.is_empty() {
@@ -115,6 +128,7 @@ pub(super) fn render_runners(answer: &Value, now_ms: i64) -> String {
             "ID",
             "NAME",
             "STATE",
+            "CONNECTION",
             "MODEL",
             "ACTIVE",
             "LAST HEARTBEAT",
@@ -128,6 +142,7 @@ pub(super) fn render_runners(answer: &Value, now_ms: i64) -> String {
                     text(r, "id"),
                     text(r, "name"),
                     text(r, "state"),
+                    connection(now_ms, &r["connection"]),
                     text(r, "identityModel"),
                     format!(
                         "{}/{}",
@@ -513,10 +528,17 @@ mod tests {
             "id": "run_1", "name": "gpu-1", "state": "active", "identityModel": "bootstrap",
             "activeClaims": 0, "maxConcurrentJobs": 2, "fingerprint": null,
             "lastHeartbeatAt": "2026-01-01T00:09:48Z", "lastSeenAt": "2026-01-01T00:07:00Z",
+            "connection": {"status": "online", "since": null},
         }, {
             "id": "run_2", "name": "idle", "state": "pending_approval", "identityModel": "keypair",
             "activeClaims": 0, "maxConcurrentJobs": 1, "fingerprint": "SHA256:x",
             "lastHeartbeatAt": null, "lastSeenAt": null,
+            "connection": {"status": "never_connected", "since": null},
+        }, {
+            "id": "run_3", "name": "gone", "state": "active", "identityModel": "bootstrap",
+            "activeClaims": 0, "maxConcurrentJobs": 1, "fingerprint": null,
+            "lastHeartbeatAt": null, "lastSeenAt": "2025-12-31T22:10:00Z",
+            "connection": {"status": "offline", "since": "2025-12-31T22:10:00Z"},
         }]});
         let rendered = render_runners(&answer, now);
         let lines: Vec<&str> = rendered.lines().collect();
@@ -525,6 +547,26 @@ mod tests {
             lines[1].contains("12 s ago") && lines[1].contains("3 min ago"),
             "{rendered}"
         );
-        assert_eq!(lines[2].matches("never").count(), 2, "{rendered}");
+        assert_eq!(lines[2].matches("never").count(), 3, "{rendered}");
+        // Beside the admin state: whether it talks to the server now.
+        let cells = |line: &str| -> Vec<String> {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(cells(lines[0])[2..4], ["STATE", "CONNECTION"], "{rendered}");
+        assert_eq!(cells(lines[1])[2..4], ["active", "online"], "{rendered}");
+        assert_eq!(
+            cells(lines[2])[2..4],
+            ["pending_approval", "never connected"],
+            "{rendered}"
+        );
+        assert_eq!(
+            cells(lines[3])[2..4],
+            ["active", "offline since 2 h ago"],
+            "{rendered}"
+        );
     }
 }
