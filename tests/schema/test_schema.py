@@ -3521,6 +3521,14 @@ class RetentionWorld(ArchiveWorld):
     def delete_evidence(self, job, limit):
         return self.counted_batch(RETENTION_EVIDENCE_DELETES, (job, self.org, limit))
 
+    def delete_expiring_job(self, job):
+        """An expiring job's evidence in bounded batches, then its deletion batch: the rows
+        that batch changed."""
+        for _ in range(10):  # bounded: a handful of rows at 500 a batch
+            if all(n == 0 for n in self.delete_evidence(job, 500)):
+                break
+        return self.delete_job(job)
+
     def delete_job(self, job):
         self.conn.execute("BEGIN")
         try:
@@ -3803,10 +3811,7 @@ class UsageTests(RetentionWorld):
         self.assertCounted(jobs_held=0)
         self.assertEqual(self.expire(job), 1)
         self.assertCounted(jobs_archived=0, jobs_expiring=1, r2_objects=2)
-        for _ in range(10):
-            if all(n == 0 for n in self.delete_evidence(job, 500)):
-                break
-        self.assertEqual(self.delete_job(job)[DELETES_THE_JOB], 1)
+        self.assertEqual(self.delete_expiring_job(job)[DELETES_THE_JOB], 1)
         self.assertCounted(jobs_live=0, jobs_archived=0, jobs_expiring=0, r2_objects=0, r2_bytes=0)
         # Another organization's counters never moved.
         self.assertEqual(self.counters(self.w.org()), dict.fromkeys(self.COUNTERS, 0))
@@ -4198,10 +4203,7 @@ class ArchivedJobTests(RetentionWorld):
         # Deleted with the last job that names it.
         for job, left in ((plain, [1, 1]), (tagged, [1]), (same, [])):  # counts, most first
             self.assertEqual(self.expire(job), 1)
-            for _ in range(10):
-                if all(n == 0 for n in self.delete_evidence(job, 500)):
-                    break
-            self.assertEqual(self.delete_job(job)[DELETES_THE_JOB], 1)
+            self.assertEqual(self.delete_expiring_job(job)[DELETES_THE_JOB], 1)
             self.assertEqual([n for _, n in documents()], left, job)
 
     def test_pages_and_counts_read_both_tables_in_order_without_overlap(self):
@@ -4246,10 +4248,7 @@ class ArchivedJobTests(RetentionWorld):
         self.assertEqual(UsageTests.counters(self), UsageTests.recount(self))
         self.assertEqual(self.conn.execute("PRAGMA foreign_key_check").fetchall(), [])
         # And the expiring one goes on to its deletion.
-        for _ in range(10):
-            if all(n == 0 for n in self.delete_evidence(expiring, 500)):
-                break
-        self.assertEqual(self.delete_job(expiring)[DELETES_THE_JOB], 1)
+        self.assertEqual(self.delete_expiring_job(expiring)[DELETES_THE_JOB], 1)
 
 
 class ArchivedCustodyTests(RetentionWorld):
@@ -4391,10 +4390,7 @@ class ArchivedCustodyTests(RetentionWorld):
         self.assertEqual(UsageTests.counters(self), UsageTests.recount(self))
         self.assertEqual(self.conn.execute("PRAGMA foreign_key_check").fetchall(), [])
         # The expiring one goes on to its deletion, run and all; the other's run stays held.
-        for _ in range(10):
-            if all(n == 0 for n in self.delete_evidence(expiring, 500)):
-                break
-        self.assertEqual(self.delete_job(expiring)[DELETES_THE_JOB], 1)
+        self.assertEqual(self.delete_expiring_job(expiring)[DELETES_THE_JOB], 1)
         self.assertEqual(self.w.one("SELECT count(*) FROM evaluation_runs WHERE id = ?", runs[2])[0], 0)
         self.assertRefused(self.execute, "DELETE FROM evaluation_runs WHERE id = ?", runs[1],
                            message="evidence_run_in_custody")

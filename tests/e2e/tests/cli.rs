@@ -77,6 +77,29 @@ fn admin(scratch: &Scratch, org: &Org, args: &[&str]) -> Value {
     })
 }
 
+/// `admin runners register` for a fresh runner of kind prompt and the suite's runtime, with
+/// `flags` besides: the command's arguments.
+fn registration(flags: &[&str]) -> Vec<String> {
+    let name = unique("cli-runner");
+    let mut args: Vec<String> = [
+        "runners",
+        "register",
+        "--name",
+        &name,
+        "--runner-key",
+        &name,
+        "--execution-kind",
+        "prompt",
+        "--runtime",
+        RUNTIME,
+    ]
+    .iter()
+    .map(|arg| (*arg).to_owned())
+    .collect();
+    args.extend(flags.iter().map(|flag| (*flag).to_owned()));
+    args
+}
+
 /// A running `edgerunner runner start`, its stderr (JSON lines) in a file.
 struct RunnerProcess {
     child: Child,
@@ -263,20 +286,8 @@ impl Setup {
     /// A runner registered through `admin runners register` with `flags` besides its name,
     /// kind and runtime: its id and bootstrap token.
     fn register_with(&self, flags: &[&str]) -> (String, String) {
-        let name = unique("cli-runner");
-        let mut args = vec![
-            "runners",
-            "register",
-            "--name",
-            &name,
-            "--runner-key",
-            &name,
-            "--execution-kind",
-            "prompt",
-            "--runtime",
-            RUNTIME,
-        ];
-        args.extend_from_slice(flags);
+        let args = registration(flags);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let answer = admin(&self.scratch, &self.org, &args);
         let id = answer["runner"]["id"]
             .as_str()
@@ -1392,22 +1403,12 @@ async fn a_runner_registered_ephemeral_takes_one_job_and_the_server_retires_it()
     use std::os::unix::fs::PermissionsExt as _;
     let dir = setup.scratch.path("identity");
     std::fs::create_dir_all(&dir).expect("identity dir");
-    let name = unique("one-job-pod");
-    let register = [
-        "runners",
-        "register",
-        "--name",
-        &name,
-        "--runner-key",
-        &name,
-        "--execution-kind",
-        "prompt",
-        "--runtime",
-        RUNTIME,
+    let register = registration(&[
         "--ephemeral",
         "--identity-dir",
         dir.to_str().expect("UTF-8 path"),
-    ];
+    ]);
+    let register: Vec<&str> = register.iter().map(String::as_str).collect();
     let answer = admin(&setup.scratch, &setup.org, &register);
     assert_eq!(answer.get("bootstrapToken"), None, "{answer}");
     let id = std::fs::read_to_string(dir.join("runner-id")).expect("runner-id");
@@ -1456,6 +1457,18 @@ async fn a_runner_registered_ephemeral_takes_one_job_and_the_server_retires_it()
             .expect(200),
     );
     assert_eq!(before, after);
+}
+
+/// The organization's runners whose names start with `prefix` (a pool's), as listed.
+async fn runners_named(key: &str, prefix: &str) -> Vec<Value> {
+    let runners = get("/api/remote-runners?limit=1000", key).await.expect(200);
+    runners["runners"]
+        .as_array()
+        .expect("runners")
+        .iter()
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .cloned()
+        .collect()
 }
 
 /// The status lines `runner pool` printed so far (its own lines, not its processes').
@@ -1548,16 +1561,8 @@ async fn a_pool_follows_its_queue_from_its_floor_and_back_one_fresh_runner_per_j
         || pool_lines(&log).iter().filter(|l| *l == floor).count() >= 2,
     )
     .await;
-    let runners = get("/api/remote-runners?limit=1000", &key)
-        .await
-        .expect(200);
-    let pooled: Vec<&Value> = runners["runners"]
-        .as_array()
-        .expect("runners")
-        .iter()
-        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-        .collect();
-    let ran: Vec<&&Value> = pooled.iter().filter(|r| r["completedJobs"] == 1).collect();
+    let pooled = runners_named(&key, &prefix).await;
+    let ran: Vec<&Value> = pooled.iter().filter(|r| r["completedJobs"] == 1).collect();
     assert_eq!(ran.len(), 3, "one runner per job: {pooled:?}");
     assert!(pooled.iter().all(|r| r["ephemeral"] == true), "{pooled:?}");
     assert!(
@@ -1586,14 +1591,9 @@ async fn a_pool_follows_its_queue_from_its_floor_and_back_one_fresh_runner_per_j
     };
     assert!(exit.success(), "{exit}: {}", log_text());
     edgerunner_e2e::recovery::fire_cron().await;
-    let runners = get("/api/remote-runners?limit=1000", &key)
+    let left: Vec<Value> = runners_named(&key, &prefix)
         .await
-        .expect(200);
-    let left: Vec<&Value> = runners["runners"]
-        .as_array()
-        .expect("runners")
-        .iter()
-        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+        .into_iter()
         .filter(|r| r["state"] != "revoked")
         .collect();
     assert!(

@@ -30,7 +30,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use super::admin_cmd::{registration, RegisterArgs};
+use super::admin_cmd::{registration, RegisterArgs, RunnerFlags};
 use super::secret_arg::Secret;
 use super::CliError;
 use crate::admin::AdminClient;
@@ -94,16 +94,9 @@ pub struct PoolArgs {
     /// The runners' names and keys start with this
     #[arg(long, default_value = "pool")]
     pub name: String,
-    /// The runners' whole capability document (JSON, @FILE or -); overrides the flags below
-    #[arg(long)]
-    pub capabilities: Option<String>,
-    #[arg(long = "execution-kind", value_name = "KIND")]
-    pub execution_kinds: Vec<String>,
-    #[arg(long = "runtime", value_name = "RUNTIME")]
-    pub runtimes: Vec<String>,
-    /// Operator tags of the runners (repeatable)
-    #[arg(long = "tag", value_name = "TAG")]
-    pub tags: Vec<String>,
+    /// What each runner the pool registers can run, and its tags
+    #[command(flatten)]
+    pub runner: RunnerFlags,
     /// What each process runs: `runner start` flags after `--` (at least `--exec COMMAND`);
     /// the pool sets its identity, --ephemeral, --idle-exit and --log-format itself
     #[arg(last = true, required = true, value_name = "START FLAGS")]
@@ -288,11 +281,8 @@ impl Pool {
         let body = registration(&RegisterArgs {
             name: key.clone(),
             runner_key: key,
-            capabilities: self.args.capabilities.clone(),
-            execution_kinds: self.args.execution_kinds.clone(),
-            runtimes: self.args.runtimes.clone(),
+            runner: self.args.runner.clone(),
             max_concurrent_jobs: None,
-            tags: self.args.tags.clone(),
             bootstrap_token_ttl: Some(TOKEN_TTL_SECONDS),
             ephemeral: true,
             identity_dir: None,

@@ -133,13 +133,10 @@ pub struct StatusArgs {
     pub reason: String,
 }
 
-#[derive(Debug, Args)]
-pub struct RegisterArgs {
-    #[arg(long)]
-    pub name: String,
-    /// Stable, unique in the organization
-    #[arg(long)]
-    pub runner_key: String,
+/// What a registered runner can run and where it is routed: its capability document, or the
+/// flags that make one, and its operator tags (`admin runners register`, `runner pool`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct RunnerFlags {
     /// The whole capability document (JSON, @FILE or -); overrides the flags below
     #[arg(long)]
     pub capabilities: Option<String>,
@@ -147,11 +144,22 @@ pub struct RegisterArgs {
     pub execution_kinds: Vec<String>,
     #[arg(long = "runtime", value_name = "RUNTIME")]
     pub runtimes: Vec<String>,
-    #[arg(long)]
-    pub max_concurrent_jobs: Option<u32>,
     /// Operator tags for routing (repeatable)
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RegisterArgs {
+    #[arg(long)]
+    pub name: String,
+    /// Stable, unique in the organization
+    #[arg(long)]
+    pub runner_key: String,
+    #[command(flatten)]
+    pub runner: RunnerFlags,
+    #[arg(long)]
+    pub max_concurrent_jobs: Option<u32>,
     /// Make the bootstrap token expire after this many seconds
     #[arg(long)]
     pub bootstrap_token_ttl: Option<u64>,

@@ -59,17 +59,18 @@ pub(super) fn requirements_from_flags(
 }
 
 pub(crate) fn registration(args: &RegisterArgs) -> Result<Value, CliError> {
-    let capabilities = match &args.capabilities {
+    let flags = &args.runner;
+    let capabilities = match &flags.capabilities {
         Some(text) => json_argument(text, "--capabilities")?,
         None => {
-            if args.execution_kinds.is_empty() || args.runtimes.is_empty() {
+            if flags.execution_kinds.is_empty() || flags.runtimes.is_empty() {
                 return Err(CliError::Input(
                     "say what the runner can run: --execution-kind KIND and --runtime RUNTIME \
                      (repeatable), or --capabilities JSON"
                         .into(),
                 ));
             }
-            json!({ "executionKinds": args.execution_kinds, "runtimes": args.runtimes })
+            json!({ "executionKinds": flags.execution_kinds, "runtimes": flags.runtimes })
         }
     };
     let mut body = json!({
@@ -80,8 +81,8 @@ pub(crate) fn registration(args: &RegisterArgs) -> Result<Value, CliError> {
     if let Some(max) = args.max_concurrent_jobs {
         body["maxConcurrentJobs"] = max.into();
     }
-    if !args.tags.is_empty() {
-        body["tags"] = json!(args.tags);
+    if !flags.tags.is_empty() {
+        body["tags"] = json!(flags.tags);
     }
     if let Some(ttl) = args.bootstrap_token_ttl {
         body["bootstrapTokenTtlSeconds"] = ttl.into();
@@ -95,6 +96,7 @@ pub(crate) fn registration(args: &RegisterArgs) -> Result<Value, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::admin_cmd::RunnerFlags;
 
     fn flags() -> RequirementFlags {
         RequirementFlags {
@@ -173,20 +175,23 @@ mod tests {
         let args = RegisterArgs {
             name: "n".into(),
             runner_key: "k".into(),
-            capabilities: None,
-            execution_kinds: vec!["prompt".into()],
-            runtimes: vec![],
+            runner: RunnerFlags {
+                execution_kinds: vec!["prompt".into()],
+                ..RunnerFlags::default()
+            },
             max_concurrent_jobs: None,
-            tags: vec![],
             bootstrap_token_ttl: None,
             ephemeral: false,
             identity_dir: None,
         };
         assert!(registration(&args).is_err());
         let args = RegisterArgs {
-            runtimes: vec!["python3.12".into()],
+            runner: RunnerFlags {
+                runtimes: vec!["python3.12".into()],
+                tags: vec!["gpu".into()],
+                ..args.runner.clone()
+            },
             max_concurrent_jobs: Some(2),
-            tags: vec!["gpu".into()],
             ..args
         };
         assert_eq!(

@@ -27,8 +27,8 @@ use render::{
 
 pub use args::{
     AdminArgs, AdminCommand, ApproveArgs, EnqueueArgs, EnrollmentCommand, EvidenceCommand,
-    JobsCommand, RegisterArgs, ReleasesCommand, RequirementFlags, RunnersCommand, StatusArgs,
-    TokensCommand,
+    JobsCommand, RegisterArgs, ReleasesCommand, RequirementFlags, RunnerFlags, RunnersCommand,
+    StatusArgs, TokensCommand,
 };
 pub use render::age;
 
