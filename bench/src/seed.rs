@@ -28,6 +28,9 @@ struct CountRow {
     n: u64,
 }
 
+/// How many times a `wrangler d1 execute` refused as `SQLITE_BUSY` is tried.
+const BUSY_ATTEMPTS: u32 = 8;
+
 /// A row of `EXPLAIN QUERY PLAN`.
 #[derive(Deserialize)]
 struct PlanRow {
@@ -58,8 +61,27 @@ impl LocalD1 {
         &self.org
     }
 
-    /// `wrangler d1 execute DB --local` with `--command` or `--file`, answered as JSON.
+    /// `wrangler d1 execute DB --local` with `--command` or `--file`, answered as JSON. The
+    /// server writes the same file meanwhile (its objects' alarms, the archive): a statement
+    /// refused as `SQLITE_BUSY` (locked before it ran, so nothing of it was written) is run
+    /// again after a pause, at most [`BUSY_ATTEMPTS`] times, as the chaos harness does.
     fn d1<T: DeserializeOwned>(&self, how: &str, what: &str) -> Res<T> {
+        let mut attempt = 1;
+        loop {
+            match self.d1_once(how, what) {
+                Err(BenchError::Wrangler { stdout, stderr })
+                    if attempt < BUSY_ATTEMPTS
+                        && (stdout.contains("SQLITE_BUSY") || stderr.contains("SQLITE_BUSY")) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
+                    attempt += 1;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    fn d1_once<T: DeserializeOwned>(&self, how: &str, what: &str) -> Res<T> {
         let output = Command::new("wrangler")
             // Its answer is read from stdout, which a debug log level would interleave.
             .env_remove("WRANGLER_LOG")
