@@ -71,13 +71,19 @@ pub(crate) struct ConnectionView {
     since: Option<String>,
 }
 
-pub(crate) fn connection(last_seen_at: Option<i64>, now: i64) -> ConnectionView {
+pub(crate) fn connection(
+    state: RunnerState,
+    last_seen_at: Option<i64>,
+    now: i64,
+) -> ConnectionView {
+    // A revoked runner can open no session: never online, however lately it was seen.
+    let revoked = state == RunnerState::Revoked;
     match last_seen_at {
         None => ConnectionView {
             status: "never_connected",
             since: None,
         },
-        Some(at) if now.saturating_sub(at) <= OFFLINE_AFTER_MILLIS => ConnectionView {
+        Some(at) if !revoked && now.saturating_sub(at) <= OFFLINE_AFTER_MILLIS => ConnectionView {
             status: "online",
             since: None,
         },
@@ -178,7 +184,7 @@ impl<'a> RunnerView<'a> {
             revoked_at: runner.revoked_at.and_then(rfc3339),
             last_seen_at: runner.last_seen_at.and_then(rfc3339),
             last_heartbeat_at: runner.last_heartbeat_at.and_then(rfc3339),
-            connection: connection(runner.last_seen_at, now),
+            connection: connection(runner.state, runner.last_seen_at, now),
             files: files.iter().map(FileView::from).collect(),
         }
     }
@@ -320,7 +326,9 @@ mod tests {
 
     #[test]
     fn a_runner_is_never_connected_online_or_offline_since_it_was_last_seen() {
-        let at = |last_seen: Option<i64>| to_value(&connection(last_seen, NOW)).unwrap();
+        let at = |last_seen: Option<i64>| {
+            to_value(&connection(RunnerState::Active, last_seen, NOW)).unwrap()
+        };
         assert_eq!(
             at(None),
             json!({"status": "never_connected", "since": null})
@@ -333,6 +341,11 @@ mod tests {
         assert_eq!(
             at(Some(NOW - OFFLINE_AFTER_MILLIS - 1)),
             json!({"status": "offline", "since": "2025-12-31T23:44:59.999Z"})
+        );
+        // Revoked, it is offline from its last sight, however recent.
+        assert_eq!(
+            to_value(&connection(RunnerState::Revoked, Some(NOW), NOW)).unwrap(),
+            json!({"status": "offline", "since": "2026-01-01T00:00:00.000Z"})
         );
     }
 
