@@ -137,6 +137,8 @@ const STATE_TONES = {
   lost: 'red', failed: 'red', conflict: 'red', stale: 'red', error: 'red',
   pending_approval: 'blue', queued: 'purple', claimed: 'blue', running: 'blue',
   revoked: 'grey', cancelled: 'grey',
+  // A runner's connection (beside its admin state).
+  online: 'green', offline: 'red', never_connected: 'grey',
   // Enrollment policies and tokens.
   open: 'amber', token: 'green', closed: 'grey', live: 'green', used_up: 'grey', expired: 'grey',
 };

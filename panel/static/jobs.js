@@ -28,12 +28,15 @@ function jobHref(base, id) {
   return `${base}/jobs/${enc(id)}`;
 }
 
+/** What a job runs, named as an operator knows it: kind, the artifact's name and version. */
 function subjectText(subject) {
   if (!subject) return h('span.muted', '—');
-  return h('span.subject',
+  return h('span.subject', { testid: 'job-ran' },
     h('span.chip', subject.kind || '?'),
-    h('code.mono', { title: subject.artifactId }, subject.artifactId || '—'),
-    h('span', { title: 'exact version' }, ` v${subject.versionId ?? '—'}`),
+    subject.artifactName
+      ? h('span.strong', { title: subject.artifactId, testid: 'job-artifact-name' }, subject.artifactName)
+      : h('code.mono', { title: subject.artifactId }, subject.artifactId || '—'),
+    h('span', { title: 'exact version', testid: 'job-version' }, ` v${subject.versionId ?? '—'}`),
     h('span.muted', ' → '),
     h('span', subject.environment || '—'));
 }
@@ -42,7 +45,7 @@ function subjectText(subject) {
 // The list
 // ------------------------------------------------------------------------------------------
 
-const LIST_COLUMNS = ['Job', 'State', 'Subject', 'Attempt', 'Created', 'Updated', 'Finished'];
+const LIST_COLUMNS = ['Job', 'State', 'Ran', 'Attempt', 'Created', 'Updated', 'Finished'];
 
 /** A held job's mark: retention keeps it until an admin releases it. */
 function heldMark(hold, testid = 'job-held') {
@@ -483,7 +486,8 @@ export function jobView(ctx, id) {
     await Promise.all([
       update('subject', [j.subject, j.inputHash, j.idempotencyKey, j.state, j.terminal, j.cancelReason, j.leaseExpiresAt, j.activeClaimId, j.updatedAt, j.hold], () => facts([
         ['Kind', j.subject?.kind ? h('span.chip', j.subject.kind) : null],
-        ['Artifact', mono(j.subject?.artifactId, { testid: 'subject-artifact' })],
+        ['Artifact', h('span', j.subject?.artifactName ? h('span.strong', { testid: 'subject-artifact-name' }, j.subject.artifactName) : null,
+          j.subject?.artifactName ? ' ' : null, mono(j.subject?.artifactId, { testid: 'subject-artifact' }))],
         ['Exact version', h('span', { testid: 'subject-version' }, String(j.subject?.versionId ?? '—'))],
         ['Content hash', hash(j.subject?.contentHash, 'subject-content-hash')],
         ['Environment', j.subject?.environment ?? null],

@@ -28,7 +28,15 @@ export function runnerHref(base, id) {
 // The list
 // ------------------------------------------------------------------------------------------
 
-const LIST_COLUMNS = ['Name', 'Runner key', 'Identity', 'State', 'Capacity', 'Last heartbeat', 'Last seen', 'Product', 'Tags'];
+const LIST_COLUMNS = ['Name', 'Runner key', 'Identity', 'State', 'Connection', 'Capacity', 'Last heartbeat', 'Last seen', 'Product', 'Tags'];
+
+/** Whether the runner talks to us, as the API says it (`connection`): beside its admin state. */
+function connectionCell(connection, testid) {
+  const status = connection?.status ?? 'unknown';
+  return h('span.connection', { testid, dataset: { status } },
+    badge(status),
+    status === 'offline' && connection.since ? [h('span.muted', ' since '), timeAgo(connection.since)] : null);
+}
 
 function runnerRow(base, runner) {
   const capacity = `${runner.activeClaims ?? 0} / ${runner.maxConcurrentJobs ?? '—'}`;
@@ -40,6 +48,7 @@ function runnerRow(base, runner) {
     h('div.state-cell',
       badge(runner.state, 'runner-state'),
       runner.stateReason ? h('div.reason.muted', { title: runner.stateReason, testid: 'runner-state-reason' }, runner.stateReason) : null),
+    connectionCell(runner.connection, 'runner-connection'),
     h('span', { class: full ? 'capacity capacity-full' : 'capacity', testid: 'runner-capacity' }, capacity),
     timeAgo(runner.lastHeartbeatAt, 'runner-heartbeat'),
     timeAgo(runner.lastSeenAt, 'runner-last-seen'),
@@ -406,9 +415,10 @@ function fileDialog(runner, file) {
 
 function claimsView(base, claims) {
   const active = claims.filter((c) => c.state === 'active');
-  const labels = ['Job', 'Claim', 'Attempt', 'State', 'Issued', 'Lease expires', 'Ended', 'End reason'];
+  const labels = ['Job', 'Ran', 'Claim', 'Attempt', 'State', 'Issued', 'Lease expires', 'Ended', 'End reason'];
   const claimRow = (c) => row([
     h('a.mono', { href: `${base}/jobs/${enc(c.jobId)}`, testid: 'claim-job', dataset: { key: c.id }, title: c.jobId }, c.jobId),
+    c.artifactName ? h('span', { testid: 'claim-ran' }, `${c.artifactName} v${c.versionId}`) : h('span.muted', '—'),
     mono(c.id, { short: 14 }),
     String(c.dispatchAttempt ?? '—'),
     badge(c.state),
@@ -536,6 +546,7 @@ export function runnerView(ctx, id) {
     keepFocus(sections, () => replace(sections,
       card('Overview', facts([
         ['State', h('span', badge(r.state), r.stateReason ? h('span.muted', ` ${r.stateReason}`) : null)],
+        ['Connection', connectionCell(r.connection, 'runner-detail-connection')],
         ['Runner key', mono(r.runnerKey)],
         ['Identity model', r.identityModel === 'keypair' ? 'key pair (self-enrolled)' : 'bootstrap token (registered by an admin)'],
         ['Capacity', h('span', { testid: 'runner-detail-capacity' }, `${r.activeClaims ?? 0} / ${r.maxConcurrentJobs ?? '—'} jobs`)],

@@ -66,6 +66,7 @@ pub(super) fn queued() -> Snapshot {
             held_at: None,
             held_by: None,
             held_reason: None,
+            subject_artifact_name: None,
         },
         claims: Vec::new(),
         head: Vec::new(),

@@ -124,7 +124,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     }));
 
     if let Some(existing) = earlier {
-        return same_intent(existing, intent_hash.as_str());
+        return same_intent(existing, intent_hash.as_str(), &bound.name);
     }
     let id = random_id("job")?;
     let index = requirements.index_key();
@@ -202,7 +202,7 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
                 if let Some(existing) =
                     jobs::by_idempotency_key(&ctx.db, &caller.organization_id, key).await?
                 {
-                    return same_intent(existing, intent_hash.as_str());
+                    return same_intent(existing, intent_hash.as_str(), &bound.name);
                 }
             }
             return Err(err);
@@ -210,10 +210,11 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     };
     // Waiting claims wake, and idle runners' next claims read D1 again.
     objects::dispatch::touch(&ctx.env, &caller.organization_id).await;
-    let job = store::rows_of::<jobs::JobRow>(&results, 1)?
+    let mut job = store::rows_of::<jobs::JobRow>(&results, 1)?
         .into_iter()
         .next()
         .ok_or_else(|| ApiError::internal("the enqueue's insert answered no row"))?;
+    job.subject_artifact_name = Some(bound.name);
     respond(201, &JobView::from(&job))
 }
 
@@ -277,8 +278,15 @@ async fn refusal_for_caller(req: &Request, ctx: &Ctx, refused: ApiError) -> ApiE
     }
 }
 
-fn same_intent(existing: jobs::JobRow, intent_hash: &str) -> ApiResult<Response> {
+/// A replay's answer: the job under the key when it was asked for the same thing (so it runs
+/// the artifact the enqueue named: `artifact_name`), else `409 IDEMPOTENCY_CONFLICT`.
+fn same_intent(
+    mut existing: jobs::JobRow,
+    intent_hash: &str,
+    artifact_name: &str,
+) -> ApiResult<Response> {
     if existing.intent_hash == intent_hash {
+        existing.subject_artifact_name = Some(artifact_name.to_owned());
         respond(200, &JobView::from(&existing))
     } else {
         Err(ApiError::conflict(

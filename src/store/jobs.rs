@@ -52,6 +52,10 @@ pub(crate) struct JobRow {
     pub(crate) held_by: Option<String>,
     #[serde(default)]
     pub(crate) held_reason: Option<String>,
+    /// The name of the artifact it runs: read by the admin's reads (`get`, the pages), set by
+    /// the enqueue from the version it binds; none elsewhere.
+    #[serde(default)]
+    pub(crate) subject_artifact_name: Option<String>,
 }
 
 /// Duplicate, conflict and stale decisions stored in full per job; later ones are counted on
@@ -261,6 +265,7 @@ pub(crate) fn insert(db: &Db, j: &NewJob<'_>) -> ApiResult<D1PreparedStatement> 
 pub(crate) struct BindableVersion {
     pub(crate) content_hash: String,
     pub(crate) kind: String,
+    pub(crate) name: String,
     pub(crate) promoted: i64,
 }
 

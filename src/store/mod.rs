@@ -283,17 +283,21 @@ mod tests {
     /// A row type's columns, in the order it is read with, and every statement that reads it
     /// whole: each must select exactly those columns, in that order (serde reads a row by name,
     /// so a missing column is a failed read at run time, and this finds it at build time).
-    const ROWS: [(&str, &str, &[&str]); 5] = [
+    const ROWS: [(&str, &str, &[&str]); 6] = [
         (
             "jobs::JobRow",
             "id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, last_unstored_decision, last_unstored_at, held_at, held_by, held_reason",
             &[
                 include_str!("queries/jobs/select_job.sql"),
-                include_str!("queries/jobs/get.sql"),
                 include_str!("queries/jobs/by_idempotency_key.sql"),
                 include_str!("queries/jobs/select_by_idempotency_key_of_key.sql"),
                 include_str!("queries/claim_candidates.sql"),
             ],
+        ),
+        (
+            "jobs::JobRow with its artifact's name",
+            "id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id, subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state, dispatch_attempt, released_attempts, active_claim_id, lease_expires_at, cancel_reason, created_at, updated_at, finished_at, unstored_decisions, last_unstored_checksum, last_unstored_decision, last_unstored_at, held_at, held_by, held_reason, (SELECT name FROM release_artifacts WHERE id = subject_artifact_id) AS subject_artifact_name",
+            &[include_str!("queries/jobs/get.sql")],
         ),
         (
             "runners::RunnerRow",
@@ -339,7 +343,8 @@ mod tests {
     }
 
     /// The columns of each arm's first `SELECT … FROM` (a statement may read a job from
-    /// `jobs` and then `archived_job_rows`, `UNION ALL`), comments left out.
+    /// `jobs` and then `archived_job_rows`, `UNION ALL`), comments left out; a column may be a
+    /// subquery in parentheses.
     fn selected(sql: &str) -> Vec<String> {
         let text = sql
             .lines()
@@ -348,10 +353,21 @@ mod tests {
             .join(" ");
         text.split("UNION ALL")
             .map(|arm| {
-                arm.split_once("SELECT")
-                    .and_then(|(_, rest)| rest.split_once("FROM"))
-                    .map(|(columns, _)| columns.to_owned())
-                    .expect("a SELECT … FROM")
+                let (_, rest) = arm.split_once("SELECT").expect("a SELECT");
+                let mut depth = 0_i32;
+                let end = rest
+                    .char_indices()
+                    .find(|&(at, c)| {
+                        depth += match c {
+                            '(' => 1,
+                            ')' => -1,
+                            _ => 0,
+                        };
+                        depth == 0 && rest[at..].starts_with("FROM")
+                    })
+                    .map(|(at, _)| at)
+                    .expect("a SELECT … FROM");
+                rest[..end].to_owned()
             })
             .collect()
     }

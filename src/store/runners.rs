@@ -128,6 +128,11 @@ pub(crate) struct RunnerClaimRow {
     pub(crate) started_at: Option<i64>,
     pub(crate) ended_at: Option<i64>,
     pub(crate) end_reason: Option<String>,
+    /// What its job runs: the artifact's name and the version (its history only).
+    #[serde(default)]
+    pub(crate) artifact_name: Option<String>,
+    #[serde(default)]
+    pub(crate) version_id: Option<i64>,
 }
 
 /// Which of a runner's claims to read.

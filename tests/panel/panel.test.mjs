@@ -10,238 +10,19 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ARTIFACTS, BASE_URL, EDGERUNNER_BIN, newOrg, run, unique, waitFor } from './support.mjs';
 import {
-  ARTIFACTS, BASE_URL, EDGERUNNER_BIN, STATE_DIR, launchChromium, newOrg, pause, run, unique, waitFor,
-} from './support.mjs';
-
-const PANEL = `${BASE_URL}/remote-runners`;
+  PANEL, call, enqueue, jobDetail, newKey, ok, registerRunner, release, runRunner, sel, signIn,
+  startBrowser, stopBrowser, text, texts, waitForFinished, withPanel,
+} from './browser.mjs';
 
 const WRONG_KEY = `erk_${'0'.repeat(64)}`;
 
-// Every CSP violation any page reports during the suite.
-const allViolations = [];
-let browser;
-
-before(async () => {
-  assert.ok(BASE_URL, 'BASE_URL must name the running server');
-  assert.ok(STATE_DIR, 'EDGERUNNER_STATE_DIR must name the server state directory');
-  assert.ok(EDGERUNNER_BIN, 'EDGERUNNER_BIN must name the edgerunner CLI');
-  mkdirSync(ARTIFACTS, { recursive: true });
-  browser = await launchChromium();
-});
-
-after(async () => {
-  if (browser) await browser.close();
-  assert.deepEqual(allViolations, [], 'no Content-Security-Policy violation anywhere in the suite');
-});
-
-// ---------------------------------------------------------------------------------------------
-// Waiting
-// ---------------------------------------------------------------------------------------------
-
-async function call(key, method, path, body) {
-  const response = await fetch(`${BASE_URL}${path}`, {
-    method,
-    headers: {
-      ...(key ? { authorization: `Bearer ${key}` } : {}),
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    signal: AbortSignal.timeout(60000),
-  });
-  const text = await response.text();
-  let json = null;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // not JSON
-  }
-  return { status: response.status, body: json, text };
-}
-
-async function ok(key, method, path, body) {
-  const answer = await call(key, method, path, body);
-  assert.ok(answer.status >= 200 && answer.status < 300,
-    `${method} ${path} answered ${answer.status}: ${answer.text}`);
-  return answer.body;
-}
-
-async function newKey(org, name, scopes, role) {
-  const created = await ok(org.adminKey, 'POST', '/api/developer/api-keys', { name, scopes, role });
-  assert.match(created.apiKey, /^erk_/);
-  return created.apiKey;
-}
-
-async function registerRunner(org, name, { runnerKey = unique('rk'), maxConcurrentJobs = 1 } = {}) {
-  const answer = await ok(org.adminKey, 'POST', '/api/remote-runners', {
-    name,
-    runnerKey,
-    maxConcurrentJobs,
-    capabilities: { executionKinds: ['prompt'], runtimes: ['python3.12'] },
-  });
-  assert.match(answer.bootstrapToken, /^erb_/);
-  return { runner: answer.runner, token: answer.bootstrapToken };
-}
-
-/** A prompt artifact with one version promoted to staging. */
-async function release(org) {
-  const artifact = await ok(org.adminKey, 'POST', '/api/releases/artifacts', { kind: 'prompt', name: unique('prompt') });
-  const version = await ok(org.adminKey, 'POST', `/api/releases/artifacts/${artifact.id}/versions`, {
-    content: { template: 'Answer {{question}} briefly.', temperature: 0 },
-  });
-  await ok(org.adminKey, 'POST', `/api/releases/versions/${version.id}/promote`, { environment: 'staging' });
-  return { artifactId: artifact.id, versionId: version.id };
-}
-
-async function enqueue(org, rel, input) {
-  return ok(org.adminKey, 'POST', '/api/remote-runners/jobs', {
-    idempotencyKey: unique('idem'),
-    subject: { kind: 'prompt', artifactId: rel.artifactId, versionId: rel.versionId, environment: 'staging' },
-    input,
-    requirements: {
-      executionKind: 'prompt',
-      runtime: 'python3.12',
-      limits: { cpuSeconds: 60, memoryMb: 512, wallSeconds: 60, outputBytes: 1048576 },
-    },
-  });
-}
-
-/**
- * `edgerunner runner start --exec COMMAND --exit-when-idle` with a bootstrap token, in a clean
- * environment and a scratch HOME; resolves with its exit once it is idle (bounded).
- */
-async function runRunner({ runnerId, token, exec, timeout = 120000 }) {
-  const scratch = mkdtempSync(join(tmpdir(), 'panel-runner-'));
-  const child = spawn(EDGERUNNER_BIN, [
-    'runner', 'start', '--log-format', 'json', '--poll-interval', '0.2',
-    '--work-dir', join(scratch, 'work'), '--exec', exec, '--exit-when-idle',
-  ], {
-    env: {
-      PATH: process.env.PATH || '/usr/bin:/bin',
-      HOME: scratch,
-      XDG_CONFIG_HOME: join(scratch, 'xdg'),
-      EVALGATE_BASE_URL: BASE_URL,
-      EVALGATE_RUNNER_ID: runnerId,
-      EVALGATE_RUNNER_BOOTSTRAP_TOKEN: token,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let log = '';
-  child.stdout.on('data', (d) => { log += d; });
-  child.stderr.on('data', (d) => { log += d; });
-  try {
-    const exit = await new Promise((resolveExit, reject) => {
-      const timer = setTimeout(() => {
-        child.kill('SIGKILL');
-        reject(new Error(`the runner did not exit within ${timeout} ms; its log:\n${log}`));
-      }, timeout);
-      child.on('error', (error) => {
-        clearTimeout(timer);
-        reject(error);
-      });
-      child.on('exit', (code, signal) => {
-        clearTimeout(timer);
-        resolveExit({ code, signal });
-      });
-    });
-    assert.equal(exit.code, 0, `the runner exited ${exit.code} (${exit.signal}); its log:\n${log}`);
-    return log;
-  } finally {
-    rmSync(scratch, { recursive: true, force: true });
-  }
-}
-
-async function jobDetail(org, jobId) {
-  return ok(org.adminKey, 'GET', `/api/remote-runners/jobs/${jobId}`);
-}
-
-/** Waits until the API says the job is finished (`terminal`), and returns its detail. */
-async function waitForFinished(org, jobId, timeout = 60000) {
-  return waitFor(`job ${jobId} to finish`, async () => {
-    const job = await jobDetail(org, jobId);
-    return job.terminal ? job : false;
-  }, { timeout, interval: 300 });
-}
-
-// ---------------------------------------------------------------------------------------------
-// The browser
-// ---------------------------------------------------------------------------------------------
-
-/** A fresh browser context and page that records dialogs, page errors and CSP violations. */
-async function openPanel({ width = 1440, height = 900 } = {}) {
-  const context = await browser.newContext({ viewport: { width, height }, acceptDownloads: true });
-  const violations = [];
-  const dialogs = [];
-  const errors = [];
-  await context.exposeBinding('__panelTestViolation', (_source, violation) => {
-    violations.push(violation);
-    allViolations.push(violation);
-  });
-  await context.addInitScript(() => {
-    document.addEventListener('securitypolicyviolation', (event) => {
-      window.__panelTestViolation({
-        directive: event.violatedDirective,
-        blocked: event.blockedURI,
-        sample: event.sample,
-        source: event.sourceFile,
-        line: event.lineNumber,
-      });
-    }, true);
-  });
-  const page = await context.newPage();
-  page.setDefaultTimeout(20000);
-  page.on('dialog', (dialog) => {
-    dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-    dialog.dismiss().catch(() => {});
-  });
-  page.on('pageerror', (error) => errors.push(error.message));
-  page.on('console', (message) => {
-    if (message.type() === 'error' && /Content Security Policy/i.test(message.text())) {
-      const violation = { console: message.text() };
-      violations.push(violation);
-      allViolations.push(violation);
-    }
-  });
-  return { context, page, violations, dialogs, errors };
-}
-
-/** Runs `body(panel)` in a fresh page; a failure leaves a screenshot; always checks the page stayed clean. */
-async function withPanel(name, options, body) {
-  const panel = await openPanel(options);
-  try {
-    await body(panel);
-    assert.deepEqual(panel.violations, [], 'no CSP violation');
-    assert.deepEqual(panel.dialogs, [], 'no alert/confirm/prompt dialog');
-    assert.deepEqual(panel.errors, [], 'no uncaught page error');
-  } catch (error) {
-    await panel.page.screenshot({ path: join(ARTIFACTS, `failure-${name}.png`), fullPage: true }).catch(() => {});
-    throw error;
-  } finally {
-    await panel.context.close();
-  }
-}
-
-const sel = (testid) => `[data-testid="${testid}"]`;
-
-async function signIn(page, key) {
-  await page.goto(PANEL);
-  await page.waitForSelector(sel('signin-key'));
-  await page.fill(sel('signin-key'), key);
-  await page.click(sel('signin-submit'));
-  await page.waitForSelector(sel('topbar'));
-}
-
-async function texts(page, selector) {
-  return page.$$eval(selector, (els) => els.map((el) => el.textContent.trim()));
-}
-
-async function text(page, selector) {
-  return (await page.textContent(selector)).trim();
-}
+before(startBrowser);
+after(stopBrowser);
 
 async function storageDump(page) {
   return page.evaluate(() => {
@@ -279,6 +60,7 @@ async function runnerRowState(page, runnerId) {
   if (!row) return null;
   return {
     state: (await (await row.$(sel('runner-state'))).textContent()).trim(),
+    connection: await (await row.$(sel('runner-connection'))).getAttribute('data-status'),
     lastSeen: (await (await row.$(sel('runner-last-seen'))).textContent()).trim(),
     heartbeat: (await (await row.$(sel('runner-heartbeat'))).textContent()).trim(),
     name: (await (await row.$(sel('runner-name'))).textContent()),
@@ -402,12 +184,16 @@ test('registers a runner in the dialog; the token is shown once; a CLI runner us
     await page.reload();
     await page.waitForSelector(`${sel('runner-row')}[data-runner-id="${runnerId}"]`);
     await pageHasNoToken(page);
+    // Active as the admin left it, and never connected: the two side by side.
+    const before = await runnerRowState(page, runnerId);
+    assert.deepEqual([before.state, before.connection], ['active', 'never_connected']);
 
     // A real runner process uses the token the dialog showed.
     await runRunner({ runnerId, token, exec: 'true' });
-    const live = await waitFor('the runner row to show it active and just seen', async () => {
+    const live = await waitFor('the runner row to show it active, online and just seen', async () => {
       const row = await runnerRowState(page, runnerId);
-      return row && row.state === 'active' && /^(just now|\d+ s ago)$/.test(row.lastSeen) ? row : false;
+      return row && row.state === 'active' && row.connection === 'online'
+        && /^(just now|\d+ s ago)$/.test(row.lastSeen) ? row : false;
     }, { timeout: 30000 });
     assert.equal(live.name, 'Panel GPU 1');
     const seen = await ok(org.adminKey, 'GET', `/api/remote-runners/${runnerId}`);
@@ -446,6 +232,11 @@ test('a job followed live to its end shows its claim, transitions, verified chai
     await signIn(page, org.adminKey);
     await page.click(sel('tab-jobs'));
     await page.waitForSelector(`${sel('job-row')}[data-job-id="${job.id}"]`);
+    // Listed by what it runs: the artifact's name and version, the id still the link.
+    const listed = `${sel('job-row')}[data-job-id="${job.id}"]`;
+    assert.equal(await text(page, `${listed} ${sel('job-artifact-name')}`), rel.artifactName);
+    assert.equal(await text(page, `${listed} ${sel('job-version')}`), `v${rel.versionId}`);
+    assert.equal(await page.getAttribute(`${listed} ${sel('job-link')}`, 'href'), `/remote-runners/jobs/${job.id}`);
     assert.equal(await text(page, `${sel('count-queued')} .count-n`), '1');
     assert.equal(await text(page, `${sel('count-succeeded')} strong`), '0');
     await page.click(`${sel('job-row')}[data-job-id="${job.id}"] ${sel('job-link')}`);
@@ -465,7 +256,9 @@ test('a job followed live to its end shows its claim, transitions, verified chai
     await waitFor('the log to be read to its end', async () => (await text(page, sel('log-status'))) === 'complete', { timeout: 30000 });
     await waitFor('the completion to show', async () => page.$(`${sel('completion')}[data-decision="accepted"]`));
 
-    // Subject and the claim.
+    // Subject and the claim: the artifact by its name, the id beside it.
+    assert.equal(await text(page, sel('subject-artifact-name')), rel.artifactName);
+    assert.equal(done.subject.artifactName, rel.artifactName);
     assert.equal(await text(page, sel('subject-artifact')), rel.artifactId);
     assert.equal(await text(page, sel('subject-version')), String(rel.versionId));
     assert.equal(await page.getAttribute(sel('subject-content-hash'), 'title'), done.subject.contentHash);
@@ -799,6 +592,11 @@ test('a runs:read key sees lists and pages but no write control; a member key ca
 
     await page.click(sel('tab-jobs'));
     await page.waitForSelector(`${sel('job-row')}[data-job-id="${job.id}"]`);
+    // Listed by what it runs: the artifact's name and version, the id still the link.
+    const listed = `${sel('job-row')}[data-job-id="${job.id}"]`;
+    assert.equal(await text(page, `${listed} ${sel('job-artifact-name')}`), rel.artifactName);
+    assert.equal(await text(page, `${listed} ${sel('job-version')}`), `v${rel.versionId}`);
+    assert.equal(await page.getAttribute(`${listed} ${sel('job-link')}`, 'href'), `/remote-runners/jobs/${job.id}`);
     assert.equal(await text(page, `${sel('count-queued')} .count-n`), '1');
     await page.click(`${sel('job-row')}[data-job-id="${job.id}"] ${sel('job-link')}`);
     await waitFor('the queued job page', async () => (await text(page, sel('job-detail-state'))) === 'queued');

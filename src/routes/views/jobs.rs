@@ -58,6 +58,10 @@ struct HoldView<'a> {
 struct SubjectView<'a> {
     kind: &'a str,
     artifact_id: &'a str,
+    /// The artifact's name, what an operator knows it by: in the admin's answers, never in a
+    /// custody bundle (which names the artifact by id, as the signed envelope does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifact_name: Option<&'a str>,
     version_id: i64,
     content_hash: &'a str,
     environment: &'a str,
@@ -102,6 +106,7 @@ impl<'a> From<&'a JobRow> for JobView<'a> {
             subject: SubjectView {
                 kind: &job.subject_kind,
                 artifact_id: &job.subject_artifact_id,
+                artifact_name: job.subject_artifact_name.as_deref(),
                 version_id: job.subject_version_id,
                 content_hash: &job.subject_content_hash,
                 environment: &job.subject_environment,
@@ -126,12 +131,15 @@ impl<'a> From<&'a JobRow> for JobView<'a> {
 impl<'a> JobView<'a> {
     /// The job as its custody bundle keeps it: what the job was, without an admin's hold or
     /// its action, which are the deployment's business and change after the bundle is sealed.
+    /// Nor the artifact's name, which the sealed record names by id.
     pub(crate) fn custody(job: &'a JobRow) -> Self {
-        JobView {
+        let mut view = JobView {
             hold: None,
             actions: job_actions(job.state),
             ..JobView::from(job)
-        }
+        };
+        view.subject.artifact_name = None;
+        view
     }
 }
 
@@ -647,6 +655,23 @@ mod tests {
         assert_eq!(sealed["actions"], json!([]));
         // A lost job is not terminal: recovery requeues it, or an operator cancels it.
         assert!(!JobState::Lost.is_terminal());
+    }
+
+    #[test]
+    fn an_admins_job_names_its_artifact_and_its_custody_bundle_does_not() {
+        let mut named = job("succeeded");
+        named.subject_artifact_name = Some("capitals".to_owned());
+        let view = to_value(&JobView::from(&named)).unwrap();
+        assert_eq!(view["subject"]["artifactName"], "capitals");
+        assert_eq!(view["subject"]["artifactId"], "art_1");
+        let sealed = to_value(&JobView::custody(&named)).unwrap();
+        assert!(sealed["subject"].get("artifactName").is_none(), "{sealed}");
+        // A read that did not look the name up says nothing rather than null.
+        let unnamed = to_value(&JobView::from(&job("queued"))).unwrap();
+        assert!(
+            unnamed["subject"].get("artifactName").is_none(),
+            "{unnamed}"
+        );
     }
 
     #[test]

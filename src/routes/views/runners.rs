@@ -224,6 +224,11 @@ pub(crate) struct RunnerClaimView<'a> {
     started_at: Option<String>,
     ended_at: Option<String>,
     end_reason: Option<&'a str>,
+    /// What its job runs (in a runner's history, not among the claims it holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifact_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version_id: Option<i64>,
 }
 
 impl<'a> From<&'a RunnerClaimRow> for RunnerClaimView<'a> {
@@ -238,6 +243,8 @@ impl<'a> From<&'a RunnerClaimRow> for RunnerClaimView<'a> {
             started_at: claim.started_at.and_then(rfc3339),
             ended_at: claim.ended_at.and_then(rfc3339),
             end_reason: claim.end_reason.as_deref(),
+            artifact_name: claim.artifact_name.as_deref(),
+            version_id: claim.version_id,
         }
     }
 }

@@ -232,3 +232,84 @@ async fn the_counters_count_what_the_jobs_did_as_the_server_records_it() {
         0.0
     );
 }
+
+/// Jobs are named by what they run: the artifact's name beside its id in the enqueue's answer,
+/// its replay, the list, the detail, a cancel's answer and the runner's claim history; never
+/// in the custody bundle, which names the artifact by id.
+#[tokio::test]
+async fn a_job_names_the_artifact_it_runs_wherever_an_admin_reads_it() {
+    let org = bootstrap_org("named-jobs");
+    let name = unique("capitals");
+    let artifact = create_artifact(&org.admin_key, "prompt", &name)
+        .await
+        .expect(201);
+    let release = add_version(
+        &org.admin_key,
+        "prompt",
+        artifact["id"].as_str().expect("an artifact id"),
+        prompt_content(),
+        &["staging"],
+    )
+    .await;
+    let named = |job: &Value| {
+        assert_eq!(job["subject"]["artifactName"], name.as_str(), "{job}");
+        assert_eq!(job["subject"]["artifactId"], release.artifact_id.as_str());
+        assert_eq!(job["subject"]["versionId"], release.version_id);
+    };
+    let body = enqueue_body(
+        &unique("named"),
+        &release,
+        "staging",
+        &json!({"n": 1}),
+        &requirements("prompt"),
+    );
+    let enqueued = enqueue(&org.admin_key, &body).await.expect(201);
+    named(&enqueued);
+    named(&enqueue(&org.admin_key, &body).await.expect(200));
+    let id = enqueued["id"].as_str().expect("an id").to_owned();
+    let listed = get("/api/remote-runners/jobs", &org.admin_key)
+        .await
+        .expect(200);
+    named(&listed["jobs"][0]);
+    let queued = get("/api/remote-runners/jobs?state=queued", &org.admin_key)
+        .await
+        .expect(200);
+    named(&queued["jobs"][0]);
+
+    // A runner takes it: its claim history says what the job runs.
+    let mut runner = Runner::simple(&org, &["prompt"], 1).await;
+    let claimed = runner.claim_job().await;
+    assert_eq!(claimed.job_id(), id);
+    let claims = get(
+        &format!("/api/remote-runners/{}/claims", runner.id),
+        &org.admin_key,
+    )
+    .await
+    .expect(200);
+    assert_eq!(
+        claims["claims"][0]["artifactName"],
+        name.as_str(),
+        "{claims}"
+    );
+    assert_eq!(claims["claims"][0]["versionId"], release.version_id);
+    named(&job(&org.admin_key, &id).await);
+    named(
+        &cancel_job(&org.admin_key, &id, "named, then cancelled")
+            .await
+            .expect(200),
+    );
+
+    // The custody bundle names the artifact by id only.
+    let sealed: Value =
+        serde_json::from_str(&edgerunner_e2e::archive::bundle(&org.admin_key, &id).await)
+            .expect("a JSON bundle");
+    assert_eq!(
+        sealed["job"]["subject"]["artifactId"],
+        release.artifact_id.as_str(),
+        "{sealed}"
+    );
+    assert!(
+        sealed["job"]["subject"].get("artifactName").is_none(),
+        "{sealed}"
+    );
+}

@@ -231,7 +231,7 @@ pub(super) fn render_jobs(answer: &Value) -> String {
         return "no jobs".to_owned();
     }
     table(
-        &["ID", "STATE", "ATTEMPT", "KIND", "VERSION", "CREATED"],
+        &["ID", "STATE", "ATTEMPT", "RAN", "CREATED"],
         jobs.iter()
             .map(|j| {
                 let held = if j["hold"].is_object() { " (held)" } else { "" };
@@ -239,12 +239,25 @@ pub(super) fn render_jobs(answer: &Value) -> String {
                     text(j, "id"),
                     format!("{}{held}", text(j, "state")),
                     text(j, "dispatchAttempt"),
-                    text(&j["subject"], "kind"),
-                    text(&j["subject"], "versionId"),
+                    ran(&j["subject"]),
                     text(j, "createdAt"),
                 ]
             })
             .collect(),
+    )
+}
+
+/// What a job runs, as an operator names it: kind, the artifact's name and the version
+/// (`prompt capitals v3`); the artifact's id where the server named none.
+fn ran(subject: &Value) -> String {
+    let artifact = match subject["artifactName"].as_str() {
+        Some(name) => name.to_owned(),
+        None => text(subject, "artifactId"),
+    };
+    format!(
+        "{} {artifact} v{}",
+        text(subject, "kind"),
+        text(subject, "versionId")
     )
 }
 
@@ -334,10 +347,9 @@ pub(super) fn render_job(job: &Value) -> String {
     )];
     let subject = &job["subject"];
     lines.push(format!(
-        "subject         {} {} version {} ({}) {}",
-        text(subject, "kind"),
+        "subject         {} (artifact {}, {}) {}",
+        ran(subject),
         text(subject, "artifactId"),
-        text(subject, "versionId"),
         text(subject, "environment"),
         text(subject, "contentHash"),
     ));
@@ -500,6 +512,31 @@ mod tests {
             first(&job(0)).as_deref(),
             Some("job job_1 — queued (attempt 4)")
         );
+    }
+
+    #[test]
+    fn jobs_are_named_by_what_they_ran_with_their_id_beside() {
+        let subject = json!({"kind": "prompt", "artifactId": "art_9", "artifactName": "capitals",
+            "versionId": 3, "environment": "dev", "contentHash": "ab"});
+        let answer = json!({"jobs": [{"id": "job_1", "state": "succeeded", "dispatchAttempt": 1,
+            "subject": subject, "createdAt": "2026-01-01T00:00:00Z"}]});
+        let listed = render_jobs(&answer);
+        assert!(
+            listed.lines().next().is_some_and(|l| l.contains("RAN")),
+            "{listed}"
+        );
+        assert!(
+            listed.contains("job_1") && listed.contains("prompt capitals v3"),
+            "{listed}"
+        );
+        let shown = render_job(&answer["jobs"][0]);
+        assert!(
+            shown.contains("subject         prompt capitals v3 (artifact art_9, dev) ab"),
+            "{shown}"
+        );
+        // A server that names no artifact: its id stands in.
+        let unnamed = json!({"kind": "tool", "artifactId": "art_9", "versionId": 4});
+        assert_eq!(ran(&unnamed), "tool art_9 v4");
     }
 
     #[test]
