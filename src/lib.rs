@@ -261,6 +261,9 @@ async fn route(
         (Post, ["api", "remote-runners", "jobs", "reap"]) => routes::jobs::reap(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs"]) => routes::jobs::list(req, &ctx).await,
         (Get, ["api", "remote-runners", "queues"]) => routes::queues::list(req, &ctx).await,
+        (Get, ["api", "remote-runners", "queues", "history"]) => {
+            routes::queues::history(req, &ctx).await
+        }
         (Get, ["metrics"]) => routes::queues::metrics(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs", id]) => routes::jobs::get(req, &ctx, id).await,
         (Post, ["api", "remote-runners", "jobs", id, "cancel"]) => {
@@ -393,6 +396,15 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     match reaper::retire_ephemeral(&env, platform::now_ms()).await {
         Ok(report) => worker::console_log!("ephemeral runners: {report}"),
         Err(err) => worker::console_error!("retiring ephemeral runners failed: {err:?}"),
+    }
+    let now = platform::now_ms();
+    let online_since = now - routes::views::queues::OFFLINE_AFTER_MILLIS;
+    match store::Db::of(&env, store::RoundTrips::default()) {
+        Ok(db) => match store::history::sample(&db, now, online_since).await {
+            Ok(rows) => worker::console_log!("queue history: {rows} organizations sampled"),
+            Err(err) => worker::console_error!("queue history sample failed: {err:?}"),
+        },
+        Err(err) => worker::console_error!("queue history sample failed: {err:?}"),
     }
     let limit = edgerunner_protocol::archive::JOBS_PER_PASS;
     match archive::pass(&env, platform::now_ms(), limit).await {

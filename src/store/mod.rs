@@ -13,6 +13,7 @@ pub(crate) mod enrollment;
 pub(crate) mod events;
 pub(crate) mod evidence;
 pub(crate) mod guards;
+pub(crate) mod history;
 pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 pub(crate) mod queues;

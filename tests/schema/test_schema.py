@@ -4520,3 +4520,110 @@ class EphemeralRunnerTests(SchemaTest):
         plan = query_plan(self.conn, query("runners/delete_retired_ephemeral"), (NOW, 100))
         self.assertIn("SEARCH runners USING INDEX runners_ephemeral_retired (revoked_at<?)", plan, plan)
         self.assertFalse([d for d in plan if d.startswith("SCAN")], plan)
+
+
+# =============================================================================================
+# Migration 0021: queue history, sampled by the cron pass
+# =============================================================================================
+
+
+class QueueHistoryTests(SchemaTest):
+    """Each organization's five-minute buckets: peaks, slot sums, finished jobs, a day at most."""
+
+    BUCKET = 300_000
+    SAMPLE = query("history/sample")
+    READ = query("history/read")
+
+    def sample(self, at, seen_since=None, organizations=1000):
+        bucket = at - at % self.BUCKET
+        self.execute(self.SAMPLE, bucket, NOW - 900_000 if seen_since is None else seen_since, organizations)
+        return bucket
+
+    def rows(self, org):
+        return self.execute(self.READ, org, 0, 1000).fetchall()
+
+    def finish(self, org, n=1, name="completions_succeeded"):
+        self.execute(query("counters/add"), org, name, n)
+
+    def test_a_bucket_keeps_its_peaks_sums_its_slots_and_counts_what_finished_in_it(self):
+        org = self.w.org()
+        busy = self.w.runner(org, max_concurrent_jobs=3, last_seen_at=NOW, active_claims=0)
+        self.w.runner(org, max_concurrent_jobs=1, last_seen_at=NOW - 3_600_000)  # offline: not counted
+        jobs = [self.w.job(org) for _ in range(3)]
+        self.finish(org, 5)  # before the first sample: history before it is not this bucket's
+        bucket = self.sample(NOW)
+        self.assertEqual(self.rows(org), [(bucket, 1, 3, 0, 0, 3, 5, 5)])
+        # A claim: 2 queued, 1 held; then it finishes (and one more fails out of attempts).
+        self.w.grant(jobs[0], busy)
+        self.sample(NOW + 60_000)
+        self.finish(org, 1)
+        self.finish(org, 1, "attempts_exhausted")
+        self.finish(org, 4, "completions_duplicate")  # a refused completion finishes nothing
+        self.sample(NOW + 120_000)
+        [(at, samples, queued, running, busy_slots, slots, base, total)] = self.rows(org)
+        self.assertEqual((at, samples, queued, running), (bucket, 3, 3, 1))
+        self.assertEqual((busy_slots, slots), (1 + 1, 3 * 3), "busy and total slots summed over samples")
+        self.assertEqual(total - base, 2, "two jobs finished in the bucket")
+        # The next bucket's base is this one's last total: nothing counted twice.
+        following = self.sample(bucket + self.BUCKET)
+        self.assertEqual(self.rows(org)[-1][0], following)
+        self.assertEqual(self.rows(org)[-1][6:], (7, 7))
+
+    def test_an_organization_with_nothing_to_show_gets_no_row_and_others_are_apart(self):
+        idle, busy = self.w.org(), self.w.org()
+        self.w.runner(idle, last_seen_at=NOW - 3_600_000)  # offline, no jobs
+        self.w.job(busy)
+        self.sample(NOW)
+        self.assertEqual(self.rows(idle), [])
+        self.assertEqual(len(self.rows(busy)), 1)
+        # Its counter moved: a row. Its first row starts the count (what finished before any
+        # sample, e.g. before migration 0021, is no bucket's); the next finish is its bucket's.
+        self.finish(idle, 2)
+        self.sample(NOW + self.BUCKET)
+        self.assertEqual([r[6:] for r in self.rows(idle)], [(2, 2)])
+        self.finish(idle, 1)
+        self.sample(NOW + 2 * self.BUCKET)
+        self.assertEqual([r[6:] for r in self.rows(idle)], [(2, 2), (2, 3)])
+
+    def test_an_organization_keeps_a_day_of_buckets_at_most(self):
+        org = self.w.org()
+        self.w.job(org)
+        start = NOW - NOW % self.BUCKET
+        for n in range(300):  # bounded: past a day by 12 buckets
+            self.sample(start + n * self.BUCKET)
+        rows = self.rows(org)
+        self.assertEqual(len(rows), 288)
+        self.assertEqual(rows[0][0], start + 12 * self.BUCKET)
+        self.assertEqual(rows[-1][0], start + 299 * self.BUCKET)
+
+    def test_a_pass_samples_at_most_its_bound_of_organizations(self):
+        orgs = sorted(self.w.org() for _ in range(3))
+        for org in orgs:
+            self.w.job(org)
+        self.sample(NOW, organizations=2)
+        self.assertEqual([len(self.rows(org)) for org in orgs], [1, 1, 0])
+
+    def test_a_bucket_is_five_minutes_on_the_clock_and_its_numbers_are_never_negative(self):
+        org = self.w.org()
+        row = {"organization_id": org, "bucket_at": NOW - NOW % self.BUCKET + 1, "samples": 1,
+               "queued": 0, "running": 0, "busy_slots": 0, "slots": 0, "finished_base": 0,
+               "finished_total": 0}
+        self.assertRefused(self.w.insert, "queue_history", row)
+        row["bucket_at"] -= 1
+        self.assertRefused(self.w.insert, "queue_history", {**row, "queued": -1})
+        self.assertRefused(self.w.insert, "queue_history", {**row, "finished_base": 2, "finished_total": 1})
+        self.w.insert("queue_history", row)
+
+    def test_the_sample_and_the_read_use_their_indexes(self):
+        org = self.w.org()
+        self.w.job(org)
+        plan = " | ".join(query_plan(self.conn, self.SAMPLE, (NOW, NOW, 1000)))
+        for index in ("jobs_by_organization_state", "runners_by_organization_state"):
+            self.assertIn(index, plan)
+        self.assertNotIn("SCAN j", plan)
+        self.assertNotIn("SCAN r", plan)
+        self.assertNotIn("SCAN c", plan)
+        self.assertNotIn("SCAN h", plan)
+        read = " | ".join(query_plan(self.conn, self.READ, (org, 0, 288)))
+        self.assertIn("SEARCH queue_history USING PRIMARY KEY", read)
+        self.assertNotIn("TEMP B-TREE", read)

@@ -7,6 +7,7 @@
 //! key that is not a string), so `json!` may hold views.
 
 pub(crate) mod evidence;
+pub(crate) mod history;
 pub(crate) mod jobs;
 pub(crate) mod metrics;
 pub(crate) mod queues;

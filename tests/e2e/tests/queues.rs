@@ -313,3 +313,68 @@ async fn a_job_names_the_artifact_it_runs_wherever_an_admin_reads_it() {
         "{sealed}"
     );
 }
+
+/// `GET /api/remote-runners/queues/history`: a day of five-minute buckets as the cron pass
+/// sampled them, every number checked against what this test did between two passes (no other
+/// test of this suite fires the cron; the two passes may fall in one bucket or in two).
+#[tokio::test]
+async fn the_history_holds_what_each_cron_sample_saw() {
+    let f = StagedPrompt::new(bootstrap_org("history")).await;
+    let empty = get("/api/remote-runners/queues/history", f.key())
+        .await
+        .expect(200);
+    let buckets = empty["buckets"].as_array().expect("buckets");
+    assert_eq!(buckets.len(), 288, "a day of five-minute buckets");
+    assert_eq!(empty["bucketSeconds"], 300);
+    assert!(
+        buckets
+            .iter()
+            .all(|b| b["samples"] == 0 && b["finished"] == 0),
+        "a new organization has no history: {}",
+        buckets[287]
+    );
+
+    // A runner of two slots online, three jobs, one claimed: 2 queued, 1 held, 1 of 2 busy.
+    let mut runner = f.runner(2).await;
+    for n in 0..3 {
+        f.enqueue(&json!({ "n": n })).await;
+    }
+    let claimed = runner.claim_job().await;
+    edgerunner_e2e::recovery::fire_cron().await;
+    // It completes: 2 queued, none held, none busy; one finished.
+    let completion = claimed.succeeded(None, bare_evidence(f.key()).await);
+    runner.complete(&completion).await.expect(200);
+    edgerunner_e2e::recovery::fire_cron().await;
+
+    let history = get("/api/remote-runners/queues/history", f.key())
+        .await
+        .expect(200);
+    let sampled: Vec<&Value> = history["buckets"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .filter(|b| b["samples"] != 0)
+        .collect();
+    let sum = |field: &str| {
+        sampled
+            .iter()
+            .filter_map(|b| b[field].as_i64())
+            .sum::<i64>()
+    };
+    let max = |field: &str| sampled.iter().filter_map(|b| b[field].as_i64()).max();
+    assert_eq!(sum("samples"), 2, "{sampled:?}");
+    assert_eq!(sum("finished"), 1, "{sampled:?}");
+    assert_eq!(max("queued"), Some(2));
+    assert_eq!(max("running"), Some(1));
+    let utilization: Vec<&Value> = sampled.iter().map(|b| &b["utilization"]).collect();
+    match sampled.len() {
+        // One bucket: 1 busy of 2, then 0 of 2.
+        1 => assert_eq!(utilization, [&json!(0.25)]),
+        // Two: each its own sample.
+        _ => assert_eq!(utilization, [&json!(0.5), &json!(0.0)]),
+    }
+    // The last bucket is the current one.
+    let last = history["buckets"][287]["at"].as_str().expect("at");
+    let generated = history["generatedAt"].as_str().expect("generatedAt");
+    assert!(last <= generated && generated < history["to"].as_str().expect("to"));
+}
