@@ -13,7 +13,7 @@
 //! 8 ms slower at p50 whether the call came before the answer or right after it (ARCHITECTURE.md,
 //! "Claim"), most of what a claim cost beyond the floor. The job's object comes to life with
 //! the holder's first heartbeat (decided from the claim id, one D1 round trip:
-//! `job_do::presumed_first_heartbeat`) and arms its alarm then. Until its object takes over, the
+//! `job_do::heartbeat::presumed_first`) and arms its alarm then. Until its object takes over, the
 //! lease is watched by the runner's object, which wrote an alarm for it before the batch
 //! committed (`runner_do`'s lease book).
 

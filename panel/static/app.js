@@ -6,6 +6,7 @@ import { runnersView, runnerView } from './runners.js';
 import { jobsView, jobView } from './jobs.js';
 import { enrollmentView } from './enrollment.js';
 import { storageView } from './storage.js';
+import { queuesView } from './queues.js';
 
 const BASE = '/remote-runners';
 const app = document.getElementById('app');
@@ -105,6 +106,7 @@ function topBar(tab) {
         h('span.brand-sub', 'Remote Runners')),
       h('nav.tabs', { 'aria-label': 'Sections' },
         h('a.tab', { href: BASE, testid: 'tab-runners', 'aria-current': tab === 'runners' ? 'page' : null }, 'Runners'),
+        h('a.tab', { href: `${BASE}/queues`, testid: 'tab-queues', 'aria-current': tab === 'queues' ? 'page' : null }, 'Queues'),
         h('a.tab', { href: `${BASE}/jobs`, testid: 'tab-jobs', 'aria-current': tab === 'jobs' ? 'page' : null }, 'Jobs'),
         session.canAdmin ? h('a.tab', { href: `${BASE}/storage`, testid: 'tab-storage', 'aria-current': tab === 'storage' ? 'page' : null }, 'Storage') : null),
       h('div.identity', { testid: 'identity' },
@@ -133,6 +135,7 @@ function route(pathname) {
   if (rest[0] === 'runners' && rest.length === 1) return { tab: 'runners', view: () => runnersView(ctx()) };
   if (rest[0] === 'runners' && rest.length === 2) return { tab: 'runners', view: () => runnerView(ctx(), rest[1]) };
   if (rest[0] === 'enrollment' && rest.length === 1) return { tab: 'runners', view: () => enrollmentView(ctx()) };
+  if (rest[0] === 'queues' && rest.length === 1) return { tab: 'queues', view: () => queuesView(ctx()) };
   if (rest[0] === 'jobs' && rest.length === 1) return { tab: 'jobs', view: () => jobsView(ctx()) };
   if (rest[0] === 'jobs' && rest.length === 2) return { tab: 'jobs', view: () => jobView(ctx(), rest[1]) };
   if (rest[0] === 'storage' && rest.length === 1) return { tab: 'storage', view: () => storageView(ctx()) };

@@ -295,7 +295,7 @@ impl JobObject {
     }
 
     /// Whether `op` is a heartbeat to an object that never wrote for its job, which may then
-    /// be decided as the claim's first heartbeat (`presumed_first_heartbeat`). An object that
+    /// be decided as the claim's first heartbeat (`heartbeat::presumed_first`). An object that
     /// armed an alarm once stored its job's id beside it, and that key is never deleted: one
     /// that finds it in storage was evicted or restarted mid-job, where the presumption would
     /// only cost an aborted batch before the fresh read. A failed look presumes nothing.
@@ -376,7 +376,8 @@ fn keeps(set: Option<Option<i64>>, lease: i64, now: i64) -> bool {
 /// (or its next D1 write) until the move is on disk (`allowUnconfirmed`). Safe because the move
 /// only follows what D1 already holds: should it be lost, the earlier alarm still fires at or
 /// before the lease's end, finds the lease alive (or gone) and re-arms (or does nothing). The
-/// alarm a grant *needs* is written before its commit, and confirmed ([`OpCtx::arm_before_commit`]).
+/// alarm a grant *needs* is written before its commit, and confirmed, by the lease book of the
+/// runner object that grants it (`runner_do`'s `LeaseBook::arm`).
 ///
 /// Through the raw binding: worker 0.8's `SetAlarmOptions` serializes its fields in snake case,
 /// which the runtime does not read.
@@ -417,7 +418,7 @@ async fn confirmed_alarm_move(storage: &Storage, at: Option<i64>) -> Result<()> 
 /// assertion found the job moved. Every other operation (cancel, recovery) reads fresh.
 ///
 /// With `presume`, a heartbeat to an object that never ran for its job is first tried as the
-/// claim's first heartbeat ([`presumed_first_heartbeat`]).
+/// claim's first heartbeat (`heartbeat::presumed_first`).
 async fn dispatch(
     env: Env,
     trips: RoundTrips,

@@ -6,7 +6,8 @@
 -- terms, and SQLite's planner picks it when it has no statistics — a range over every queued
 -- job of the organization instead of this runner's kind and runtime. With INDEXED BY, a schema
 -- change that made the index unusable fails the statement instead of slowing it.
--- It answers whole job rows (src/store/jobs.rs JOB_COLUMNS, all but the input), so that the
+-- It answers whole job rows ([`JobRow`]'s columns, all but the input; the store's ROWS test
+-- pins them), so that the
 -- job's object grants a candidate from this read alone.
 SELECT id, organization_id, idempotency_key, intent_hash, subject_kind, subject_artifact_id,
        subject_version_id, subject_content_hash, subject_environment, input_hash, requirements, state,

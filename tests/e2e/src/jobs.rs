@@ -57,6 +57,8 @@ fn created(reply: &Reply) -> Value {
 pub struct Release {
     pub kind: String,
     pub artifact_id: String,
+    /// The artifact's name, when this library made the artifact ([`release`]).
+    pub artifact_name: Option<String>,
     pub version_id: u64,
     pub content_hash: String,
     pub content: Value,
@@ -138,6 +140,7 @@ pub async fn add_version(
     Release {
         kind: kind.to_owned(),
         artifact_id: artifact_id.to_owned(),
+        artifact_name: None,
         version_id,
         content_hash: h(&content),
         content,
@@ -146,9 +149,13 @@ pub async fn add_version(
 
 /// A new artifact of `kind` with one version of `content`, promoted to `environments`.
 pub async fn release(bearer: &str, kind: &str, content: Value, environments: &[&str]) -> Release {
-    let reply = create_artifact(bearer, kind, &unique("e2e-artifact")).await;
+    let name = unique("e2e-artifact");
+    let reply = create_artifact(bearer, kind, &name).await;
     let artifact_id = text(&created(&reply), "id").to_owned();
-    add_version(bearer, kind, &artifact_id, content, environments).await
+    Release {
+        artifact_name: Some(name),
+        ..add_version(bearer, kind, &artifact_id, content, environments).await
+    }
 }
 
 /// The content of the fixture's prompt release (a float and non-ASCII text on purpose).
