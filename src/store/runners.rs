@@ -781,10 +781,10 @@ pub(crate) async fn consume_challenge(
 
 #[cfg(test)]
 mod tests {
-    //! The parameters are pinned here as exact values, and `tests/schema/test_schema.py` runs
-    //! the statements with the same values, which these tests read from it: a change to the
-    //! protocol's runner machine fails here until the schema tests, which prove what the SQL
-    //! does with the parameters, are given the new ones.
+    //! The parameters are pinned here as exact values, and the schema suites run the
+    //! statements with the same values (bound in `tests/schema/harness.py`, which these tests
+    //! read): a change to the protocol's runner machine fails here until the schema tests,
+    //! which prove what the SQL does with the parameters, are given the new ones.
 
     use edgerunner_protocol::state::{RunnerInput, RunnerState};
 
@@ -871,14 +871,14 @@ mod tests {
         assert_eq!(err.status(), 409);
     }
 
-    const SCHEMA_TESTS: &str = include_str!("../../tests/schema/test_schema.py");
+    const SCHEMA_TESTS: &str = include_str!("../../tests/schema/harness.py");
 
     /// The schema tests bind `name` to exactly `value` (a Python string literal).
     fn assert_schema_tests_bind(name: &str, value: &str) {
         let line = format!("\n{name} = '{value}'\n");
         assert!(
             SCHEMA_TESTS.contains(&line),
-            "tests/schema/test_schema.py must bind {name} = '{value}'"
+            "tests/schema/harness.py must bind {name} = '{value}'"
         );
     }
 
@@ -933,7 +933,7 @@ mod tests {
         let table = format!("\nADMIN_MOVES = (\n{rows})\n");
         assert!(
             SCHEMA_TESTS.contains(&table),
-            "tests/schema/test_schema.py must list ADMIN_MOVES as:{table}"
+            "tests/schema/harness.py must list ADMIN_MOVES as:{table}"
         );
     }
 
