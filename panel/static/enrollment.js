@@ -89,10 +89,12 @@ export function enrollmentView(ctx) {
   issue.addEventListener('click', () => issueDialog({ session, onIssued: () => loadTokens() }));
 
   function tokenRow(token) {
-    const revoke = token.state === 'revoked'
-      ? h('span.muted', '—')
-      : h('button.btn.btn-small', { type: 'button', testid: 'token-revoke', dataset: { key: token.id } }, 'Revoke');
-    if (token.state !== 'revoked') {
+    // Whether it may be revoked is the API's to say (`actions`).
+    const revocable = (token.actions || []).includes('revoke');
+    const revoke = revocable
+      ? h('button.btn.btn-small', { type: 'button', testid: 'token-revoke', dataset: { key: token.id } }, 'Revoke')
+      : h('span.muted', '—');
+    if (revocable) {
       revoke.addEventListener('click', async () => {
         revoke.disabled = true;
         try {

@@ -20,9 +20,8 @@ const LOG_POLL_MS = 2000;
 // of thousands of nodes. The CLI (`edgerunner admin jobs logs`) and the bundle hold every line.
 export const MAX_LOG_LINES = 10000;
 
-// The state filter's choices and the order of the counts. Whether a job is finished and what
-// may be done to it are the API's to say (`terminal`, `actions`), not this page's.
-export const JOB_STATES = ['queued', 'claimed', 'running', 'cancel_requested', 'succeeded', 'failed', 'cancelled', 'lost'];
+// The state filter's choices and the order of the counts are the API's (`states` of the list),
+// as are whether a job is finished and what may be done to it (`terminal`, `actions`).
 
 function jobHref(base, id) {
   return `${base}/jobs/${enc(id)}`;
@@ -70,9 +69,18 @@ export function jobsView(ctx) {
   let stateFilter = new URLSearchParams(location.search).get('state') || '';
 
   const counts = h('div.counts', { testid: 'job-counts' });
+  const stateOption = (s) => h('option', { value: s, selected: s === stateFilter }, s.replace(/_/g, ' '));
+  // Until the first answer names the states, the filter offers the one the address asks for.
   const select = h('select#job-state-filter', { testid: 'job-state-filter' },
     h('option', { value: '' }, 'All states'),
-    JOB_STATES.map((s) => h('option', { value: s, selected: s === stateFilter }, s.replace(/_/g, ' '))));
+    stateFilter ? stateOption(stateFilter) : null);
+  let knownStates = null;
+  function renderStates(states) {
+    if (!Array.isArray(states) || JSON.stringify(states) === JSON.stringify(knownStates)) return;
+    knownStates = states;
+    replace(select, h('option', { value: '' }, 'All states'), states.map(stateOption));
+    select.value = stateFilter;
+  }
   const tbody = h('tbody', { testid: 'jobs-body' });
   const tableEl = table(LIST_COLUMNS, tbody, 'jobs-table');
   const status = h('div.status-area', { 'aria-live': 'polite' });
@@ -93,13 +101,13 @@ export function jobsView(ctx) {
     tableEl,
     paging.el);
 
-  function renderCounts(c) {
+  function renderCounts(c, states) {
     if (!c) {
       clear(counts);
       return;
     }
     const big = ['queued', 'running'];
-    const small = JOB_STATES.filter((s) => !big.includes(s));
+    const small = (states || Object.keys(c)).filter((s) => !big.includes(s));
     replace(counts,
       big.map((s) => h('div.count-big', { testid: `count-${s}` },
         h('span.count-n', String(c[s] ?? 0)), h('span.count-label', s))),
@@ -119,7 +127,8 @@ export function jobsView(ctx) {
     }
     if (destroyed) return;
     clear(status);
-    renderCounts(data.counts);
+    renderStates(data.states);
+    renderCounts(data.counts, data.states);
     const jobs = data.jobs || [];
     if (jobs.length === 0 && paging.onFirstPage()) {
       tableEl.hidden = true;
@@ -197,7 +206,7 @@ function claimsTable(base, claims) {
     mono(c.keyId),
     timeAgo(c.issuedAt),
     timeAgo(c.startedAt),
-    c.state === 'active' ? timeAgo(c.leaseExpiresAt) : h('span.muted', { title: c.leaseExpiresAt || '' }, '—'),
+    c.held ? timeAgo(c.leaseExpiresAt) : h('span.muted', { title: c.leaseExpiresAt || '' }, '—'),
     timeAgo(c.endedAt),
     c.endReason ? h('span', c.endReason) : h('span.muted', '—'),
   ], { testid: 'job-claim', dataset: { state: c.state } }, labels))), 'job-claims');

@@ -114,7 +114,8 @@ export function runnersView(ctx) {
     if (!total) return '';
     const n = (x) => Number(x).toLocaleString('en-US');
     const parts = [`${n(total)} runner${total === 1 ? '' : 's'}`];
-    for (const state of ['active', 'pending_approval', 'draining', 'lost', 'revoked']) {
+    // The states in the API's order (`states`).
+    for (const state of data.states || Object.keys(counts)) {
       if (counts[state]) parts.push(`${n(counts[state])} ${state.replace(/_/g, ' ')}`);
     }
     const capacity = data.capacity;
@@ -414,7 +415,8 @@ function fileDialog(runner, file) {
 }
 
 function claimsView(base, claims) {
-  const active = claims.filter((c) => c.state === 'active');
+  // Which claims hold their job now is the API's to say (`held`).
+  const active = claims.filter((c) => c.held);
   const labels = ['Job', 'Ran', 'Claim', 'Attempt', 'State', 'Issued', 'Lease expires', 'Ended', 'End reason'];
   const claimRow = (c) => row([
     h('a.mono', { href: `${base}/jobs/${enc(c.jobId)}`, testid: 'claim-job', dataset: { key: c.id }, title: c.jobId }, c.jobId),
@@ -423,7 +425,7 @@ function claimsView(base, claims) {
     String(c.dispatchAttempt ?? '—'),
     badge(c.state),
     timeAgo(c.issuedAt),
-    c.state === 'active' ? timeAgo(c.leaseExpiresAt) : h('span.muted', '—'),
+    c.held ? timeAgo(c.leaseExpiresAt) : h('span.muted', '—'),
     timeAgo(c.endedAt),
     c.endReason ? h('span', c.endReason) : h('span.muted', '—'),
   ], { testid: 'runner-claim', dataset: { state: c.state } }, labels);
@@ -433,7 +435,7 @@ function claimsView(base, claims) {
       ? table(labels, h('tbody', active.map(claimRow)), 'runner-active-claims')
       : h('p.muted', { testid: 'runner-no-active-claims' }, 'No active claims: this runner is not holding a job right now.'),
     claims.length > active.length
-      ? [h('h3.sub', 'Recent claims'), table(labels, h('tbody', claims.filter((c) => c.state !== 'active').map(claimRow)), 'runner-recent-claims')]
+      ? [h('h3.sub', 'Recent claims'), table(labels, h('tbody', claims.filter((c) => !c.held).map(claimRow)), 'runner-recent-claims')]
       : null);
 }
 

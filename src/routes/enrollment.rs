@@ -12,9 +12,11 @@ use edgerunner_protocol::kind::EventKind;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
+use super::views::enrollment::{PolicyView, RevokedTokenView, TokenListView, TokenView};
+use super::views::respond;
 use super::{optional_name, refuse_unknown, required_str};
 use crate::auth;
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::{json_object_capped, SMALL_BODY_BYTES};
 use crate::platform::{random_id, random_secret, rfc3339, secret_hash};
 use crate::store::{self, enrollment, events};
@@ -89,12 +91,20 @@ impl TokenState {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Live => "live",
             Self::UsedUp => "used_up",
             Self::Expired => "expired",
             Self::Revoked => "revoked",
+        }
+    }
+
+    /// What an admin may do to a token in this state: revoke it, until it is revoked.
+    pub(crate) fn actions(self) -> Vec<&'static str> {
+        match self {
+            Self::Revoked => Vec::new(),
+            Self::Live | Self::UsedUp | Self::Expired => vec!["revoke"],
         }
     }
 }
@@ -183,26 +193,6 @@ pub(crate) async fn presented_token(
     }
 }
 
-fn policy_view(org: &str, policy: Policy) -> Value {
-    json!({ "organizationId": org, "policy": policy.as_str() })
-}
-
-fn token_view(token: &enrollment::TokenRow, now: i64) -> Value {
-    json!({
-        "id": token.id,
-        "name": token.name,
-        "prefix": token.token_prefix,
-        "state": TokenState::of(token, now).as_str(),
-        "uses": token.uses,
-        "maxUses": token.max_uses,
-        "createdAt": rfc3339(token.created_at),
-        "createdBy": token.created_by,
-        "expiresAt": rfc3339(token.expires_at),
-        "revokedAt": token.revoked_at.and_then(rfc3339),
-        "lastUsedAt": token.last_used_at.and_then(rfc3339),
-    })
-}
-
 /// `GET /api/developer/enrollment-policy`.
 pub(crate) async fn get_policy(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
@@ -211,11 +201,10 @@ pub(crate) async fn get_policy(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let row = enrollment::policy(&ctx.db, org)
         .await?
         .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;
-    json_response(
+    respond(
         200,
-        &policy_view(org, Policy::stored(&row.enrollment_policy)?),
+        &PolicyView::new(org, Policy::stored(&row.enrollment_policy)?),
     )
-    .map_err(ApiError::from)
 }
 
 /// `PUT /api/developer/enrollment-policy`: `{"policy": "open" | "token" | "closed"}`. Runners
@@ -246,7 +235,7 @@ pub(crate) async fn put_policy(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
         ),
     )
     .await?;
-    json_response(200, &policy_view(org, policy)).map_err(ApiError::from)
+    respond(200, &PolicyView::new(org, policy))
 }
 
 /// A whole number field within `range`, `default` when absent or null.
@@ -344,9 +333,7 @@ pub(crate) async fn create_token(mut req: Request, ctx: &Ctx) -> ApiResult<Respo
         revoked_at: None,
         last_used_at: None,
     };
-    let mut view = token_view(&stored, ctx.now);
-    view["enrollmentToken"] = Value::String(secret);
-    json_response(201, &view).map_err(ApiError::from)
+    respond(201, &TokenView::made(&stored, ctx.now, secret))
 }
 
 /// `GET /api/developer/enrollment-tokens`: newest first, never a secret.
@@ -354,13 +341,12 @@ pub(crate) async fn list_tokens(req: Request, ctx: &Ctx) -> ApiResult<Response> 
     let caller = auth::admin(&req, ctx).await?;
     caller.require_admin()?;
     let rows = enrollment::list(&ctx.db, &caller.organization_id, MAX_LISTED).await?;
-    json_response(
+    respond(
         200,
-        &json!({
-            "enrollmentTokens": rows.iter().map(|t| token_view(t, ctx.now)).collect::<Vec<_>>(),
-        }),
+        &TokenListView {
+            enrollment_tokens: rows.iter().map(|t| TokenView::new(t, ctx.now)).collect(),
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// `DELETE /api/developer/enrollment-tokens/{id}`: the token admits no more runners. Runners it
@@ -389,7 +375,13 @@ pub(crate) async fn revoke_token(req: Request, ctx: &Ctx, id: &str) -> ApiResult
     store::expect_one(changed[0], || {
         ApiError::not_found("no unrevoked enrollment token of this organization has that id")
     })?;
-    json_response(200, &json!({ "id": id, "revokedAt": rfc3339(ctx.now) })).map_err(ApiError::from)
+    respond(
+        200,
+        &RevokedTokenView {
+            id,
+            revoked_at: rfc3339(ctx.now),
+        },
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use edgerunner_protocol::state::JobState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::views::jobs::{ArchiveView, EvidenceLinkView, JobDetailView, JobView, UnstoredView};
+use super::views::jobs::{
+    ArchiveView, EvidenceLinkView, JobDetailView, JobListView, JobView, UnstoredView,
+};
 use super::views::respond;
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::archive::reads;
@@ -362,22 +364,15 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         rows.truncate(limit as usize);
         rows.last().map(|j| Cursor::encode(j.created_at, &j.id))
     });
-    let mut counts = serde_json::Map::new();
-    for state in JobState::ALL {
-        counts.insert(state.as_str().into(), 0.into());
-    }
-    for row in store::rows_of::<jobs::StateCount>(&results, 1)? {
-        counts.insert(row.state.as_str().to_owned(), row.count.into());
-    }
-    json_response(
+    let counted = store::rows_of::<jobs::StateCount>(&results, 1)?;
+    respond(
         200,
-        &json!({
-            "jobs": rows.iter().map(JobView::from).collect::<Vec<_>>(),
-            "nextCursor": next_cursor.flatten(),
-            "counts": counts,
-        }),
+        &JobListView::new(
+            &rows,
+            next_cursor.flatten(),
+            counted.iter().map(|c| (c.state, c.count)),
+        ),
     )
-    .map_err(ApiError::from)
 }
 
 pub(crate) async fn get(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {

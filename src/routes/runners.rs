@@ -9,7 +9,7 @@ use worker::{Request, Response};
 
 use super::views::jobs::EventView;
 use super::views::respond;
-use super::views::runners::{rotation_refusal, RunnerClaimView, RunnerView};
+use super::views::runners::{rotation_refusal, RunnerClaimView, RunnerListView, RunnerView};
 use super::{limit_param, optional_str, plain_number, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
@@ -213,29 +213,17 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         .iter()
         .map(|r| RunnerView::new(r, &[], ctx.now))
         .collect();
-    let mut counts = serde_json::Map::new();
-    for state in RunnerState::ALL {
-        counts.insert(state.as_str().into(), 0.into());
-    }
-    // Capacity of the runners that can still take work (revoked ones never will).
-    let (mut in_use, mut maximum) = (0, 0);
-    for row in store::rows_of::<runners::StateCount>(&results, 1)? {
-        if row.state != RunnerState::Revoked {
-            in_use += row.in_use;
-            maximum += row.maximum;
-        }
-        counts.insert(row.state.as_str().to_owned(), row.count.into());
-    }
-    json_response(
+    let counted = store::rows_of::<runners::StateCount>(&results, 1)?;
+    respond(
         200,
-        &json!({
-            "runners": runners,
-            "nextCursor": next_cursor.flatten(),
-            "counts": counts,
-            "capacity": { "inUse": in_use, "maximum": maximum },
-        }),
+        &RunnerListView::new(
+            runners,
+            next_cursor.flatten(),
+            counted
+                .iter()
+                .map(|c| (c.state, c.count, c.in_use, c.maximum)),
+        ),
     )
-    .map_err(ApiError::from)
 }
 
 /// `GET /api/remote-runners/{id}/claims?limit=`: the runner's claims, newest first.

@@ -145,11 +145,16 @@ test('an admin sets the enrollment policy and issues, watches and revokes a toke
     await waitFor('the use to show', async () => (await text(page, sel('token-uses'))) === '1 / 2');
     await page.screenshot({ path: join(ARTIFACTS, 'enrollment.png'), fullPage: true });
 
-    // Revoked from the panel: the server refuses it.
+    // Revoked from the panel (the API offers it: `actions`): the server refuses it, and offers
+    // nothing more, so neither does the page.
+    const offered = await call(org.adminKey, 'GET', '/api/developer/enrollment-tokens');
+    assert.deepEqual(offered.body.enrollmentTokens[0].actions, ['revoke']);
     await page.click(sel('token-revoke'));
     await waitFor('the revocation to show', async () => (await text(page, sel('token-state'))) === 'revoked');
     const listed = await call(org.adminKey, 'GET', '/api/developer/enrollment-tokens');
     assert.equal(listed.body.enrollmentTokens[0].state, 'revoked');
+    assert.deepEqual(listed.body.enrollmentTokens[0].actions, []);
+    assert.equal(await page.$(sel('token-revoke')), null, 'no revoke button once revoked');
     await assert.rejects(enrollWithCli(org, token), /ENROLLMENT_TOKEN_INVALID/);
 
     // Back to open.

@@ -237,6 +237,11 @@ test('a job followed live to its end shows its claim, transitions, verified chai
     assert.equal(await text(page, `${listed} ${sel('job-artifact-name')}`), rel.artifactName);
     assert.equal(await text(page, `${listed} ${sel('job-version')}`), `v${rel.versionId}`);
     assert.equal(await page.getAttribute(`${listed} ${sel('job-link')}`, 'href'), `/remote-runners/jobs/${job.id}`);
+    // The state filter offers the states the API names, in its order.
+    const listedStates = (await ok(org.adminKey, 'GET', '/api/remote-runners/jobs')).states;
+    assert.equal(listedStates.length, 8);
+    await waitFor('the filter to offer the API\'s states', async () => JSON.stringify(await page.$$eval(
+      `${sel('job-state-filter')} option`, (os) => os.map((o) => o.value).filter(Boolean))) === JSON.stringify(listedStates));
     assert.equal(await text(page, `${sel('count-queued')} .count-n`), '1');
     assert.equal(await text(page, `${sel('count-succeeded')} strong`), '0');
     await page.click(`${sel('job-row')}[data-job-id="${job.id}"] ${sel('job-link')}`);

@@ -1,7 +1,7 @@
 //! The job views: a job (with what it still allows), its claims, timeline, stream and
 //! completions in the detail, the chunks of a stream page, and the custody bundle's parts.
 
-use edgerunner_protocol::state::{JobInput, JobState};
+use edgerunner_protocol::state::{ClaimState, JobInput, JobState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -41,6 +41,39 @@ pub(crate) struct JobView<'a> {
     /// An admin's hold, only on a held job (and never in a custody bundle: [`JobView::custody`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     hold: Option<HoldView<'a>>,
+}
+
+/// `JobList`: a page of the organization's jobs, with its counts by state and the states in
+/// their lifecycle order (the order a client lists and filters them in).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JobListView<'a> {
+    pub(crate) jobs: Vec<JobView<'a>>,
+    pub(crate) next_cursor: Option<String>,
+    /// Every state, with the organization's jobs in it (live and archived).
+    pub(crate) counts: std::collections::BTreeMap<&'static str, i64>,
+    pub(crate) states: Vec<&'static str>,
+}
+
+impl<'a> JobListView<'a> {
+    /// `rows` of the page, and the organization's `(state, count)`s.
+    pub(crate) fn new(
+        rows: &'a [JobRow],
+        next_cursor: Option<String>,
+        counted: impl IntoIterator<Item = (JobState, i64)>,
+    ) -> Self {
+        let mut counts: std::collections::BTreeMap<&'static str, i64> =
+            JobState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        for (state, n) in counted {
+            counts.insert(state.as_str(), n);
+        }
+        JobListView {
+            jobs: rows.iter().map(JobView::from).collect(),
+            next_cursor,
+            counts,
+            states: JobState::ALL.iter().map(|s| s.as_str()).collect(),
+        }
+    }
 }
 
 /// `JobHold`: an admin holds the finished job past its retention (who, when and why).
@@ -179,6 +212,9 @@ pub(crate) struct ClaimView<'a> {
     started_at: Option<String>,
     ended_at: Option<String>,
     end_reason: Option<&'a str>,
+    /// Whether the claim holds its job now (its lease runs): the only claim whose runner may
+    /// heartbeat, stream and complete.
+    held: bool,
 }
 
 impl<'a> From<&'a ClaimRow> for ClaimView<'a> {
@@ -195,6 +231,7 @@ impl<'a> From<&'a ClaimRow> for ClaimView<'a> {
             started_at: claim.started_at.and_then(rfc3339),
             ended_at: claim.ended_at.and_then(rfc3339),
             end_reason: claim.end_reason.as_deref(),
+            held: claim.state == ClaimState::Active,
         }
     }
 }
@@ -658,6 +695,21 @@ mod tests {
     }
 
     #[test]
+    fn a_job_list_counts_every_state_and_names_them_in_the_lifecycles_order() {
+        let rows = [job("queued")];
+        let list = JobListView::new(&rows, Some("c1".to_owned()), [(JobState::Queued, 4)]);
+        let value = to_value(&list).unwrap();
+        let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(value["states"], json!(states));
+        assert_eq!(value["states"][0], "queued");
+        assert_eq!(value["counts"]["queued"], 4);
+        assert_eq!(value["counts"].as_object().map(|c| c.len()), Some(8));
+        assert_eq!(value["counts"]["lost"], 0);
+        assert_eq!(value["nextCursor"], "c1");
+        assert_eq!(value["jobs"][0]["id"], "job_1");
+    }
+
+    #[test]
     fn an_admins_job_names_its_artifact_and_its_custody_bundle_does_not() {
         let mut named = job("succeeded");
         named.subject_artifact_name = Some("capitals".to_owned());
@@ -700,7 +752,7 @@ mod tests {
                 "keyId": "rk_1", "issuedAt": "2026-01-01T00:00:00.000Z",
                 "expiresAt": "2026-01-01T00:05:00.000Z",
                 "leaseExpiresAt": "2026-01-01T00:00:30.000Z", "startedAt": null,
-                "endedAt": null, "endReason": null,
+                "endedAt": null, "endReason": null, "held": true,
             })
         );
         let event: EventRow = row(json!({

@@ -2,7 +2,7 @@
 //! and its claims.
 
 use edgerunner_protocol::error_code::ErrorCode;
-use edgerunner_protocol::state::{RunnerInput, RunnerState};
+use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -211,6 +211,54 @@ impl<'a> From<&'a FileMeta> for FileView<'a> {
     }
 }
 
+/// `RunnerList`: a page of the organization's runners, with the fleet's counts by state, the
+/// states in the order a client lists them, and the job slots of the runners that may work.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunnerListView<'a> {
+    pub(crate) runners: Vec<RunnerView<'a>>,
+    pub(crate) next_cursor: Option<String>,
+    pub(crate) counts: std::collections::BTreeMap<&'static str, i64>,
+    pub(crate) states: Vec<&'static str>,
+    pub(crate) capacity: CapacityView,
+}
+
+/// The job slots in use and in all of the runners that are not revoked.
+#[derive(Serialize, Default, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CapacityView {
+    pub(crate) in_use: i64,
+    pub(crate) maximum: i64,
+}
+
+impl<'a> RunnerListView<'a> {
+    /// The page's `runners`, and the fleet's `(state, count, in use, maximum)`s.
+    pub(crate) fn new(
+        runners: Vec<RunnerView<'a>>,
+        next_cursor: Option<String>,
+        counted: impl IntoIterator<Item = (RunnerState, i64, i64, i64)>,
+    ) -> Self {
+        let mut counts: std::collections::BTreeMap<&'static str, i64> =
+            RunnerState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        let mut capacity = CapacityView::default();
+        for (state, count, in_use, maximum) in counted {
+            // Revoked runners never take work again: their slots are no one's.
+            if state != RunnerState::Revoked {
+                capacity.in_use += in_use;
+                capacity.maximum += maximum;
+            }
+            counts.insert(state.as_str(), count);
+        }
+        RunnerListView {
+            runners,
+            next_cursor,
+            counts,
+            states: RunnerState::ALL.iter().map(|s| s.as_str()).collect(),
+            capacity,
+        }
+    }
+}
+
 /// `RunnerClaim`: one of a runner's claims, in its history or among the ones it holds.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -224,6 +272,8 @@ pub(crate) struct RunnerClaimView<'a> {
     started_at: Option<String>,
     ended_at: Option<String>,
     end_reason: Option<&'a str>,
+    /// Whether the claim holds its job now (its lease runs).
+    held: bool,
     /// What its job runs (in a runner's history, not among the claims it holds).
     #[serde(skip_serializing_if = "Option::is_none")]
     artifact_name: Option<&'a str>,
@@ -243,6 +293,7 @@ impl<'a> From<&'a RunnerClaimRow> for RunnerClaimView<'a> {
             started_at: claim.started_at.and_then(rfc3339),
             ended_at: claim.ended_at.and_then(rfc3339),
             end_reason: claim.end_reason.as_deref(),
+            held: claim.state == ClaimState::Active,
             artifact_name: claim.artifact_name.as_deref(),
             version_id: claim.version_id,
         }
@@ -420,8 +471,31 @@ mod tests {
                 "issuedAt": "2026-01-01T00:00:00.000Z",
                 "leaseExpiresAt": "2026-01-01T00:00:30.000Z",
                 "startedAt": "2026-01-01T00:00:00.000Z", "endedAt": "2026-01-01T00:01:00.000Z",
-                "endReason": "lease_expired",
+                "endReason": "lease_expired", "held": false,
             })
         );
+    }
+
+    #[test]
+    fn a_runner_list_counts_every_state_in_the_protocols_order_and_revoked_slots_are_no_ones() {
+        let list = RunnerListView::new(
+            Vec::new(),
+            None,
+            [
+                (RunnerState::Active, 2, 1, 4),
+                (RunnerState::Revoked, 1, 0, 8),
+            ],
+        );
+        let value = to_value(&list).unwrap();
+        assert_eq!(
+            value["states"],
+            json!(["pending_approval", "active", "draining", "lost", "revoked"])
+        );
+        assert_eq!(
+            value["counts"],
+            json!({"pending_approval": 0, "active": 2, "draining": 0, "lost": 0, "revoked": 1})
+        );
+        assert_eq!(value["capacity"], json!({"inUse": 1, "maximum": 4}));
+        assert_eq!(value["nextCursor"], Value::Null);
     }
 }

@@ -240,6 +240,11 @@ async fn runners_and_jobs_page_by_cursor_and_jobs_count_by_state() {
         json!({ "inUse": 0, "maximum": 4 }),
         "{page}"
     );
+    // The states in the order a client lists them: the API's, not the client's.
+    assert_eq!(
+        page["states"],
+        json!(["pending_approval", "active", "draining", "lost", "revoked"])
+    );
 
     let release = release(key, "prompt", prompt_content(), &["staging"]).await;
     let mut enqueued = Vec::new();
@@ -270,6 +275,20 @@ async fn runners_and_jobs_page_by_cursor_and_jobs_count_by_state() {
         .await
         .expect(200);
     let counts = &page["counts"];
+    assert_eq!(
+        page["states"],
+        json!([
+            "queued",
+            "claimed",
+            "running",
+            "cancel_requested",
+            "succeeded",
+            "failed",
+            "cancelled",
+            "lost"
+        ]),
+        "the lifecycle's order"
+    );
     assert_eq!(counts["queued"], 5, "{page}");
     assert_eq!(counts["cancelled"], 2, "{page}");
     let states: BTreeSet<&str> = counts
@@ -456,6 +475,10 @@ async fn a_jobs_stream_reads_in_pages_with_payloads_and_a_runners_claims_are_lis
     assert_eq!(rows[0]["jobId"], job_id.as_str());
     assert_eq!(rows[0]["id"], claimed.claim_id().as_str());
     assert_eq!(rows[0]["state"], "active");
+    assert_eq!(
+        rows[0]["held"], true,
+        "the claim holds its job: the API says so"
+    );
     assert_eq!(rows[0]["dispatchAttempt"], 1);
     for limit in ["0", "501"] {
         get(
