@@ -261,6 +261,7 @@ async fn route(
         (Post, ["api", "remote-runners", "jobs", "reap"]) => routes::jobs::reap(req, &ctx).await,
         (Get, ["api", "remote-runners", "jobs"]) => routes::jobs::list(req, &ctx).await,
         (Get, ["api", "remote-runners", "queues"]) => routes::queues::list(req, &ctx).await,
+        (Get, ["api", "remote-runners", "registration"]) => runners::registration(req, &ctx).await,
         (Get, ["api", "remote-runners", "queues", "history"]) => {
             routes::queues::history(req, &ctx).await
         }

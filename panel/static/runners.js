@@ -11,14 +11,9 @@ import { openDialog, reasonDialog, copyBlock } from './dialog.js';
 const PAGE_SIZE = 50;
 const POLL_MS = 5000;
 
-export const DEFAULT_LIMITS = {
-  cpuSeconds: 3600,
-  memoryMb: 65536,
-  wallSeconds: 86400,
-  outputBytes: 104857600,
-};
-
-const EXECUTION_KINDS = ['prompt', 'scorer', 'tool', 'workflow', 'agent'];
+// What a registration may declare (its execution kinds, and the limits a runner gets when it
+// declares none, which are also the most it may declare) is the API's to say.
+const REGISTRATION = '/api/remote-runners/registration';
 
 export function runnerHref(base, id) {
   return `${base}/runners/${enc(id)}`;
@@ -137,7 +132,7 @@ export function runnersView(ctx) {
   }
 
   if (register) {
-    register.addEventListener('click', () => registerDialog({ onRegistered: () => load({ quiet: true }) }));
+    register.addEventListener('click', () => openRegistration({ onRegistered: () => load({ quiet: true }), status }));
   }
 
   load().catch(() => {});
@@ -165,22 +160,33 @@ function field(label, control, help, id) {
     help ? h('div.help', help) : null);
 }
 
-export function registerDialog({ onRegistered }) {
+/** Reads what a registration may declare, then opens the dialog (or says why it cannot). */
+function openRegistration({ onRegistered, status }) {
+  get(REGISTRATION)
+    .then((registration) => {
+      replace(status);
+      registerDialog({ onRegistered, registration });
+    })
+    .catch((error) => replace(status, errorBox(error)));
+}
+
+export function registerDialog({ onRegistered, registration }) {
+  const ceilings = registration.defaultLimits;
   const name = h('input#reg-name', { type: 'text', required: true, testid: 'register-name', maxLength: 200, autocomplete: 'off' });
   const key = h('input#reg-key', { type: 'text', required: true, testid: 'register-key', maxLength: 200, autocomplete: 'off', spellcheck: false });
   const runtimes = h('input#reg-runtimes', { type: 'text', required: true, testid: 'register-runtimes', placeholder: 'python3.12 nodejs20', autocomplete: 'off', spellcheck: false });
   const max = h('input#reg-max', { type: 'number', min: 1, max: 1000, step: 1, value: '1', testid: 'register-max', required: true });
-  const kinds = EXECUTION_KINDS.map((kind) => h('input', { type: 'checkbox', value: kind, id: `reg-kind-${kind}`, testid: `register-kind-${kind}` }));
+  const kinds = registration.executionKinds.map((kind) => h('input', { type: 'checkbox', value: kind, id: `reg-kind-${kind}`, testid: `register-kind-${kind}` }));
   const kindsField = h('fieldset.field.kinds',
     h('legend', 'Execution kinds (at least one)'),
     h('div.checks', kinds.map((box) => h('label.check', { htmlFor: box.id }, box, ' ', box.value))));
 
   const narrow = {};
   const limitRows = [
-    ['cpuSeconds', 'CPU seconds', DEFAULT_LIMITS.cpuSeconds, formatSeconds(DEFAULT_LIMITS.cpuSeconds)],
-    ['memoryMb', 'Memory (MB)', DEFAULT_LIMITS.memoryMb, formatMb(DEFAULT_LIMITS.memoryMb)],
-    ['wallSeconds', 'Wall seconds', DEFAULT_LIMITS.wallSeconds, formatSeconds(DEFAULT_LIMITS.wallSeconds)],
-    ['outputBytes', 'Output bytes', DEFAULT_LIMITS.outputBytes, `${formatBytes(DEFAULT_LIMITS.outputBytes)} (${DEFAULT_LIMITS.outputBytes} bytes)`],
+    ['cpuSeconds', 'CPU seconds', ceilings.cpuSeconds, formatSeconds(ceilings.cpuSeconds)],
+    ['memoryMb', 'Memory (MB)', ceilings.memoryMb, formatMb(ceilings.memoryMb)],
+    ['wallSeconds', 'Wall seconds', ceilings.wallSeconds, formatSeconds(ceilings.wallSeconds)],
+    ['outputBytes', 'Output bytes', ceilings.outputBytes, `${formatBytes(ceilings.outputBytes)} (${ceilings.outputBytes} bytes)`],
   ].map(([prop, label, ceiling, shown]) => {
     const input = h('input', {
       type: 'number', min: 1, max: ceiling, step: 1, id: `reg-limit-${prop}`, testid: `register-limit-${prop}`,
@@ -243,7 +249,7 @@ export function registerDialog({ onRegistered }) {
         input.setAttribute('aria-invalid', 'true');
         continue;
       }
-      limits = limits || { ...DEFAULT_LIMITS };
+      limits = limits || { ...ceilings };
       limits[prop] = value;
     }
     return { problems, rt, chosen, maxJobs, limits };

@@ -9,7 +9,9 @@ use worker::{Request, Response};
 
 use super::views::jobs::EventView;
 use super::views::respond;
-use super::views::runners::{rotation_refusal, RunnerClaimView, RunnerListView, RunnerView};
+use super::views::runners::{
+    rotation_refusal, RegistrationView, RunnerClaimView, RunnerListView, RunnerView,
+};
 use super::{limit_param, optional_str, plain_number, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
@@ -224,6 +226,14 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
                 .map(|c| (c.state, c.count, c.in_use, c.maximum)),
         ),
     )
+}
+
+/// `GET /api/remote-runners/registration`: what a registration may declare (the panel's
+/// register dialog reads it rather than knowing it).
+pub(crate) async fn registration(req: Request, ctx: &Ctx) -> ApiResult<Response> {
+    let caller = auth::admin(&req, ctx).await?;
+    caller.require(Scope::RunsRead)?;
+    respond(200, &RegistrationView::new())
 }
 
 /// `GET /api/remote-runners/{id}/claims?limit=`: the runner's claims, newest first.

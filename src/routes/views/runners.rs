@@ -1,6 +1,7 @@
 //! The runner views: a runner record (with the admin actions its state allows), its files,
 //! and its claims.
 
+use edgerunner_protocol::capability::{ExecutionKind, LimitKind, Limits};
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 use serde::Serialize;
@@ -207,6 +208,28 @@ impl<'a> From<&'a FileMeta> for FileView<'a> {
             size: file.size,
             content_hash: &file.content_hash,
             uploaded_at: rfc3339(file.uploaded_at),
+        }
+    }
+}
+
+/// `RunnerRegistration`: what a registration may declare: the execution kinds, and the limits
+/// a runner gets when it declares none (also the most it may declare), from the protocol.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RegistrationView {
+    execution_kinds: Vec<&'static str>,
+    default_limits: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl RegistrationView {
+    pub(crate) fn new() -> Self {
+        let defaults = Limits::REGISTRATION_DEFAULT;
+        RegistrationView {
+            execution_kinds: ExecutionKind::ALL.iter().map(|k| k.as_str()).collect(),
+            default_limits: LimitKind::ALL
+                .iter()
+                .map(|kind| (kind.as_str(), defaults.get(*kind)))
+                .collect(),
         }
     }
 }
@@ -472,6 +495,18 @@ mod tests {
                 "leaseExpiresAt": "2026-01-01T00:00:30.000Z",
                 "startedAt": "2026-01-01T00:00:00.000Z", "endedAt": "2026-01-01T00:01:00.000Z",
                 "endReason": "lease_expired", "held": false,
+            })
+        );
+    }
+
+    #[test]
+    fn a_registration_may_declare_the_protocols_kinds_within_its_default_limits() {
+        assert_eq!(
+            to_value(&RegistrationView::new()).unwrap(),
+            json!({
+                "executionKinds": ["prompt", "scorer", "tool", "workflow", "agent"],
+                "defaultLimits": {"cpuSeconds": 3600, "memoryMb": 65536, "wallSeconds": 86400,
+                                  "outputBytes": 104857600},
             })
         );
     }

@@ -538,3 +538,33 @@ async fn approval_that_names_a_fingerprint_must_name_the_runners_own() {
         runner.fingerprint()
     );
 }
+
+/// What the register dialog offers comes from the API: the protocol's execution kinds and the
+/// default limits a registration may only narrow, the same a registration without limits gets.
+#[tokio::test]
+async fn a_registration_may_declare_what_the_api_says() {
+    let org = bootstrap_org("Panel Registration Org");
+    let key = org.admin_key.as_str();
+    let offered = get("/api/remote-runners/registration", key)
+        .await
+        .expect(200);
+    assert_eq!(
+        offered["executionKinds"],
+        json!(["prompt", "scorer", "tool", "workflow", "agent"])
+    );
+    let (runner, _) = register_runner(
+        key,
+        &json!({
+            "name": "defaults", "runnerKey": unique("defaults"),
+            "capabilities": {"executionKinds": ["prompt"], "runtimes": ["python3.12"]},
+        }),
+    )
+    .await;
+    assert_eq!(
+        runner["capabilities"]["limits"], offered["defaultLimits"],
+        "a registration that declares no limits gets the default ones: {runner}"
+    );
+    get("/api/remote-runners/registration", "erk_nonsense")
+        .await
+        .expect_error(401, "AUTHENTICATION_FAILED");
+}
