@@ -380,7 +380,8 @@ async fn route(
 }
 
 /// The cron trigger: one bounded recovery pass across every organization, one bounded purge of
-/// expired enrollments and spent challenges and one of spent ephemeral runners (see [`reaper`]), one bounded archive pass over
+/// expired enrollments and spent challenges and one of spent ephemeral runners, one sample of
+/// every organization's queues into its history (see [`reaper`]), one bounded archive pass over
 /// finished jobs (see [`archive`]), then one bounded retention pass over archived jobs past
 /// their organization's cut (see [`retention`]).
 #[event(scheduled)]
@@ -398,13 +399,8 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         Ok(report) => worker::console_log!("ephemeral runners: {report}"),
         Err(err) => worker::console_error!("retiring ephemeral runners failed: {err:?}"),
     }
-    let now = platform::now_ms();
-    let online_since = now - routes::views::queues::OFFLINE_AFTER_MILLIS;
-    match store::Db::of(&env, store::RoundTrips::default()) {
-        Ok(db) => match store::history::sample(&db, now, online_since).await {
-            Ok(rows) => worker::console_log!("queue history: {rows} organizations sampled"),
-            Err(err) => worker::console_error!("queue history sample failed: {err:?}"),
-        },
+    match reaper::sample_history(&env, platform::now_ms()).await {
+        Ok(report) => worker::console_log!("queue history: {report}"),
         Err(err) => worker::console_error!("queue history sample failed: {err:?}"),
     }
     let limit = edgerunner_protocol::archive::JOBS_PER_PASS;

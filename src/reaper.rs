@@ -159,6 +159,16 @@ pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
     }))
 }
 
+/// The cron pass's sample of every organization's queues (at most
+/// `store::history::ORGANIZATIONS_PER_PASS`) into its five-minute bucket of the queue history
+/// (migration 0021); runners seen within the queues view's offline time count as online.
+pub(crate) async fn sample_history(env: &Env, now: i64) -> ApiResult<Value> {
+    let db = store::Db::of(env, store::RoundTrips::default())?;
+    let online_since = now - crate::routes::views::queues::OFFLINE_AFTER_MILLIS;
+    let sampled = store::history::sample(&db, now, online_since).await?;
+    Ok(json!({ "organizationsSampled": sampled }))
+}
+
 /// Ephemeral runners revoked by one pass, and retired ones deleted, at most.
 const RETIRE_LIMIT: i64 = 100;
 /// How long a retired ephemeral runner's record is kept unless `EPHEMERAL_RUNNER_KEPT_HOURS`

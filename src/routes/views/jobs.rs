@@ -1,6 +1,8 @@
 //! The job views: a job (with what it still allows), its claims, timeline, stream and
 //! completions in the detail, the chunks of a stream page, and the custody bundle's parts.
 
+use std::collections::BTreeMap;
+
 use edgerunner_protocol::state::{ClaimState, JobInput, JobState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -51,7 +53,7 @@ pub(crate) struct JobListView<'a> {
     pub(crate) jobs: Vec<JobView<'a>>,
     pub(crate) next_cursor: Option<String>,
     /// Every state, with the organization's jobs in it (live and archived).
-    pub(crate) counts: std::collections::BTreeMap<&'static str, i64>,
+    pub(crate) counts: BTreeMap<&'static str, i64>,
     pub(crate) states: Vec<&'static str>,
 }
 
@@ -62,7 +64,7 @@ impl<'a> JobListView<'a> {
         next_cursor: Option<String>,
         counted: impl IntoIterator<Item = (JobState, i64)>,
     ) -> Self {
-        let mut counts: std::collections::BTreeMap<&'static str, i64> =
+        let mut counts: BTreeMap<&'static str, i64> =
             JobState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
         for (state, n) in counted {
             counts.insert(state.as_str(), n);

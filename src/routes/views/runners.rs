@@ -1,6 +1,8 @@
 //! The runner views: a runner record (with the admin actions its state allows), its files,
 //! and its claims.
 
+use std::collections::BTreeMap;
+
 use edgerunner_protocol::capability::{ExecutionKind, LimitKind, Limits};
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
@@ -218,7 +220,7 @@ impl<'a> From<&'a FileMeta> for FileView<'a> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RegistrationView {
     execution_kinds: Vec<&'static str>,
-    default_limits: std::collections::BTreeMap<&'static str, u64>,
+    default_limits: BTreeMap<&'static str, u64>,
 }
 
 impl RegistrationView {
@@ -241,7 +243,7 @@ impl RegistrationView {
 pub(crate) struct RunnerListView<'a> {
     pub(crate) runners: Vec<RunnerView<'a>>,
     pub(crate) next_cursor: Option<String>,
-    pub(crate) counts: std::collections::BTreeMap<&'static str, i64>,
+    pub(crate) counts: BTreeMap<&'static str, i64>,
     pub(crate) states: Vec<&'static str>,
     pub(crate) capacity: CapacityView,
 }
@@ -261,7 +263,7 @@ impl<'a> RunnerListView<'a> {
         next_cursor: Option<String>,
         counted: impl IntoIterator<Item = (RunnerState, i64, i64, i64)>,
     ) -> Self {
-        let mut counts: std::collections::BTreeMap<&'static str, i64> =
+        let mut counts: BTreeMap<&'static str, i64> =
             RunnerState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
         let mut capacity = CapacityView::default();
         for (state, count, in_use, maximum) in counted {

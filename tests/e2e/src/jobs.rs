@@ -33,10 +33,18 @@ pub fn h(value: &Value) -> String {
     stable_json::hash(value).as_str().to_owned()
 }
 
-fn text<'a>(value: &'a Value, key: &str) -> &'a str {
+/// The string `key` of `value` (panics, naming both, when it is not one).
+pub fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
     value[key]
         .as_str()
         .unwrap_or_else(|| panic!("no string {key:?} in {value}"))
+}
+
+/// The array `key` of `value` (panics, naming both, when it is not one).
+pub fn array_of<'a>(value: &'a Value, key: &str) -> &'a Vec<Value> {
+    value[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {key:?} in {value}"))
 }
 
 /// A created record: `201` (or `200`) with a JSON body.
@@ -126,7 +134,7 @@ pub async fn add_version(
         .as_u64()
         .unwrap_or_else(|| panic!("version id is not an integer: {reply:?}"));
     assert_eq!(
-        text(&version, "contentHash"),
+        str_of(&version, "contentHash"),
         h(&content),
         "contentHash is not H(content): {reply:?}"
     );
@@ -151,7 +159,7 @@ pub async fn add_version(
 pub async fn release(bearer: &str, kind: &str, content: Value, environments: &[&str]) -> Release {
     let name = unique("e2e-artifact");
     let reply = create_artifact(bearer, kind, &name).await;
-    let artifact_id = text(&created(&reply), "id").to_owned();
+    let artifact_id = str_of(&created(&reply), "id").to_owned();
     Release {
         artifact_name: Some(name),
         ..add_version(bearer, kind, &artifact_id, content, environments).await
@@ -260,7 +268,7 @@ impl StagedPrompt {
             .enqueue(&json!({ "question": unique(tag), "weight": lexical("0.25") }))
             .await;
         assert_eq!(job["state"], "queued", "{job}");
-        text(&job, "id").to_owned()
+        str_of(&job, "id").to_owned()
     }
 
     /// A runner registered for prompt jobs, with a session.
@@ -474,9 +482,9 @@ impl Runner {
             .unwrap_or_else(|e| panic!("unusable jobSigning ({e}): {reply:?}"));
         Self {
             id: id.to_owned(),
-            organization_id: text(&session["claims"], "organizationId").to_owned(),
+            organization_id: str_of(&session["claims"], "organizationId").to_owned(),
             bootstrap_token: bootstrap_token.to_owned(),
-            token: text(&session, "token").to_owned(),
+            token: str_of(&session, "token").to_owned(),
             signing,
             session,
             nonces: HashSet::new(),

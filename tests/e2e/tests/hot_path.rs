@@ -14,18 +14,6 @@ use edgerunner_protocol::chunk::{ChainHead, ChunkKind};
 use edgerunner_protocol::stable_json::Sha256Hex;
 use serde_json::{json, Value};
 
-fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("no string {key:?} in {value}"))
-}
-
-fn array_of<'a>(value: &'a Value, key: &str) -> &'a Vec<Value> {
-    value[key]
-        .as_array()
-        .unwrap_or_else(|| panic!("no array {key:?} in {value}"))
-}
-
 fn chunk(head: &ChainHead, claimed: &Claimed, line: &str) -> Value {
     head.next_chunk(
         &claimed.identity(),
@@ -52,7 +40,7 @@ async fn a_rotation_between_two_heartbeats_of_a_warm_object_refuses_the_second()
 
     // Control: the rotated runner's new credential holds the claim still, and beats.
     let rotated = rotate(f.key(), &runner.id).await.expect(200);
-    let fresh = Runner::connect(&runner.id, text(&rotated, "bootstrapToken")).await;
+    let fresh = Runner::connect(&runner.id, str_of(&rotated, "bootstrapToken")).await;
     let beat = fresh.heartbeat(&claimed.claim_id(), 90).await.expect(200);
     assert_ne!(beat["leaseExpiresAt"], lease, "{beat}");
 }
@@ -67,7 +55,7 @@ async fn a_revocation_between_two_chunks_of_a_warm_object_refuses_the_second_and
     set_status(f.key(), &runner.id, "revoked", "hot path: revoked mid-job").await;
     let head = ChainHead::restore(
         1,
-        vec![Sha256Hex::parse(text(&first, "checksum")).expect("a checksum")],
+        vec![Sha256Hex::parse(str_of(&first, "checksum")).expect("a checksum")],
     )
     .expect("a one-chunk head");
     let second = chunk(&head, &claimed, "after\n");
@@ -104,7 +92,7 @@ async fn cold_claim(f: &StagedPrompt) -> (Runner, Claimed) {
     let job = enqueue_job(f.key(), &f.release, &input, &requirements("prompt")).await;
     let mut runner = Runner::simple(&f.org, &["prompt"], 1).await;
     let claimed = runner.claim_job().await;
-    assert_eq!(claimed.job_id(), text(&job, "id"));
+    assert_eq!(claimed.job_id(), str_of(&job, "id"));
     (runner, claimed)
 }
 
@@ -158,7 +146,7 @@ async fn a_rotation_between_the_claim_and_its_first_heartbeat_refuses_the_heartb
 
     // Control: its new credential starts the job.
     let rotated = rotate(f.key(), &runner.id).await.expect(200);
-    let fresh = Runner::connect(&runner.id, text(&rotated, "bootstrapToken")).await;
+    let fresh = Runner::connect(&runner.id, str_of(&rotated, "bootstrapToken")).await;
     let beat = fresh.heartbeat(&claimed.claim_id(), 60).await.expect(200);
     assert_eq!(beat["state"], "running", "{beat}");
 }
@@ -280,7 +268,7 @@ async fn a_claim_whose_answer_is_lost_is_recovered_by_asking_again_with_its_requ
     let claimed = runner
         .verify(&again, &[])
         .unwrap_or_else(|e| panic!("assignment refused by verification ({e}): {again:?}"));
-    assert_eq!(claimed.job_id(), text(&first, "id"));
+    assert_eq!(claimed.job_id(), str_of(&first, "id"));
     assert_eq!(claimed.attempt().get(), 1);
 
     // Asked once more: the very same answer (claim, attempt, nonce, signature), no new grant.
@@ -288,7 +276,7 @@ async fn a_claim_whose_answer_is_lost_is_recovered_by_asking_again_with_its_requ
     let answered = again.json();
     assert_eq!(once_more["signedJob"], answered["signedJob"]);
     assert_eq!(once_more["claim"]["id"], answered["claim"]["id"]);
-    let shown = get_job(f.key(), text(&first, "id")).await.expect(200);
+    let shown = get_job(f.key(), str_of(&first, "id")).await.expect(200);
     assert_eq!(array_of(&shown, "claims").len(), 1, "{shown}");
     assert_eq!(shown["dispatchAttempt"], 1, "{shown}");
 
@@ -297,7 +285,7 @@ async fn a_claim_whose_answer_is_lost_is_recovered_by_asking_again_with_its_requ
     let next = runner
         .verify(&other, &[])
         .unwrap_or_else(|e| panic!("assignment refused by verification ({e}): {other:?}"));
-    assert_eq!(next.job_id(), text(&second, "id"));
+    assert_eq!(next.job_id(), str_of(&second, "id"));
 
     // Without a requestId (the published SDK), a claim is a new claim: none is left to grant.
     assert_eq!(runner.claim().await.status, 204);
@@ -345,7 +333,7 @@ async fn two_concurrent_claims_of_one_runner_get_two_jobs_or_meet_its_capacity()
             &requirements("prompt"),
         )
         .await;
-        ids.push(text(&job, "id").to_owned());
+        ids.push(str_of(&job, "id").to_owned());
     }
     // Capacity 2: both claims are granted, each its own job.
     let two = Runner::simple(&f.org, &["prompt"], 2).await;
@@ -488,7 +476,7 @@ async fn enqueue_while_waiting(f: &StagedPrompt, runner: &mut Runner, woken_by: 
     let claimed = runner
         .verify(&reply, &[])
         .unwrap_or_else(|e| panic!("{e}: {reply:?}"));
-    assert_eq!(claimed.job_id(), text(&job, "id"));
+    assert_eq!(claimed.job_id(), str_of(&job, "id"));
     assert!(
         waited < std::time::Duration::from_secs(20),
         "woken by {woken_by}, not by the end of its wait: {waited:?}"
@@ -514,7 +502,7 @@ async fn a_long_poll_wakes_when_a_job_is_handed_back() {
     .await;
     let mut holder = Runner::simple(&f.org, &["prompt"], 1).await;
     let first = holder.claim_job().await;
-    assert_eq!(first.job_id(), text(&job, "id"));
+    assert_eq!(first.job_id(), str_of(&job, "id"));
     let mut waiter = idle_runner(&f.org, 1).await;
     let started = std::time::Instant::now();
     let claim = waiting_claim(&waiter, 20).await;
@@ -570,7 +558,7 @@ async fn two_jobs_queued_together_wake_two_waiting_runners() {
     for n in 0..2 {
         let input = json!({ "together": unique("job"), "n": n });
         let job = enqueue_job(f.key(), &f.release, &input, &requirements("prompt")).await;
-        queued.push(text(&job, "id").to_owned());
+        queued.push(str_of(&job, "id").to_owned());
     }
     let (first_reply, second_reply) = tokio::join!(first_claim, second_claim);
     let waited = started.elapsed();

@@ -30,13 +30,13 @@ async fn member_key_with_runs_read_lists_runners_but_cannot_register() {
     assert_eq!(created["role"], "member", "the default role");
     assert_eq!(created["scopes"], json!(["runs:read"]));
     assert_eq!(created["name"], "dashboard");
-    parse_time(str_field(&created, "createdAt"));
-    let key = str_field(&created, "apiKey").to_owned();
+    parse_time(str_of(&created, "createdAt"));
+    let key = str_of(&created, "apiKey").to_owned();
     assert!(
         key.starts_with("erk_") && key.len() == 68 && is_hex64(&key[4..]),
         "erk_ + 64 hex: {key:?}"
     );
-    assert!(key.starts_with(str_field(&created, "prefix")));
+    assert!(key.starts_with(str_of(&created, "prefix")));
 
     let listed = list_runners(&key).await.expect(200);
     assert!(
@@ -84,7 +84,7 @@ async fn member_key_with_admin_scope_still_needs_the_admin_role() {
         &json!({ "name": "member with admin scope", "scopes": ["runs:read", "admin:org"], "role": "member" }),
     )
     .await;
-    let member_key = str_field(&member, "apiKey");
+    let member_key = str_of(&member, "apiKey");
     assert_eq!(member["role"], "member");
     list_runners(member_key).await.expect(200);
     post(
@@ -105,11 +105,7 @@ async fn member_key_with_admin_scope_still_needs_the_admin_role() {
     )
     .await;
     assert_eq!(admin["role"], "admin");
-    register_runner(
-        str_field(&admin, "apiKey"),
-        &registration("admin-registers"),
-    )
-    .await;
+    register_runner(str_of(&admin, "apiKey"), &registration("admin-registers")).await;
 }
 
 #[tokio::test]
@@ -120,14 +116,14 @@ async fn revoked_api_key_stops_working_at_once() {
         &json!({ "name": "short-lived", "scopes": ["runs:read"] }),
     )
     .await;
-    let key = str_field(&created, "apiKey");
+    let key = str_of(&created, "apiKey");
     let key_id = id_of(&created);
     list_runners(key).await.expect(200);
 
     let reply = delete(&format!("/api/developer/api-keys/{key_id}"), &org.admin_key).await;
     let revoked = reply.expect(200);
     assert_eq!(revoked["id"], key_id.as_str(), "{reply:?}");
-    parse_time(str_field(&revoked, "revokedAt"));
+    parse_time(str_of(&revoked, "revokedAt"));
 
     list_runners(key)
         .await
@@ -172,7 +168,7 @@ async fn api_key_list_never_shows_a_key_or_its_hash() {
         &json!({ "name": "ci", "scopes": ["runs:read", "runs:write"] }),
     )
     .await;
-    let key = str_field(&created, "apiKey").to_owned();
+    let key = str_of(&created, "apiKey").to_owned();
 
     let reply = get("/api/developer/api-keys", &org.admin_key).await;
     let listed = reply.expect(200);

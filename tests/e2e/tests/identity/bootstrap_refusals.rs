@@ -59,13 +59,13 @@ async fn rotation_replaces_the_token_and_kills_outstanding_credentials_at_once()
     let org = bootstrap_org("identity-rotation");
     let (runner_id, old_token) = register_simple_runner(&org, "rotation").await;
     let first = session(&runner_id, &old_token).await.expect(200);
-    let old_credential = str_field(&first, "token").to_owned();
+    let old_credential = str_of(&first, "token").to_owned();
     runner_self(&old_credential).await.expect(200);
 
     let reply = rotate(&org.admin_key, &runner_id).await;
     let rotated = reply.expect(200);
     assert_eq!(id_of(&rotated["runner"]), runner_id);
-    let new_token = str_field(&rotated, "bootstrapToken").to_owned();
+    let new_token = str_of(&rotated, "bootstrapToken").to_owned();
     assert!(new_token.starts_with("erb_"), "{reply:?}");
     assert_ne!(new_token, old_token);
 
@@ -78,7 +78,7 @@ async fn rotation_replaces_the_token_and_kills_outstanding_credentials_at_once()
         .expect_error(401, "AUTHENTICATION_FAILED");
 
     let second = session(&runner_id, &new_token).await.expect(200);
-    runner_self(str_field(&second, "token")).await.expect(200);
+    runner_self(str_of(&second, "token")).await.expect(200);
     assert_ne!(
         second["jobSigning"]["keyId"], first["jobSigning"]["keyId"],
         "rotation moves the credential generation, so the job-signing key changes"
@@ -166,7 +166,7 @@ async fn revoked_runner_is_refused_for_good() {
     .await;
     let record = runner_record(&org.admin_key, &runner_id).await;
     assert_eq!(record["state"], "revoked");
-    parse_time(str_field(&record, "revokedAt"));
+    parse_time(str_of(&record, "revokedAt"));
 
     session(&runner_id, &token)
         .await

@@ -22,8 +22,8 @@ async fn runner_files_from_enrollment_and_upload_are_served_to_the_organization(
     );
     assert_eq!(files[0]["name"], "lscpu.txt");
     assert_eq!(files[0]["size"], lscpu.len());
-    assert!(is_hex64(str_field(&files[0], "contentHash")));
-    parse_time(str_field(&files[0], "uploadedAt"));
+    assert!(is_hex64(str_of(&files[0], "contentHash")));
+    parse_time(str_of(&files[0], "uploadedAt"));
 
     let reply = get(
         &format!("/api/remote-runners/{runner_id}/files/lscpu.txt"),
@@ -59,7 +59,7 @@ async fn runner_files_from_enrollment_and_upload_are_served_to_the_organization(
     );
     assert_eq!(uploaded["name"], "runner.log");
     assert_eq!(uploaded["size"], log.len());
-    let first_hash = str_field(&uploaded, "contentHash").to_owned();
+    let first_hash = str_of(&uploaded, "contentHash").to_owned();
     assert!(is_hex64(&first_hash));
     assert_eq!(
         first_hash,
@@ -75,7 +75,7 @@ async fn runner_files_from_enrollment_and_upload_are_served_to_the_organization(
     .await;
     let reply = get(
         &format!("/api/remote-runners/{runner_id}/files/runner.log"),
-        str_field(&reader, "apiKey"),
+        str_of(&reader, "apiKey"),
     )
     .await;
     assert_eq!(reply.status, 200, "{reply:?}");
@@ -90,7 +90,7 @@ async fn runner_files_from_enrollment_and_upload_are_served_to_the_organization(
     )
     .await;
     assert!(matches!(reply.status, 200 | 201), "{reply:?}");
-    assert_ne!(str_field(&reply.json(), "contentHash"), first_hash);
+    assert_ne!(str_of(&reply.json(), "contentHash"), first_hash);
     let reply = get(
         &format!("/api/remote-runners/{runner_id}/files/runner.log"),
         &org.admin_key,

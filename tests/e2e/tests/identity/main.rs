@@ -16,6 +16,7 @@ mod tenancy;
 
 use std::collections::BTreeSet;
 
+use edgerunner_e2e::jobs::str_of;
 use edgerunner_e2e::*;
 use edgerunner_protocol::capability::CapabilityDocument;
 use edgerunner_protocol::credential::{self, CredentialClaims};
@@ -86,12 +87,6 @@ fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
-fn str_field<'a>(value: &'a Value, key: &str) -> &'a str {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("no string {key:?} in {value}"))
-}
-
 /// A runner record has every documented field.
 fn assert_runner_shape(runner: &Value) {
     let present = keys(runner);
@@ -128,7 +123,7 @@ fn assert_session_shape(body: &Value, runner_id: &str, org_id: &str, before_ms: 
         set(&["token", "claims", "jobSigning"]),
         "session answer: {body}"
     );
-    let token = str_field(body, "token");
+    let token = str_of(body, "token");
     assert!(token.starts_with("erc_"), "credential {token:?}");
 
     let claims = &body["claims"];
@@ -158,8 +153,8 @@ fn assert_session_shape(body: &Value, runner_id: &str, org_id: &str, before_ms: 
         "no duplicate scopes: {claims}"
     );
 
-    let issued_text = str_field(claims, "issuedAt");
-    let expires_text = str_field(claims, "expiresAt");
+    let issued_text = str_of(claims, "issuedAt");
+    let expires_text = str_of(claims, "expiresAt");
     assert!(
         issued_text.ends_with('Z'),
         "issuedAt {issued_text:?} is UTC with Z"
@@ -192,9 +187,9 @@ fn assert_session_shape(body: &Value, runner_id: &str, org_id: &str, before_ms: 
         "jobSigning: {signing}"
     );
     assert_eq!(signing["algorithm"], "hmac-sha256");
-    let secret = str_field(signing, "secret");
+    let secret = str_of(signing, "secret");
     assert!(!secret.is_empty(), "empty job-signing secret");
-    let key_id = str_field(signing, "keyId");
+    let key_id = str_of(signing, "keyId");
     assert!(key_id.starts_with("rk_"), "keyId {key_id:?}");
     let named = JobSigningSecret::new(secret.to_owned()).expect("non-empty secret");
     assert_eq!(
@@ -222,7 +217,7 @@ async fn uniform_challenge_without_session(runner: &KeyPairRunner) {
         set(&["challenge", "expiresAt"]),
         "the same shape a live runner gets: {reply:?}"
     );
-    let challenge = str_field(&body, "challenge").to_owned();
+    let challenge = str_of(&body, "challenge").to_owned();
     runner
         .session_with(&challenge, &runner.sign(&challenge))
         .await

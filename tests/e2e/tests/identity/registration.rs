@@ -13,7 +13,7 @@ async fn registration_shows_the_bootstrap_token_once() {
         set(&["runner", "bootstrapToken"]),
         "{reply:?}"
     );
-    let token = str_field(&registered, "bootstrapToken").to_owned();
+    let token = str_of(&registered, "bootstrapToken").to_owned();
     assert!(token.starts_with("erb_"), "{token:?}");
     let runner = &registered["runner"];
     assert_runner_shape(runner);
@@ -27,7 +27,7 @@ async fn registration_shows_the_bootstrap_token_once() {
     assert_eq!(runner["activeClaims"], 0);
     assert_eq!(runner["completedJobs"], 0);
     assert_eq!(runner["files"], json!([]));
-    parse_time(str_field(runner, "registeredAt"));
+    parse_time(str_of(runner, "registeredAt"));
     // Without the secret in the runner record itself either.
     assert_no_secret(&runner.to_string(), &[&token]);
 
@@ -42,8 +42,8 @@ async fn registration_shows_the_bootstrap_token_once() {
 
     // The token works, and the credential and signing secret stay out of every record.
     let session_body = session(&runner_id, &token).await.expect(200);
-    let credential = str_field(&session_body, "token");
-    let secret = str_field(&session_body["jobSigning"], "secret");
+    let credential = str_of(&session_body, "token");
+    let secret = str_of(&session_body["jobSigning"], "secret");
     for reply in [
         get_runner(&org.admin_key, &runner_id).await,
         list_runners(&org.admin_key).await,
@@ -117,7 +117,7 @@ async fn capability_defaults_are_filled_and_hashed() {
     assert_eq!(runner["external"], false);
     assert_eq!(runner["problemTypes"], json!([]));
 
-    let hash = str_field(&runner, "capabilityHash");
+    let hash = str_of(&runner, "capabilityHash");
     assert!(is_hex64(hash), "capabilityHash {hash:?}");
     assert_eq!(
         hash,
@@ -160,7 +160,7 @@ async fn capability_defaults_are_filled_and_hashed() {
     assert_eq!(runner["problemTypes"], json!(["math/v1"]));
     assert_eq!(runner["tags"], json!(["gpu"]));
     assert_eq!(
-        str_field(&runner, "capabilityHash"),
+        str_of(&runner, "capabilityHash"),
         stable_json::hash(caps).as_str()
     );
     assert_eq!(
@@ -180,7 +180,7 @@ async fn top_level_max_concurrent_jobs_overrides_the_document() {
     let (runner, _) = register_runner(&org.admin_key, &body).await;
     assert_eq!(runner["maxConcurrentJobs"], 3, "{runner}");
     assert_eq!(
-        str_field(&runner, "capabilityHash"),
+        str_of(&runner, "capabilityHash"),
         stable_json::hash(&runner["capabilities"]).as_str()
     );
 

@@ -12,7 +12,7 @@ async fn bootstrap_token_session_has_the_protocol_shape_and_works_on_self() {
     let reply = session(&runner_id, &token).await;
     let body = reply.expect(200);
     assert_session_shape(&body, &runner_id, &org.id, before);
-    let credential = str_field(&body, "token").to_owned();
+    let credential = str_of(&body, "token").to_owned();
 
     let me = runner_self(&credential).await.expect(200);
     assert_runner_shape(&me);
@@ -20,7 +20,7 @@ async fn bootstrap_token_session_has_the_protocol_shape_and_works_on_self() {
     assert_eq!(me["organizationId"], org.id.as_str());
     assert_eq!(me["identityModel"], "bootstrap");
     assert_eq!(me["state"], "active");
-    let secret = str_field(&body["jobSigning"], "secret");
+    let secret = str_of(&body["jobSigning"], "secret");
     assert_no_secret(
         &runner_self(&credential).await.text,
         &[&token, &credential, secret],
@@ -30,7 +30,7 @@ async fn bootstrap_token_session_has_the_protocol_shape_and_works_on_self() {
     // and the earlier credential keeps working (nothing was rotated).
     let again = session(&runner_id, &token).await.expect(200);
     assert_session_shape(&again, &runner_id, &org.id, before);
-    runner_self(str_field(&again, "token")).await.expect(200);
+    runner_self(str_of(&again, "token")).await.expect(200);
     runner_self(&credential).await.expect(200);
     assert_eq!(
         again["jobSigning"]["keyId"], body["jobSigning"]["keyId"],
@@ -119,7 +119,7 @@ async fn keypair_runner_enrolls_waits_for_approval_and_gets_a_working_session() 
     .await;
     let approved = runner_record(&org.admin_key, &runner_id).await;
     assert_eq!(approved["state"], "active");
-    parse_time(str_field(&approved, "approvedAt"));
+    parse_time(str_of(&approved, "approvedAt"));
 
     // Challenge: single use, 60 s.
     let before = now_ms();
@@ -130,17 +130,17 @@ async fn keypair_runner_enrolls_waits_for_approval_and_gets_a_working_session() 
         set(&["challenge", "expiresAt"]),
         "{reply:?}"
     );
-    let expires = parse_time(str_field(&challenge, "expiresAt"));
+    let expires = parse_time(str_of(&challenge, "expiresAt"));
     assert!(
         expires > now_ms() && expires <= before + 60_000 + SKEW_MS,
         "a challenge lives 60 s: {reply:?}"
     );
-    let text = str_field(&challenge, "challenge");
+    let text = str_of(&challenge, "challenge");
     let reply = runner.session_with(text, &runner.sign(text)).await;
     let body = reply.expect(200);
     assert_session_shape(&body, &runner_id, &org.id, before);
 
-    let me = runner_self(str_field(&body, "token")).await.expect(200);
+    let me = runner_self(str_of(&body, "token")).await.expect(200);
     assert_eq!(me["id"], runner_id.as_str());
     assert_eq!(me["identityModel"], "keypair");
     assert_eq!(me["fingerprint"], runner.fingerprint().as_str());

@@ -66,7 +66,7 @@ async fn another_organizations_api_keys_do_not_exist() {
         &json!({ "name": "a-reader", "scopes": ["runs:read"] }),
     )
     .await;
-    let key = str_field(&created, "apiKey");
+    let key = str_of(&created, "apiKey");
     let key_id = id_of(&created);
 
     delete(
@@ -182,7 +182,7 @@ async fn short_signing_secret_refuses_sessions_with_503() {
     .await;
     let registered = reply.expect(201);
     let runner_id = id_of(&registered["runner"]);
-    let token = str_field(&registered, "bootstrapToken");
+    let token = str_of(&registered, "bootstrapToken");
 
     let reply = call_at(
         &base,

@@ -61,18 +61,6 @@ async fn org(name: &str) -> Org {
     bootstrap_org(name)
 }
 
-fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("no string {key:?} in {value}"))
-}
-
-fn array_of<'a>(value: &'a Value, key: &str) -> &'a Vec<Value> {
-    value[key]
-        .as_array()
-        .unwrap_or_else(|| panic!("no array {key:?} in {value}"))
-}
-
 fn assert_job_shape(job: &Value) {
     let object = job
         .as_object()

@@ -110,18 +110,6 @@ async fn read(path: &str, bearer: &str) -> Value {
     get(path, bearer).await.expect(200)
 }
 
-fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("no string {key:?} in {value}"))
-}
-
-fn array_of<'a>(value: &'a Value, key: &str) -> &'a Vec<Value> {
-    value[key]
-        .as_array()
-        .unwrap_or_else(|| panic!("no array {key:?} in {value}"))
-}
-
 /// The `type`s of a job's events, in order.
 fn event_types(job: &Value) -> Vec<String> {
     array_of(job, "events")
