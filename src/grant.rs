@@ -27,7 +27,7 @@ use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::JobState;
 use edgerunner_protocol::time::{Timestamp, UnixMillis};
 use serde_json::{json, Value};
-use worker::{D1PreparedStatement, Env};
+use worker::Env;
 
 use crate::error::{ApiError, ApiResult};
 use crate::objects::job::JobRefusal;
@@ -36,6 +36,7 @@ use crate::platform::{random_bytes, rfc3339};
 use crate::secrets::master_secret;
 use crate::store::counters::{self, Counter};
 use crate::store::lifecycle::{self, AsKnown, NewGrant};
+use crate::store::writes::Writes;
 use crate::store::{self, events, guards, jobs, runners, Db};
 
 /// How long a signed envelope may be acted on after it is issued.
@@ -53,7 +54,7 @@ pub(crate) struct Grantee<'a> {
 
 /// A grant ready to commit: its batch, and what the runner gets once it commits.
 pub(crate) struct Prepared {
-    statements: Vec<D1PreparedStatement>,
+    writes: Writes,
     grant: ClaimGrant,
     lease: i64,
 }
@@ -151,7 +152,7 @@ pub(crate) fn prepare(
         detail_json: Some(&detail),
         at: now,
     };
-    let mut statements = vec![
+    let mut writes = Writes::from(vec![
         // The runner still holds the credential generation its claim's read checked.
         runners::credential_check(
             db,
@@ -171,11 +172,12 @@ pub(crate) fn prepare(
             },
             None,
         )?,
-    ];
+    ]);
     // Order matters (see the migration): the claim first, while the job is still queued.
     let signed_text = signed.to_string();
-    statements.extend(lifecycle::grant(
+    lifecycle::grant(
         db,
+        &mut writes,
         &NewGrant {
             claim_id: &claim_id,
             job_id: &job.id,
@@ -191,16 +193,19 @@ pub(crate) fn prepare(
             request_id,
             now,
         },
-    )?);
-    statements.extend([
-        // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
+    )?;
+    // Capacity: the CHECK (active_claims <= max_concurrent_jobs) aborts the batch when full.
+    writes.one(
+        "the runner's capacity",
         runners::take_capacity(db, runner, now)?,
+    );
+    writes.extend([
         events::insert(db, &claimed)?,
         // Last: counted exactly when the grant commits.
         counters::add(db, org, Counter::ClaimsGranted, 1)?,
     ]);
     Ok(Prepared {
-        statements,
+        writes,
         grant: ClaimGrant {
             claim: GrantedClaim {
                 id: claim_id,
@@ -222,11 +227,9 @@ pub(crate) fn prepare(
 /// claim tries its next candidate). A runner at capacity or not active is refused as the guard
 /// table says.
 pub(crate) async fn commit(db: &Db, prepared: Prepared) -> Result<ClaimGrant, JobRefusal> {
-    let Prepared {
-        statements, grant, ..
-    } = prepared;
-    let changed = match store::batch(db, statements).await {
-        Ok(changed) => changed,
+    let Prepared { writes, grant, .. } = prepared;
+    match store::writes::write(db, writes).await {
+        Ok(_) => Ok(grant),
         Err(err)
             if matches!(
                 err.guard(),
@@ -238,19 +241,13 @@ pub(crate) async fn commit(db: &Db, prepared: Prepared) -> Result<ClaimGrant, Jo
                 )
             ) =>
         {
-            return Err(JobRefusal::NotQueued {
+            Err(JobRefusal::NotQueued {
                 why: "the job was claimed or changed concurrently".to_owned(),
-            });
+            })
         }
-        Err(err) => return Err(err.into()),
-    };
-    // The two assertions, then the claim, the job and the runner: one row each.
-    if changed.get(2..5) != Some(&[1, 1, 1][..]) {
-        return Err(JobRefusal::internal(format!(
-            "grant batch changed {changed:?} rows"
-        )));
+        // The claim, the job and the runner change one row each (or the batch is refused).
+        Err(err) => Err(err.into()),
     }
-    Ok(grant)
 }
 
 fn timestamp(ms: i64) -> ApiResult<Timestamp> {

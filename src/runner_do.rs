@@ -17,8 +17,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 
 use worker::{
-    durable_object, D1PreparedStatement, D1Result, DurableObject, Env, ListOptions, Request,
-    Response, Result, State, Storage,
+    durable_object, DurableObject, Env, ListOptions, Request, Response, Result, State, Storage,
 };
 
 use crate::error::{ApiError, ApiResult};
@@ -30,7 +29,7 @@ use crate::objects::runner::{
 };
 use crate::objects::{self, answer, read_op};
 use crate::platform::{alarm_delay, now_ms, random_bytes};
-use crate::store::{self, jobs, runners, Db, RoundTrips};
+use crate::store::{batched, jobs, runners, Db, RoundTrips};
 
 /// Candidates read per (kind, runtime) pair: enough to skip a few jobs that fail the rules the
 /// index cannot express (limits, network, tags, problem type, served targets), never the queue.
@@ -400,21 +399,13 @@ async fn claim(
     let (runner, mut ranges, runner_profile, first_page, granted) = loop {
         let runner_profile = profile.parse()?;
         let mut ranges = Ranges::of(&runner_profile);
-        let mut riders = vec![runners::select(db, org, runner_id)?];
-        if let Some(request_id) = request_id {
-            riders.push(jobs::select_claim_by_request(db, runner_id, request_id)?);
-        }
-        let (rows, page) = ranges.next_page(db, org, riders).await?;
-        let runner = store::rows_of::<runners::RunnerRow>(&rows, 0)?
-            .into_iter()
-            .next()
-            .ok_or_else(gone)?;
-        let granted = match request_id {
-            Some(_) => store::rows_of::<jobs::ClaimAnswer>(&rows, 1)?
-                .into_iter()
-                .next(),
-            None => None,
+        let claimant = batched::Claimant {
+            runner_id,
+            request_id,
         };
+        let read = ranges.next_page(db, org, Some(&claimant)).await?;
+        let runner = read.runner.ok_or_else(gone)?;
+        let (granted, page) = (read.granted, read.jobs);
         let read = Profile::of(&runner);
         if read == profile || granted.is_some() {
             break (runner, ranges, runner_profile, page, granted);
@@ -503,7 +494,7 @@ async fn claim(
         if pages == MAX_PAGES {
             break;
         }
-        page = ranges.next_page(db, org, Vec::new()).await?.1;
+        page = ranges.next_page(db, org, None).await?.jobs;
     }
     Ok(RunnerReply::Nothing)
 }
@@ -721,51 +712,61 @@ impl Ranges {
         }
     }
 
-    /// The next page of every unfinished range, merged in queue order. `riders` (the runner's
-    /// row, a retried request's claim) ride in the same round trip; their results come first.
+    /// The next page of every unfinished range, merged in queue order, with the `claimant`'s
+    /// rows (its runner row, a retried request's claim) read in the same round trip.
     async fn next_page(
         &mut self,
         db: &Db,
         org: &str,
-        riders: Vec<D1PreparedStatement>,
-    ) -> ApiResult<(Vec<D1Result>, Vec<jobs::JobRow>)> {
+        claimant: Option<&batched::Claimant<'_>>,
+    ) -> ApiResult<Page> {
         let open: Vec<usize> = (0..self.ranges.len())
             .filter(|&i| !self.ranges[i].done)
             .collect();
-        let riders_count = riders.len();
-        let mut statements: Vec<D1PreparedStatement> = riders;
-        statements.extend(
-            open.iter()
-                .map(|&i| {
-                    let range = &self.ranges[i];
-                    jobs::candidates(
-                        db,
-                        org,
-                        &range.kind,
-                        &range.runtime,
-                        self.external,
-                        range.after.as_ref().map(|(at, id)| (*at, id.as_str())),
-                        CANDIDATES_PER_RANGE,
-                    )
-                })
-                .collect::<ApiResult<Vec<_>>>()?,
-        );
-        if statements.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let mut results = crate::store::read_batch(db, statements).await?;
-        let ranges = results.split_off(riders_count.min(results.len()));
-        let mut page = Vec::new();
-        for (&i, result) in open.iter().zip(ranges) {
-            let rows = result.results::<jobs::JobRow>()?;
+        let pages: Vec<batched::RangePage<'_>> = open
+            .iter()
+            .map(|&i| {
+                let range = &self.ranges[i];
+                batched::RangePage {
+                    kind: &range.kind,
+                    runtime: &range.runtime,
+                    after: range.after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                }
+            })
+            .collect();
+        let read = batched::candidate_pages(
+            db,
+            org,
+            claimant,
+            self.external,
+            &pages,
+            CANDIDATES_PER_RANGE,
+        )
+        .await?;
+        let mut jobs = Vec::new();
+        for (&i, rows) in open.iter().zip(read.pages) {
             let range = &mut self.ranges[i];
             range.done = i64::try_from(rows.len()).unwrap_or(0) < CANDIDATES_PER_RANGE;
             range.after = rows.last().map(|c| (c.created_at, c.id.clone()));
-            page.extend(rows);
+            jobs.extend(rows);
         }
-        page.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        Ok((results, page))
+        jobs.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(Page {
+            runner: read.runner,
+            granted: read.granted,
+            jobs,
+        })
     }
+}
+
+/// One page of a claim's read ([`Ranges::next_page`]).
+struct Page {
+    /// The claimant's row, when it was read beside the page.
+    runner: Option<runners::RunnerRow>,
+    /// The claim a retried request already got.
+    granted: Option<jobs::ClaimAnswer>,
+    /// The candidates, in queue order.
+    jobs: Vec<jobs::JobRow>,
 }
 
 /// The benchmark floor: the claim's shape (an object call under the same lock, then one D1

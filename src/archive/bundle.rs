@@ -22,7 +22,7 @@ use crate::routes::views::jobs::{
     BundleClaimView, BundleCompletionView, JobView, SentChunkView, UnstoredView,
 };
 use crate::routes::views::to_value;
-use crate::store::{self, jobs, Db, RoundTrips};
+use crate::store::{batched, jobs, Db, RoundTrips};
 
 /// Chunks per page of the bundle's stream.
 const BUNDLE_PAGE_CHUNKS: i64 = 500;
@@ -107,22 +107,13 @@ impl BundleWriter {
             .iter()
             .map(BundleClaimView::new)
             .collect::<ApiResult<Vec<_>>>()?;
-        let results = store::read_batch(
-            db,
-            vec![
-                jobs::select_stream_totals(db, org, id)?,
-                jobs::select_completion_ids(db, org, id)?,
-            ],
-        )
-        .await?;
-        let extents = store::rows_of::<jobs::StreamTotal>(&results, 0)?
-            .into_iter()
+        let extent = batched::bundle_extent(db, org, id).await?;
+        let extents = extent
+            .totals
+            .iter()
             .map(|t| (t.dispatch_attempt, t.chunks - 1))
             .collect();
-        let completions: VecDeque<String> = store::rows_of::<jobs::CompletionId>(&results, 1)?
-            .into_iter()
-            .map(|c| c.id)
-            .collect();
+        let completions: VecDeque<String> = extent.completions.into_iter().map(|c| c.id).collect();
         // The keys in the order the document always had; `unstoredDecisions` is new and last.
         let head = format!(
             "{{\"bundleVersion\":1,\"job\":{},\"claims\":{},\"stream\":[",
@@ -219,9 +210,7 @@ impl BundleWriter {
             byte_budget: STREAM_PAGE_BYTES,
             job: &self.job,
         };
-        let results =
-            store::read_batch(&db, vec![jobs::select_stream_page(&db, &self.org, &page)?]).await?;
-        let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 0)?;
+        let rows = jobs::stream_page(&db, &self.org, &page).await?;
         let mut out = Vec::new();
         let mut chunks = Vec::new();
         for row in &rows {

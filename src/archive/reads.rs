@@ -10,8 +10,9 @@ use super::objects;
 use super::record::{received_chunk, select_page, ArchiveRecord};
 use crate::error::{ApiError, ApiResult};
 use crate::routes::views::jobs::DetailParts;
-use crate::store::archive::{self, ArchiveRow, StoredSummary};
-use crate::store::{self, events, jobs, Db};
+use crate::store::archive::{ArchiveRow, StoredSummary};
+use crate::store::batched::{self, DetailLimits, DetailRows};
+use crate::store::{jobs, Db};
 
 /// Chunks the job detail shows (without payloads); the rest is read page by page with
 /// `GET …/stream?after=` from the cursor it returns. The detail's size stays bounded whatever
@@ -28,57 +29,44 @@ pub(crate) struct Detail {
     pub(crate) evidence: Vec<jobs::EvidenceRow>,
 }
 
-/// The detail's statements after the archive row, in order.
-fn detail_statements(db: &Db, org: &str, id: &str) -> ApiResult<Vec<worker::D1PreparedStatement>> {
-    Ok(vec![
-        jobs::select_claims(db, id)?,
-        jobs::select_chunk_heads(db, org, id, DETAIL_STREAM_CHUNKS + 1)?,
-        jobs::select_stream_totals(db, org, id)?,
-        events::select_for_job(db, org, id, DETAIL_EVENTS)?,
-        jobs::select_completions(db, org, id)?,
-    ])
-}
+/// How much of a job its detail shows.
+const DETAIL_LIMITS: DetailLimits = DetailLimits {
+    chunks: DETAIL_STREAM_CHUNKS,
+    events: DETAIL_EVENTS,
+};
 
-fn detail_parts_of(results: &[worker::D1Result], from: usize) -> ApiResult<DetailParts> {
-    let claims: Vec<jobs::ClaimRow> = store::rows_of(results, from)?;
-    let mut chunks: Vec<jobs::ChunkRow> = store::rows_of(results, from + 1)?;
-    let totals: Vec<jobs::StreamTotal> = store::rows_of(results, from + 2)?;
-    let timeline: Vec<events::EventRow> = store::rows_of(results, from + 3)?;
-    let completions: Vec<jobs::CompletionRow> = store::rows_of(results, from + 4)?;
-    let more = chunks.len() as i64 > DETAIL_STREAM_CHUNKS;
-    chunks.truncate(DETAIL_STREAM_CHUNKS as usize);
-    DetailParts::from_rows(&claims, &timeline, &chunks, more, &totals, &completions)
+fn detail_parts_of(rows: &DetailRows) -> ApiResult<DetailParts> {
+    DetailParts::from_rows(
+        &rows.claims,
+        &rows.timeline,
+        &rows.chunks,
+        rows.more_chunks,
+        &rows.totals,
+        &rows.completions,
+    )
 }
 
 /// The job `org`'s `id` in detail (`None`: no such job), from D1 or from its archive.
 pub(crate) async fn detail(env: &Env, db: &Db, org: &str, id: &str) -> ApiResult<Option<Detail>> {
-    let mut statements = vec![archive::select_row(db, org, id)?];
-    statements.extend(detail_statements(db, org, id)?);
-    statements.push(jobs::select_evidence(db, org, id)?);
-    let results = store::read_batch(db, statements).await?;
-    let Some(row) = store::rows_of::<ArchiveRow>(&results, 0)?
-        .into_iter()
-        .next()
-    else {
+    let read = batched::detail(db, org, id, DETAIL_LIMITS).await?;
+    let Some(row) = read.archive else {
         return Ok(None);
     };
-    let evidence = store::rows_of(&results, 6)?;
     let parts = match &row.summary {
-        None => detail_parts_of(&results, 1)?,
+        None => detail_parts_of(&read.rows)?,
         Some(summary) => Archived::open(env, summary)?.record().await?.detail,
     };
     Ok(Some(Detail {
         archive: row,
         parts,
-        evidence,
+        evidence: read.evidence,
     }))
 }
 
 /// The detail's parts from D1 alone, for the job's archive record (its rows are all there: the
 /// archive is not stored yet).
 pub(crate) async fn detail_parts_from_rows(db: &Db, org: &str, id: &str) -> ApiResult<DetailParts> {
-    let results = store::read_batch(db, detail_statements(db, org, id)?).await?;
-    detail_parts_of(&results, 0)
+    detail_parts_of(&batched::detail_rows(db, org, id, DETAIL_LIMITS).await?)
 }
 
 /// A stored archive, ready to read.

@@ -6,9 +6,9 @@ use edgerunner_protocol::state::{JobInput, JobState};
 
 use super::commit::{event, Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
-use crate::error::ApiError;
 use crate::objects::job::{Cancelled, JobRefusal, JobReply};
-use crate::store::{self, events, lifecycle};
+use crate::store::writes::Writes;
+use crate::store::{events, lifecycle};
 
 /// What a cancel of the job by organization `org` does: the move `from → to`, which is no
 /// move at all when the job is already cancelling.
@@ -59,17 +59,13 @@ pub(super) async fn run(
     recorded.reason = Some(reason);
     recorded.attempt = Some(job.dispatch_attempt);
     recorded.at = ctx.now;
-    let update = lifecycle::cancel_job(ctx.db, &job.id, org, (from, to), reason, ctx.now)?;
-    let changed = ctx
-        .commit(
-            &snap,
-            false,
-            vec![update, events::insert_if_changed(ctx.db, &recorded)?],
-        )
-        .await?;
-    store::expect_one(changed.first().copied().unwrap_or(0), || {
-        ApiError::internal("cancel guard failed under the job's own lock")
-    })?;
+    let mut writes = Writes::default();
+    writes.one(
+        "the job's cancellation",
+        lifecycle::cancel_job(ctx.db, &job.id, org, (from, to), reason, ctx.now)?,
+    );
+    writes.any(events::insert_if_changed(ctx.db, &recorded)?);
+    ctx.commit(&snap, false, writes).await?;
     Ok(cancelled(to))
 }
 

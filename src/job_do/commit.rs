@@ -5,14 +5,13 @@
 use edgerunner_protocol::kind::EventKind;
 use std::cell::{Cell, RefCell};
 
-use worker::{D1PreparedStatement, D1Result};
-
 use super::snapshot::Snapshot;
 use super::Known;
 use crate::error::{ApiError, ApiResult};
 use crate::objects::job::{Holder, JobRefusal, JobReply};
 use crate::platform::now_ms;
 use crate::store::lifecycle::{self, AsKnown};
+use crate::store::writes::{Changed, Writes};
 use crate::store::{self, events, jobs, runners, Db};
 
 /// What an operation answers: carried out, or refused (and why).
@@ -102,16 +101,16 @@ impl<'a> OpCtx<'a> {
             .ok_or_else(|| ApiError::internal("a runner's operation without its holder"))
     }
 
-    /// Sends `statements` as one batch after the assertions that make what the operation
-    /// decided from hold at the commit: the holder's credential generation (a runner's
-    /// operation), and the job's state, attempt and active claim as `snap` has them, with a
-    /// lease live now when `live_lease`. Answers the row counts of `statements` alone.
+    /// Sends `writes` as one batch after the assertions that make what the operation decided
+    /// from hold at the commit: the holder's credential generation (a runner's operation), and
+    /// the job's state, attempt and active claim as `snap` has them, with a lease live now
+    /// when `live_lease`. Answers what `writes` changed, checked as they say.
     pub(super) async fn commit(
         &self,
         snap: &Snapshot,
         live_lease: bool,
-        statements: Vec<D1PreparedStatement>,
-    ) -> ApiResult<Vec<usize>> {
+        writes: impl Into<Writes>,
+    ) -> ApiResult<Changed> {
         let job = &snap.job;
         let decided_from = AsKnown {
             job_id: &job.id,
@@ -119,21 +118,19 @@ impl<'a> OpCtx<'a> {
             attempt: job.dispatch_attempt,
             active_claim: job.active_claim_id.as_deref(),
         };
-        self.commit_as(&decided_from, live_lease, statements)
-            .await?
-            .iter()
-            .map(store::changes)
-            .collect()
+        self.commit_as(&decided_from, live_lease, writes.into())
+            .await
     }
 
-    /// [`OpCtx::commit`] for a decision made from `decided_from`, answering the results of
-    /// `statements` (the rows of any read among them, which then sees the batch's writes).
+    /// [`OpCtx::commit`] for a decision made from `decided_from` (its reads, if any, see the
+    /// batch's writes).
     pub(super) async fn commit_as(
         &self,
         decided_from: &AsKnown<'_>,
         live_lease: bool,
-        statements: Vec<D1PreparedStatement>,
-    ) -> ApiResult<Vec<D1Result>> {
+        writes: Writes,
+    ) -> ApiResult<Changed> {
+        let (statements, expected) = writes.into_parts();
         let mut batch = Vec::with_capacity(statements.len() + 2);
         if let Some(holder) = self.holder {
             batch.push(runners::credential_check(
@@ -153,7 +150,7 @@ impl<'a> OpCtx<'a> {
         batch.extend(statements);
         let mut results = store::write_batch(self.db, batch).await?;
         self.wrote.set(true);
-        Ok(results.split_off(assertions.min(results.len())))
+        expected.changed(results.split_off(assertions.min(results.len())))
     }
 
     /// What the object knows of its job after this operation's write.

@@ -22,11 +22,12 @@ use crate::error::{ApiError, ApiResult};
 use crate::objects::job::{CompletionDecision, JobRefusal, JobReply};
 use crate::store::archive::StoredSummary;
 use crate::store::counters;
-use crate::store::lifecycle::{self, Attachment, NewCompletion};
+use crate::store::lifecycle::{self, Attachment, Finish, NewCompletion};
+use crate::store::writes::Writes;
 use crate::store::{self, events, guards, jobs};
 
-/// What a completion is, decided: the completion as parsed, the claim it names, and what
-/// reconciliation made of it.
+/// What a completion is, decided: the completion as parsed, the claim it names, what
+/// reconciliation made of it, and what is written for it.
 #[derive(Debug)]
 pub(super) struct Decided<'a> {
     pub(super) completion: Completion,
@@ -36,6 +37,112 @@ pub(super) struct Decided<'a> {
     pub(super) rationale: String,
     /// The job's state the decision was made in.
     pub(super) state: JobState,
+    /// What the decision writes.
+    pub(super) verdict: Verdict,
+}
+
+/// What a decided completion writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// The job ends in `job_state`: its completion, its claim's release and its evidence in
+    /// custody, in one batch.
+    Accept { job_state: JobState },
+    /// A duplicate, conflicting or stale completion, recorded as `record` says and answered
+    /// with its decision ([`Refused::reply`]).
+    Refuse { refused: Refused, record: Record },
+}
+
+/// A completion reconciliation did not accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    Duplicate,
+    Conflict,
+    Stale,
+}
+
+impl Refused {
+    /// The runner's answer: a duplicate of the accepted completion is answered like it; a
+    /// conflict or a stale completion is refused with its decision.
+    pub(super) fn reply(self, answer: CompletionDecision) -> Answer {
+        match self {
+            Self::Duplicate => Ok(JobReply::Completed(answer)),
+            Self::Conflict => Err(JobRefusal::CompletionConflict(answer)),
+            Self::Stale => Err(JobRefusal::CompletionStale(answer)),
+        }
+    }
+
+    /// The event that records it when it is stored in full.
+    fn event_kind(self) -> EventKind {
+        match self {
+            Self::Duplicate => EventKind::JobCompletionDuplicate,
+            Self::Conflict => EventKind::JobCompletionConflict,
+            Self::Stale => EventKind::JobCompletionStale,
+        }
+    }
+}
+
+impl Verdict {
+    fn of(outcome: Outcome, job: &jobs::JobRow, stored_refusals: i64) -> Self {
+        let refused = match outcome {
+            Outcome::Accepted { job_state } => return Self::Accept { job_state },
+            Outcome::Duplicate => Refused::Duplicate,
+            Outcome::Conflict => Refused::Conflict,
+            Outcome::Stale => Refused::Stale,
+        };
+        Self::Refuse {
+            refused,
+            record: Record::of(job, stored_refusals),
+        }
+    }
+}
+
+/// How a refused decision is recorded: in full (a completion row and its event) while the
+/// job stores fewer than [`jobs::MAX_STORED_REFUSALS`], past that only counted on the job's
+/// row (with the latest checksum), the first one counted marked by one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Record {
+    Stored,
+    FirstCounted,
+    Counted,
+}
+
+impl Record {
+    fn of(job: &jobs::JobRow, stored_refusals: i64) -> Self {
+        if stored_refusals < jobs::MAX_STORED_REFUSALS {
+            Self::Stored
+        } else if job.unstored_decisions == 0 {
+            Self::FirstCounted
+        } else {
+            Self::Counted
+        }
+    }
+}
+
+/// Why the schema refused an accepted completion's batch, when the reason is the completion's
+/// evidence or stream rather than its job: the completion is refused with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CustodyRefusal {
+    /// An evidence row is in another completion's custody already (or held by an archived
+    /// job's run): refused with who holds it.
+    Attached,
+    /// An evidence row belongs to another evaluation run than the completion's.
+    NotInRun,
+    /// The completion's final stream checksum is not the stream's head.
+    StreamNotClosed,
+}
+
+impl CustodyRefusal {
+    /// The refusal the guard named `guard` stands for, if it is one of the completion's.
+    pub(super) fn of(guard: Option<&str>) -> Option<Self> {
+        match guard? {
+            guards::UNIQUE_COMPLETION_EVIDENCE | guards::EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB => {
+                Some(Self::Attached)
+            }
+            guards::EVIDENCE_NOT_IN_COMPLETION_RUN => Some(Self::NotInRun),
+            guards::COMPLETION_DOES_NOT_CLOSE_STREAM => Some(Self::StreamNotClosed),
+            _ => None,
+        }
+    }
 }
 
 /// What `raw`, sent by `runner` at `now`, means for the job. Every stored decision names a real
@@ -99,6 +206,7 @@ pub(super) fn decide<'a>(
         },
     };
     let decision = reconcile(&view, &completion)?;
+    let verdict = Verdict::of(decision.outcome, job, snap.stored_refusals);
     Ok(Decided {
         completion,
         claim,
@@ -106,6 +214,7 @@ pub(super) fn decide<'a>(
         outcome: decision.outcome,
         rationale: decision.rationale,
         state: view.state,
+        verdict,
     })
 }
 
@@ -130,15 +239,6 @@ pub(super) fn attachments(evidence: &Evidence) -> Vec<(EvidenceKind, String)> {
             .map(|id| (EvidenceKind::Trace, id.key())),
     );
     all
-}
-
-/// The event that records a refused decision stored in full.
-fn refused_event_kind(outcome: Outcome) -> EventKind {
-    match outcome {
-        Outcome::Duplicate => EventKind::JobCompletionDuplicate,
-        Outcome::Conflict => EventKind::JobCompletionConflict,
-        _ => EventKind::JobCompletionStale,
-    }
 }
 
 /// Decides a completion and writes what it decided.
@@ -204,9 +304,9 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         "completionChecksum": completion.checksum().as_str(),
     })
     .to_string();
-    let kind = match outcome {
-        Outcome::Accepted { .. } => EventKind::JobCompleted,
-        refused => refused_event_kind(refused),
+    let kind = match decided.verdict {
+        Verdict::Accept { .. } => EventKind::JobCompleted,
+        Verdict::Refuse { refused, .. } => refused.event_kind(),
     };
     let mut recorded = event(job, &actor, kind);
     recorded.runner_id = Some(runner);
@@ -216,22 +316,20 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
     recorded.detail_json = Some(&detail);
     recorded.at = ctx.now;
 
-    let Outcome::Accepted { job_state } = outcome else {
-        // Stored in full (row and event) up to MAX_STORED_REFUSALS; past that only counted on
-        // the job row with the latest checksum, and one event marks where counting began. The
-        // runner's answer is the same either way, but names no stored completion.
-        let stored = snap.stored_refusals < jobs::MAX_STORED_REFUSALS;
-        let mut statements = if stored {
-            vec![insert_completion, events::insert(ctx.db, &recorded)?]
-        } else {
-            let mut statements = vec![jobs::count_unstored_decision(
-                ctx.db,
-                &job.id,
-                outcome.as_str(),
-                completion.checksum().as_str(),
-                ctx.now,
-            )?];
-            if job.unstored_decisions == 0 {
+    let job_state = match decided.verdict {
+        Verdict::Accept { job_state } => job_state,
+        Verdict::Refuse { refused, record } => {
+            let mut statements = match record {
+                Record::Stored => vec![insert_completion, events::insert(ctx.db, &recorded)?],
+                Record::FirstCounted | Record::Counted => vec![jobs::count_unstored_decision(
+                    ctx.db,
+                    &job.id,
+                    outcome.as_str(),
+                    completion.checksum().as_str(),
+                    ctx.now,
+                )?],
+            };
+            if record == Record::FirstCounted {
                 let detail = json!({
                     "stored": snap.stored_refusals,
                     "decision": outcome.as_str(),
@@ -249,26 +347,22 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
                 capped.at = ctx.now;
                 statements.push(events::insert(ctx.db, &capped)?);
             }
-            statements
-        };
-        statements.extend(count_completion(
-            ctx,
-            &job.organization_id,
-            outcome.as_str(),
-        )?);
-        ctx.commit(&snap, false, statements).await?;
-        let answer = CompletionDecision {
-            decision: outcome.as_str().to_owned(),
-            rationale: decided.rationale.clone(),
-            completion_id: stored.then_some(completion_id),
-            job_state: decided.state,
-        };
-        // A conflict or a stale completion is recorded, and refused with its decision.
-        return match outcome {
-            Outcome::Duplicate => Ok(JobReply::Completed(answer)),
-            Outcome::Conflict => Err(JobRefusal::CompletionConflict(answer)),
-            _ => Err(JobRefusal::CompletionStale(answer)),
-        };
+            statements.extend(count_completion(
+                ctx,
+                &job.organization_id,
+                outcome.as_str(),
+            )?);
+            ctx.commit(&snap, false, statements).await?;
+            // The runner's answer is the same however it was recorded, but names a completion
+            // only when one is stored.
+            let answer = CompletionDecision {
+                decision: outcome.as_str().to_owned(),
+                rationale: decided.rationale.clone(),
+                completion_id: (record == Record::Stored).then_some(completion_id),
+                job_state: decided.state,
+            };
+            return refused.reply(answer);
+        }
     };
 
     // Accepted: decision, job finalization, claim release, capacity, terminal event and
@@ -276,23 +370,29 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
     // holds the claim (its triggers check exactly that); evidence goes last (its key makes a
     // second attachment anywhere abort everything).
     recorded.kind = EventKind::JobCompleted;
-    let mut statements = vec![insert_completion];
-    statements.extend(lifecycle::finish(
-        ctx.db, &job.id, &claim.id, runner, attempt, job_state, ctx.now,
-    )?);
-    statements.push(events::insert(ctx.db, &recorded)?);
+    let mut writes = Writes::default();
+    writes.any(insert_completion);
+    let finish = Finish {
+        job_id: &job.id,
+        claim_id: &claim.id,
+        runner,
+        attempt,
+        job_state,
+    };
+    lifecycle::finish(ctx.db, &mut writes, &finish, ctx.now)?;
+    writes.any(events::insert(ctx.db, &recorded)?);
     let custody = attachments(&fields.evidence);
     let custody: Vec<Attachment<'_>> = custody
         .iter()
         .map(|(kind, id)| Attachment { kind: *kind, id })
         .collect();
-    statements.extend(count_completion(
+    writes.extend(count_completion(
         ctx,
         &job.organization_id,
         job_state.as_str(),
     )?);
     for evidence in &custody {
-        statements.push(lifecycle::attach_evidence(
+        writes.any(lifecycle::attach_evidence(
             ctx.db,
             evidence,
             &completion_id,
@@ -301,30 +401,20 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
             ctx.now,
         )?);
     }
-    let changed = match ctx.commit(&snap, true, statements).await {
-        Ok(changed) => changed,
+    if let Err(err) = ctx.commit(&snap, true, writes).await {
         // The guards that judge the evidence rather than the job: the completion is refused.
-        Err(err) => {
-            return Err(match err.guard() {
-                Some(
-                    guards::UNIQUE_COMPLETION_EVIDENCE | guards::EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB,
-                ) => JobRefusal::EvidenceAttached(
-                    lifecycle::evidence_holder(ctx.db, &job.organization_id, &custody).await?,
-                ),
-                Some(guards::EVIDENCE_NOT_IN_COMPLETION_RUN) => JobRefusal::EvidenceNotInRun,
-                Some(guards::COMPLETION_DOES_NOT_CLOSE_STREAM) => JobRefusal::StreamNotClosed,
-                _ => err.into(),
-            })
-        }
-    };
-    if changed.get(1..4) != Some(&[1, 1, 1][..]) {
-        return Err(JobRefusal::internal(format!(
-            "completion batch changed {changed:?} rows"
-        )));
+        return Err(match CustodyRefusal::of(err.guard()) {
+            Some(CustodyRefusal::Attached) => JobRefusal::EvidenceAttached(
+                lifecycle::evidence_holder(ctx.db, &job.organization_id, &custody).await?,
+            ),
+            Some(CustodyRefusal::NotInRun) => JobRefusal::EvidenceNotInRun,
+            Some(CustodyRefusal::StreamNotClosed) => JobRefusal::StreamNotClosed,
+            None => err.into(),
+        });
     }
     ctx.alarm.set(AlarmChange::Clear);
     Ok(JobReply::Completed(CompletionDecision {
-        decision: "accepted".to_owned(),
+        decision: outcome.as_str().to_owned(),
         rationale: decided.rationale,
         completion_id: Some(completion_id),
         job_state,
@@ -348,12 +438,12 @@ async fn archived(
     snap.head.clear();
     let decided = decide(&snap, runner, raw, ctx.now)?;
     let (outcome, checksum) = (decided.outcome, decided.completion.checksum().clone());
-    if matches!(outcome, Outcome::Accepted { .. }) {
+    let Verdict::Refuse { refused, .. } = decided.verdict else {
         return Err(JobRefusal::internal(format!(
             "a completion of archived job {} was decided accepted",
             snap.job.id
         )));
-    }
+    };
     let answer = CompletionDecision {
         decision: outcome.as_str().to_owned(),
         rationale: decided.rationale,
@@ -379,11 +469,7 @@ async fn archived(
         outcome.as_str(),
     )?);
     ctx.commit(&snap, false, statements).await?;
-    match outcome {
-        Outcome::Duplicate => Ok(JobReply::Completed(answer)),
-        Outcome::Conflict => Err(JobRefusal::CompletionConflict(answer)),
-        _ => Err(JobRefusal::CompletionStale(answer)),
-    }
+    refused.reply(answer)
 }
 
 /// The claims of an archived job as its record shows them (the detail's `JobClaim`s), with
@@ -534,13 +620,7 @@ mod tests {
     #[test]
     fn a_replay_of_the_accepted_completion_is_a_duplicate_and_another_one_a_conflict() {
         let sent = completion(1, CompletionStatus::Succeeded);
-        let mut done = held(JobState::Succeeded);
-        done.job.active_claim_id = None;
-        done.claims[0].state = ClaimState::Released;
-        done.accepted = Some(jobs::AcceptedRow {
-            dispatch_attempt: 1,
-            completion_checksum: sent.checksum().as_str().to_owned(),
-        });
+        let done = accepted(&sent);
         let decided = decide(&done, "run_1", &sent.to_json(), NOW).unwrap();
         assert_eq!(decided.outcome, Outcome::Duplicate);
         let other = completion(1, CompletionStatus::Failed);
@@ -555,10 +635,119 @@ mod tests {
         let decided = decide(&snap, "run_1", &sent.to_json(), NOW).unwrap();
         assert_eq!(decided.outcome, Outcome::Stale);
         assert_eq!(decided.state, JobState::Queued);
+        assert!(matches!(
+            decided.verdict,
+            Verdict::Refuse {
+                refused: Refused::Stale,
+                ..
+            }
+        ));
+    }
+
+    /// `held(Succeeded)` after `run_1`'s attempt-1 completion `sent` was accepted.
+    fn accepted(sent: &Completion) -> Snapshot {
+        let mut done = held(JobState::Succeeded);
+        done.job.active_claim_id = None;
+        done.claims[0].state = ClaimState::Released;
+        done.accepted = Some(jobs::AcceptedRow {
+            dispatch_attempt: 1,
+            completion_checksum: sent.checksum().as_str().to_owned(),
+        });
+        done
+    }
+
+    #[test]
+    fn an_accepted_completion_writes_the_jobs_end() {
+        let sent = completion(1, CompletionStatus::Succeeded);
+        let snap = held(JobState::Running);
+        let decided = decide(&snap, "run_1", &sent.to_json(), NOW).unwrap();
         assert_eq!(
-            refused_event_kind(decided.outcome),
-            EventKind::JobCompletionStale
+            decided.verdict,
+            Verdict::Accept {
+                job_state: JobState::Succeeded
+            }
         );
+    }
+
+    #[test]
+    fn refusals_are_stored_in_full_up_to_the_cap_then_counted_the_first_one_marked() {
+        let sent = completion(1, CompletionStatus::Failed);
+        let mut done = accepted(&completion(1, CompletionStatus::Succeeded));
+        let verdict =
+            |snap: &Snapshot| decide(snap, "run_1", &sent.to_json(), NOW).unwrap().verdict;
+        done.stored_refusals = jobs::MAX_STORED_REFUSALS - 1;
+        let conflict = |record| Verdict::Refuse {
+            refused: Refused::Conflict,
+            record,
+        };
+        assert_eq!(verdict(&done), conflict(Record::Stored));
+        done.stored_refusals = jobs::MAX_STORED_REFUSALS;
+        assert_eq!(verdict(&done), conflict(Record::FirstCounted));
+        done.job.unstored_decisions = 1;
+        assert_eq!(verdict(&done), conflict(Record::Counted));
+        // A stale completion is capped the same way.
+        let mut lost = requeued_after_loss();
+        lost.stored_refusals = jobs::MAX_STORED_REFUSALS;
+        let stale = completion(1, CompletionStatus::Succeeded);
+        let decided = decide(&lost, "run_1", &stale.to_json(), NOW).unwrap();
+        assert_eq!(
+            decided.verdict,
+            Verdict::Refuse {
+                refused: Refused::Stale,
+                record: Record::FirstCounted
+            }
+        );
+    }
+
+    #[test]
+    fn a_duplicate_is_answered_like_the_accepted_one_a_conflict_or_stale_one_is_refused() {
+        let answer = |decision: &str| CompletionDecision {
+            decision: decision.to_owned(),
+            rationale: "why".to_owned(),
+            completion_id: None,
+            job_state: JobState::Succeeded,
+        };
+        assert!(matches!(
+            Refused::Duplicate.reply(answer("duplicate")),
+            Ok(JobReply::Completed(CompletionDecision { ref decision, .. })) if decision == "duplicate"
+        ));
+        assert!(matches!(
+            Refused::Conflict.reply(answer("conflict")),
+            Err(JobRefusal::CompletionConflict(_))
+        ));
+        assert!(matches!(
+            Refused::Stale.reply(answer("stale")),
+            Err(JobRefusal::CompletionStale(_))
+        ));
+        // Stored in full, each is recorded by its own event.
+        assert_eq!(
+            [Refused::Duplicate, Refused::Conflict, Refused::Stale].map(Refused::event_kind),
+            [
+                EventKind::JobCompletionDuplicate,
+                EventKind::JobCompletionConflict,
+                EventKind::JobCompletionStale
+            ]
+        );
+    }
+
+    #[test]
+    fn the_evidence_and_stream_guards_refuse_the_completion_and_no_other_guard_does() {
+        use CustodyRefusal::{Attached, NotInRun, StreamNotClosed};
+        let cases = [
+            (guards::UNIQUE_COMPLETION_EVIDENCE, Some(Attached)),
+            (guards::EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB, Some(Attached)),
+            (guards::EVIDENCE_NOT_IN_COMPLETION_RUN, Some(NotInRun)),
+            (
+                guards::COMPLETION_DOES_NOT_CLOSE_STREAM,
+                Some(StreamNotClosed),
+            ),
+            // A guard about the job (it moved under the decision) is the job's refusal.
+            (guards::JOB_MOVED, None),
+        ];
+        for (guard, refusal) in cases {
+            assert_eq!(CustodyRefusal::of(Some(guard)), refusal, "{guard}");
+        }
+        assert_eq!(CustodyRefusal::of(None), None);
     }
 
     #[test]

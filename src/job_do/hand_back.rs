@@ -12,6 +12,7 @@ use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
 use crate::objects::job::{HandedBack, JobRefusal, JobReply, LeaseUse};
 use crate::store::lifecycle::{self, ClaimEnd, Freed};
+use crate::store::writes::Writes;
 use crate::store::{events, jobs};
 
 /// A hand-back decided: the claim handed back, the protocol's decision, and the answer (whose
@@ -109,27 +110,24 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &s
         reason: &rationale,
         free_hand_back: !answer.counted,
     };
-    let mut statements = Vec::from(lifecycle::free_claim(ctx.db, &freed, ctx.now)?);
-    statements.extend([
-        // Capacity comes back at once; the runner's state and credential are untouched (it
-        // said what it is doing, it is not presumed dead).
+    let mut writes = Writes::default();
+    lifecycle::free_claim(ctx.db, &mut writes, &freed, ctx.now)?;
+    // Capacity comes back at once; the runner's state and credential are untouched (it said
+    // what it is doing, it is not presumed dead).
+    writes.one(
+        "the runner's capacity",
         lifecycle::hand_back_runner(ctx.db, runner, ctx.now)?,
-        events::insert(ctx.db, &handed_back)?,
-    ]);
+    );
+    writes.any(events::insert(ctx.db, &handed_back)?);
     let mut ended;
     if next == JobState::Cancelled {
         ended = event(job, &actor, EventKind::JobCancelled);
         ended.attempt = Some(claim.dispatch_attempt);
         ended.reason = Some(&rationale);
         ended.at = ctx.now;
-        statements.push(events::insert(ctx.db, &ended)?);
+        writes.any(events::insert(ctx.db, &ended)?);
     }
-    let changed = ctx.commit(&snap, true, statements).await?;
-    if changed.get(..3) != Some(&[1, 1, 1][..]) {
-        return Err(JobRefusal::internal(format!(
-            "hand-back batch changed {changed:?} rows"
-        )));
-    }
+    ctx.commit(&snap, true, writes).await?;
     ctx.alarm.set(AlarmChange::Clear);
     if next == JobState::Queued {
         ctx.touched.replace(Some(job.organization_id.clone()));

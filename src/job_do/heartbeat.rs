@@ -9,11 +9,11 @@ use edgerunner_protocol::state::{JobInput, JobState};
 
 use super::commit::{AlarmChange, Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
-use crate::error::ApiError;
 use crate::objects::job::{HeartbeatAnswer, JobRefusal, JobReply, LeaseUse};
 use crate::platform::rfc3339;
+use crate::store::guards;
 use crate::store::lifecycle::{self, AsKnown, Beat};
-use crate::store::{self, guards};
+use crate::store::writes::Writes;
 
 /// Whether `extend` seconds is a lease extension the protocol allows.
 fn valid_extension(extend: i64) -> bool {
@@ -59,12 +59,9 @@ pub(super) fn decide<'a>(
 pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, extend: i64) -> Answer {
     let runner = ctx.runner()?;
     let beat = decide(&snap, runner, claim_id, extend, ctx.now)?;
-    let changed = ctx
-        .commit(&snap, true, lifecycle::heartbeat(ctx.db, &beat, ctx.now)?)
-        .await?;
-    store::expect_one(changed.first().copied().unwrap_or(0), || {
-        ApiError::internal("heartbeat guard failed under the job's own lock")
-    })?;
+    let mut writes = Writes::default();
+    lifecycle::heartbeat(ctx.db, &mut writes, &beat, ctx.now)?;
+    ctx.commit(&snap, true, writes).await?;
     ctx.alarm.set(AlarmChange::At(beat.lease));
     let answer = HeartbeatAnswer {
         cancel_requested: beat.to == JobState::CancelRequested,
@@ -144,31 +141,25 @@ pub(super) async fn presumed_first(
     let Some(beat) = presume(job_id, claim_id, runner, org, extend, ctx.now)? else {
         return Ok(None);
     };
-    let mut statements = vec![lifecycle::assert_claim_held(ctx.db, claim_id, runner, org)?];
-    statements.extend(lifecycle::heartbeat(ctx.db, &beat, ctx.now)?);
-    let writes = statements.len();
-    statements.extend(Snapshot::reads(ctx.db, job_id)?);
+    let mut writes = Writes::default();
+    writes.any(lifecycle::assert_claim_held(ctx.db, claim_id, runner, org)?);
+    // The job's row and the claim's: one each, as the assertions promised.
+    lifecycle::heartbeat(ctx.db, &mut writes, &beat, ctx.now)?;
+    let reads = writes.read(Snapshot::reads(ctx.db, job_id)?);
     let presumed = AsKnown {
         job_id,
         state: beat.from,
         attempt: beat.attempt,
         active_claim: Some(claim_id),
     };
-    let results = match ctx.commit_as(&presumed, true, statements).await {
-        Ok(results) => results,
+    let changed = match ctx.commit_as(&presumed, true, writes).await {
+        Ok(changed) => changed,
         Err(err) => match JobRefusal::from(err) {
             JobRefusal::Guard(guard) if guard.name == guards::JOB_MOVED => return Ok(None),
             refusal => return Err(refusal),
         },
     };
-    // The job's row and the claim's: one each, as the assertions promised.
-    for index in [1, 2] {
-        let changed = results.get(index).map(store::changes).transpose()?;
-        store::expect_one(changed.unwrap_or(0), || {
-            ApiError::internal("a presumed first heartbeat's write missed under its assertions")
-        })?;
-    }
-    let known = Snapshot::from_reads(results.get(writes..).unwrap_or_default())?;
+    let known = Snapshot::from_reads(changed.results(&reads))?;
     let answer = HeartbeatAnswer {
         cancel_requested: false,
         cancel_reason: known.job.cancel_reason.clone(),

@@ -35,6 +35,7 @@ mod heartbeat;
 mod recover;
 mod snapshot;
 mod stream;
+mod watch;
 
 #[durable_object]
 pub struct JobObject {
@@ -143,7 +144,15 @@ impl JobObject {
         }
         let op = match op {
             JobOp::Watch { job_id, attempt } => {
-                if self.watching(&job_id, attempt).await {
+                let watch = watch::decide(self.known.borrow().as_ref(), &job_id, attempt);
+                let watching = match watch {
+                    watch::Watch::Watching => true,
+                    watch::Watch::IfAlarmSet => {
+                        matches!(self.state.storage().get_alarm().await, Ok(Some(_)))
+                    }
+                    watch::Watch::Recover => false,
+                };
+                if watching {
                     return Ok(JobReply::Watching);
                 }
                 JobOp::Recover {
@@ -314,20 +323,6 @@ impl JobObject {
             }
             Err(_) => false,
         }
-    }
-
-    /// Whether this object watches the lease of attempt `attempt` itself (`JobOp::Watch`): it
-    /// knows that attempt or a later one from its own writes, and either that attempt's claim
-    /// is over or its alarm is set (each write left it at the lease).
-    async fn watching(&self, job_id: &str, attempt: i64) -> bool {
-        let (knows, over) = match self.known.borrow().as_ref() {
-            Some(known) if known.job.id == job_id && known.job.dispatch_attempt >= attempt => (
-                true,
-                known.job.dispatch_attempt > attempt || known.job.active_claim_id.is_none(),
-            ),
-            _ => (false, false),
-        };
-        knows && (over || matches!(self.state.storage().get_alarm().await, Ok(Some(_))))
     }
 }
 

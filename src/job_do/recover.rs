@@ -12,10 +12,11 @@ use serde_json::json;
 
 use super::commit::{event, AlarmChange, Answer, OpCtx, OpResult};
 use super::snapshot::Snapshot;
-use crate::objects::job::{JobRefusal, JobReply, LostClaim, Recovered};
+use crate::objects::job::{JobReply, LostClaim, Recovered};
 use crate::platform::rfc3339;
 use crate::store::counters::{self, Counter};
 use crate::store::lifecycle::{self, ClaimEnd, Freed};
+use crate::store::writes::Writes;
 use crate::store::{events, jobs, runners};
 
 /// What recovery does with the job at `now`.
@@ -27,14 +28,28 @@ pub(super) enum Recovery<'a> {
         state: JobState,
         look_again_at: Option<i64>,
     },
-    /// The active claim's lease lapsed: the claim and its runner are lost, and the job goes to
-    /// `next` (queued again, or cancelled at the attempt limit).
-    Lose {
-        claim: &'a jobs::ClaimRow,
-        decision: RecoveryDecision,
-        from: JobState,
-        next: JobState,
-    },
+    /// The active claim's lease lapsed: the claim and its runner are lost (see [`Loss`]).
+    Lose(Loss<'a>),
+}
+
+/// A lapsed lease's loss, and what it leads to.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Loss<'a> {
+    pub(super) claim: &'a jobs::ClaimRow,
+    pub(super) decision: RecoveryDecision,
+    pub(super) from: JobState,
+    /// Queued again for the next attempt, or cancelled (at the attempt limit, or with its
+    /// cancellation pending).
+    pub(super) next: JobState,
+    /// The event after the lease's loss: the job requeued or cancelled.
+    pub(super) then: EventKind,
+    /// The attempt the job is queued for, if it is.
+    pub(super) next_attempt: Option<u32>,
+    /// The attempts that count against the limit, this one included (none for a pending
+    /// cancellation).
+    pub(super) counted: Option<u32>,
+    /// What the loss led to, counted beside the lost lease: a requeue, or attempts exhausted.
+    pub(super) after: Option<Counter>,
 }
 
 pub(super) fn decide(snap: &Snapshot, now: i64) -> OpResult<Recovery<'_>> {
@@ -49,7 +64,7 @@ pub(super) fn decide(snap: &Snapshot, now: i64) -> OpResult<Recovery<'_>> {
             look_again_at: None,
         });
     };
-    let next = match decision {
+    let (next, then, next_attempt, counted, after) = match decision {
         // The lease is alive (a heartbeat moved it past this alarm, or the move after that
         // heartbeat's commit never happened): watch its current expiry instead.
         RecoveryDecision::Nothing => {
@@ -58,21 +73,47 @@ pub(super) fn decide(snap: &Snapshot, now: i64) -> OpResult<Recovery<'_>> {
                 look_again_at: next_check_at_ms(&lease),
             })
         }
-        RecoveryDecision::Requeue { .. } => JobState::Queued,
-        RecoveryDecision::Exhausted { .. } | RecoveryDecision::Cancel => JobState::Cancelled,
+        RecoveryDecision::Requeue {
+            next_attempt,
+            counted,
+        } => (
+            JobState::Queued,
+            EventKind::JobRequeued,
+            Some(next_attempt),
+            Some(counted),
+            Some(Counter::Requeues),
+        ),
+        RecoveryDecision::Exhausted { attempts } => (
+            JobState::Cancelled,
+            EventKind::JobCancelled,
+            None,
+            Some(attempts),
+            Some(Counter::AttemptsExhausted),
+        ),
+        RecoveryDecision::Cancel => (
+            JobState::Cancelled,
+            EventKind::JobCancelled,
+            None,
+            None,
+            None,
+        ),
     };
-    Ok(Recovery::Lose {
+    Ok(Recovery::Lose(Loss {
         claim,
         decision,
         from: state,
         next,
-    })
+        then,
+        next_attempt,
+        counted,
+        after,
+    }))
 }
 
 /// Decides recovery and writes the loss it decided.
 pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer {
     let job = &snap.job;
-    let (claim, decision, from, next) = match decide(&snap, ctx.now)? {
+    let loss = match decide(&snap, ctx.now)? {
         Recovery::Nothing {
             state,
             look_again_at,
@@ -86,13 +127,15 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
                 lost: None,
             }));
         }
-        Recovery::Lose {
-            claim,
-            decision,
-            from,
-            next,
-        } => (claim, decision, from, next),
+        Recovery::Lose(loss) => loss,
     };
+    let Loss {
+        claim,
+        decision,
+        from,
+        next,
+        ..
+    } = loss;
     let reason = decision.reason();
     let mut lost = event(job, actor, EventKind::JobLeaseLost);
     lost.runner_id = Some(&claim.runner_id);
@@ -101,25 +144,13 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
     let lapse = lapse_reason(claim, job.lease_expires_at);
     lost.reason = Some(&lapse);
     lost.at = ctx.now;
-    let (next_attempt, counted) = match decision {
-        RecoveryDecision::Requeue {
-            next_attempt,
-            counted,
-        } => (Some(next_attempt), Some(counted)),
-        RecoveryDecision::Exhausted { attempts } => (None, Some(attempts)),
-        RecoveryDecision::Nothing | RecoveryDecision::Cancel => (None, None),
-    };
     let detail = json!({
         "decision": decision.code(),
-        "nextAttempt": next_attempt,
-        "countedAttempts": counted,
+        "nextAttempt": loss.next_attempt,
+        "countedAttempts": loss.counted,
     })
     .to_string();
-    let then_kind = match next {
-        JobState::Queued => EventKind::JobRequeued,
-        _ => EventKind::JobCancelled,
-    };
-    let mut then = event(job, actor, then_kind);
+    let mut then = event(job, actor, loss.then);
     then.attempt = Some(claim.dispatch_attempt);
     then.reason = Some(&reason);
     then.detail_json = Some(&detail);
@@ -137,37 +168,30 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
         reason: &reason,
         free_hand_back: false,
     };
-    let mut statements = Vec::from(lifecycle::free_claim(ctx.db, &freed, ctx.now)?);
-    statements.extend([
-        // The runner takes the protocol's lease_lost move from whatever state it is in now: an
-        // active one is marked lost and its credential generation moves on (its next call gets
-        // 401, the SDK re-exchanges at once, and that fresh session is what brings it back to
-        // active); a draining, lost or revoked one keeps its state.
+    let mut writes = Writes::default();
+    lifecycle::free_claim(ctx.db, &mut writes, &freed, ctx.now)?;
+    // The runner takes the protocol's lease_lost move from whatever state it is in now: an
+    // active one is marked lost and its credential generation moves on (its next call gets
+    // 401, the SDK re-exchanges at once, and that fresh session is what brings it back to
+    // active); a draining, lost or revoked one keeps its state.
+    writes.one(
+        "the runner's loss",
         runners::recover(
             ctx.db,
             &claim.runner_id,
             ctx.now,
             &format!("job {}: {lapse}", job.id),
         )?,
+    );
+    writes.extend([
         events::insert(ctx.db, &lost)?,
         events::insert(ctx.db, &then)?,
         counters::add(ctx.db, &job.organization_id, Counter::LeasesLost, 1)?,
     ]);
-    // What the lost lease led to: the job queued again, or out of attempts.
-    let after = match decision {
-        RecoveryDecision::Requeue { .. } => Some(Counter::Requeues),
-        RecoveryDecision::Exhausted { .. } => Some(Counter::AttemptsExhausted),
-        RecoveryDecision::Nothing | RecoveryDecision::Cancel => None,
-    };
-    if let Some(counter) = after {
-        statements.push(counters::add(ctx.db, &job.organization_id, counter, 1)?);
+    if let Some(counter) = loss.after {
+        writes.any(counters::add(ctx.db, &job.organization_id, counter, 1)?);
     }
-    let changed = ctx.commit(&snap, false, statements).await?;
-    if changed.get(..3) != Some(&[1, 1, 1][..]) {
-        return Err(JobRefusal::internal(format!(
-            "recovery batch changed {changed:?} rows"
-        )));
-    }
+    ctx.commit(&snap, false, writes).await?;
     ctx.alarm.set(AlarmChange::Clear);
     // The job is queued again (or finished), and its runner lost: claims must read D1.
     ctx.touched.replace(Some(job.organization_id.clone()));
@@ -237,18 +261,18 @@ mod tests {
     fn a_lapsed_lease_loses_its_claim_and_queues_the_job_again() {
         let snap = held(JobState::Running);
         let lease = snap.job.lease_expires_at.unwrap();
-        let Recovery::Lose {
-            claim,
-            decision,
-            from,
-            next,
-        } = decide(&snap, lease).unwrap()
-        else {
+        let Recovery::Lose(loss) = decide(&snap, lease).unwrap() else {
             panic!("a lapsed lease was not lost");
         };
-        assert_eq!(claim.id, "job_1-a1");
-        assert_eq!((from, next), (JobState::Running, JobState::Queued));
-        assert_eq!(decision.code(), "LEASE_LOST_REQUEUED");
+        assert_eq!(loss.claim.id, "job_1-a1");
+        assert_eq!(
+            (loss.from, loss.next),
+            (JobState::Running, JobState::Queued)
+        );
+        assert_eq!(loss.decision.code(), "LEASE_LOST_REQUEUED");
+        assert_eq!(loss.then, EventKind::JobRequeued);
+        assert_eq!((loss.next_attempt, loss.counted), (Some(2), Some(1)));
+        assert_eq!(loss.after, Some(Counter::Requeues));
     }
 
     #[test]
@@ -257,14 +281,39 @@ mod tests {
         snap.job.dispatch_attempt = 3;
         snap.claims[0].dispatch_attempt = 3;
         let lease = snap.job.lease_expires_at.unwrap();
-        let Recovery::Lose { next, decision, .. } = decide(&snap, lease).unwrap() else {
+        let Recovery::Lose(loss) = decide(&snap, lease).unwrap() else {
             panic!("a lapsed lease was not lost");
         };
-        assert_eq!(next, JobState::Cancelled);
+        assert_eq!(loss.next, JobState::Cancelled);
         assert!(matches!(
-            decision,
+            loss.decision,
             RecoveryDecision::Exhausted { attempts: 3 }
         ));
+        assert_eq!(loss.then, EventKind::JobCancelled);
+        assert_eq!((loss.next_attempt, loss.counted), (None, Some(3)));
+        assert_eq!(loss.after, Some(Counter::AttemptsExhausted));
+    }
+
+    #[test]
+    fn a_lapsed_lease_with_cancellation_pending_ends_the_job_and_counts_no_attempt() {
+        let snap = held(JobState::CancelRequested);
+        let lease = snap.job.lease_expires_at.unwrap();
+        let Recovery::Lose(loss) = decide(&snap, lease).unwrap() else {
+            panic!("a lapsed lease was not lost");
+        };
+        assert_eq!(loss.decision, RecoveryDecision::Cancel);
+        assert_eq!(
+            (loss.from, loss.next, loss.then),
+            (
+                JobState::CancelRequested,
+                JobState::Cancelled,
+                EventKind::JobCancelled
+            )
+        );
+        assert_eq!(
+            (loss.next_attempt, loss.counted, loss.after),
+            (None, None, None)
+        );
     }
 
     #[test]

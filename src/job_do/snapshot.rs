@@ -1,32 +1,23 @@
 //! What an operation decides from: the job, its claims, the current attempt's stream head,
-//! the accepted completion and the count of stored refusals, read in one round trip
-//! ([`Snapshot::load`]) or at the end of a write's own batch ([`Snapshot::reads`]).
+//! the accepted completion and the count of stored refusals (the store's [`batched::JobRows`]),
+//! read in one round trip ([`Snapshot::load`]) or at the end of a write's own batch
+//! ([`Snapshot::reads`]); and what the operations read of it.
 
-use edgerunner_protocol::chunk::{ChainHead, RECENT_CHECKSUMS};
+use edgerunner_protocol::chunk::ChainHead;
 use edgerunner_protocol::recovery::JobLease;
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{ClaimState, JobState};
-use serde_json::Value;
 use worker::{D1PreparedStatement, D1Result};
 
 use crate::error::{ApiError, ApiResult};
 use crate::objects::job::{Holder, JobRefusal};
-use crate::store::{self, jobs, runners, Db};
-
-/// How many statements read a [`Snapshot`] ([`Snapshot::reads`]).
-pub(super) const SNAPSHOT_READS: usize = 5;
+use crate::store::batched::{self, JobRead};
+use crate::store::jobs;
+use crate::store::runners::Credential;
+use crate::store::Db;
 
 /// Everything an operation decides from, read in one round trip.
-#[derive(Clone)]
-pub(crate) struct Snapshot {
-    pub(super) job: jobs::JobRow,
-    pub(super) claims: Vec<jobs::ClaimRow>,
-    /// The current attempt's newest chunks, newest first.
-    pub(super) head: Vec<jobs::ChunkHeadRow>,
-    pub(super) accepted: Option<jobs::AcceptedRow>,
-    /// Duplicate, conflict and stale decisions stored in full so far.
-    pub(super) stored_refusals: i64,
-}
+pub(crate) type Snapshot = batched::JobRows;
 
 impl Snapshot {
     /// The job read fresh, in one round trip; with a `holder`, that runner's credential
@@ -37,60 +28,27 @@ impl Snapshot {
         job_id: &str,
         holder: Option<&Holder>,
     ) -> Result<Self, JobRefusal> {
-        let mut statements = Self::reads(db, job_id)?;
-        if let Some(holder) = holder {
-            statements.push(runners::credential_check(
-                db,
-                runners::CredentialCheck::Read,
-                &holder.runner_id,
-                &holder.organization_id,
-                holder.generation,
-            )?);
+        let credential = holder.map(|holder| Credential {
+            runner_id: &holder.runner_id,
+            organization_id: &holder.organization_id,
+            generation: holder.generation,
+        });
+        match batched::read_job(db, job_id, credential.as_ref()).await? {
+            JobRead::Found(rows) => Ok(*rows),
+            JobRead::NoJob => Err(JobRefusal::NoSuchJob),
+            JobRead::CredentialRevoked => Err(JobRefusal::CredentialRevoked),
         }
-        let results = store::read_batch(db, statements).await?;
-        if let Some(credential) = results.get(SNAPSHOT_READS) {
-            if credential.results::<Value>()?.is_empty() {
-                return Err(JobRefusal::CredentialRevoked);
-            }
-        }
-        Self::from_reads(&results)
     }
 
-    /// The statements a snapshot is read with, [`SNAPSHOT_READS`] of them: alone (a fresh
-    /// read), or at the end of a write's batch, which then reads what it wrote.
+    /// The statements a snapshot is read with: at the end of a write's batch, which then reads
+    /// what it wrote.
     pub(super) fn reads(db: &Db, job_id: &str) -> ApiResult<Vec<D1PreparedStatement>> {
-        Ok(vec![
-            jobs::select_job(db, job_id)?,
-            jobs::select_claims(db, job_id)?,
-            // The chain head and the checksums the duplicate rule remembers.
-            jobs::select_stream_head(db, job_id, RECENT_CHECKSUMS as i64)?,
-            jobs::select_accepted(db, job_id)?,
-            jobs::select_stored_refusals(db, job_id)?,
-        ])
+        batched::job_reads(db, job_id)
     }
 
-    /// The snapshot from the first [`SNAPSHOT_READS`] results of `results`.
+    /// The snapshot those reads answered.
     pub(super) fn from_reads(results: &[D1Result]) -> Result<Self, JobRefusal> {
-        let [job, claims, head, accepted, refusals, ..] = results else {
-            return Err(JobRefusal::internal(
-                "job snapshot batch returned too few results",
-            ));
-        };
-        let job = job
-            .results::<jobs::JobRow>()?
-            .into_iter()
-            .next()
-            .ok_or(JobRefusal::NoSuchJob)?;
-        Ok(Self {
-            job,
-            claims: claims.results()?,
-            head: head.results()?,
-            accepted: accepted.results::<jobs::AcceptedRow>()?.into_iter().next(),
-            stored_refusals: refusals
-                .results::<jobs::StoredRefusals>()?
-                .first()
-                .map_or(0, |r| r.stored),
-        })
+        Self::of(results)?.ok_or(JobRefusal::NoSuchJob)
     }
 
     pub(super) fn state(&self) -> JobState {

@@ -16,6 +16,7 @@ use super::snapshot::Snapshot;
 use crate::error::ApiError;
 use crate::objects::job::{ChunkAccepted, JobRefusal, JobReply};
 use crate::store::counters::{self, Counter};
+use crate::store::writes::Writes;
 use crate::store::{self, jobs};
 
 /// Largest stream payload, as stable JSON bytes (the schema's cap too).
@@ -110,31 +111,27 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
         received_at: ctx.now,
         stream_bytes: append.stream_bytes,
     };
-    let changed = ctx
-        .commit(
-            &snap,
-            true,
-            vec![
-                jobs::insert_chunk(ctx.db, &new_chunk)?,
-                // Charged to the organization's quota, which refuses the batch past it.
-                store::usage::charge(
-                    ctx.db,
-                    &job.organization_id,
-                    store::usage::stored_bytes(&append.payload) + store::usage::CHUNK_ROW_BYTES,
-                    store::usage::default_quota(ctx.env),
-                )?,
-                counters::add(
-                    ctx.db,
-                    &job.organization_id,
-                    Counter::StreamBytes,
-                    store::usage::stored_bytes(&append.payload),
-                )?,
-            ],
-        )
-        .await?;
-    store::expect_one(changed.first().copied().unwrap_or(0), || {
-        ApiError::internal("chunk insert changed no row")
-    })?;
+    let mut writes = Writes::default();
+    writes.one(
+        "the chunk's insert",
+        jobs::insert_chunk(ctx.db, &new_chunk)?,
+    );
+    writes.extend([
+        // Charged to the organization's quota, which refuses the batch past it.
+        store::usage::charge(
+            ctx.db,
+            &job.organization_id,
+            store::usage::stored_bytes(&append.payload) + store::usage::CHUNK_ROW_BYTES,
+            store::usage::default_quota(ctx.env),
+        )?,
+        counters::add(
+            ctx.db,
+            &job.organization_id,
+            Counter::StreamBytes,
+            store::usage::stored_bytes(&append.payload),
+        )?,
+    ]);
+    ctx.commit(&snap, true, writes).await?;
     let mut known = snap.clone();
     known.head.insert(
         0,

@@ -13,7 +13,7 @@ use crate::archive::bundle::{BundleWriter, LAST_ATTEMPT, STREAM_PAGE_BYTES};
 use crate::archive::reads::Archived;
 use crate::auth::{self, Scope};
 use crate::error::{json_response, ApiError, ApiResult};
-use crate::store::{self, archive, jobs};
+use crate::store::{archive, batched, jobs};
 use crate::Ctx;
 
 /// Chunks per page of `GET …/jobs/{id}/stream` (the payload bytes a page stops at are the
@@ -63,26 +63,12 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
     // as of the page: a terminal state with `more: false` means the whole stream has been read
     // (a completion closes its stream, and nothing is appended after it); and a job whose
     // archive is not stored has all its chunks in the page's read.
-    let results = store::read_batch(
-        &ctx.db,
-        vec![
-            jobs::select_found(&ctx.db, org, id)?,
-            jobs::select_stream_page(&ctx.db, org, &page)?,
-            archive::select_row(&ctx.db, org, id)?,
-        ],
-    )
-    .await?;
-    let job = store::rows_of::<jobs::Found>(&results, 0)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| ApiError::not_found("no such job"))?;
-    let stored = store::rows_of::<archive::ArchiveRow>(&results, 2)?
-        .into_iter()
-        .next()
-        .and_then(|row| row.summary);
+    let read = batched::stream_page(&ctx.db, org, &page).await?;
+    let job = read.job.ok_or_else(|| ApiError::not_found("no such job"))?;
+    let stored = read.archive.and_then(|row| row.summary);
     let (chunks, page_rows, last) = match &stored {
         None => {
-            let rows: Vec<jobs::ChunkWithPayload> = store::rows_of(&results, 1)?;
+            let rows = read.chunks;
             let chunks = rows
                 .iter()
                 .map(|c| ReceivedChunkView::new(c, id).and_then(|view| to_value(&view)))
@@ -138,10 +124,8 @@ pub(crate) async fn bundle(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     let caller = auth::admin(&req, ctx).await?;
     caller.require(Scope::RunsRead)?;
     let org = caller.organization_id.as_str();
-    let results = store::read_batch(&ctx.db, vec![archive::select_row(&ctx.db, org, id)?]).await?;
-    let row = store::rows_of::<archive::ArchiveRow>(&results, 0)?
-        .into_iter()
-        .next()
+    let row = archive::row_in_org(&ctx.db, org, id)
+        .await?
         .ok_or_else(|| ApiError::not_found("no such job"))?;
     let mut res = match &row.summary {
         Some(summary) => Response::from_body(Archived::open(&ctx.env, summary)?.bundle().await?)?,

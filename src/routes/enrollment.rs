@@ -19,6 +19,7 @@ use crate::auth;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{json_object_capped, SMALL_BODY_BYTES};
 use crate::platform::{random_id, random_secret, rfc3339, secret_hash};
+use crate::store::writes::Writes;
 use crate::store::{self, enrollment, events};
 use crate::Ctx;
 
@@ -364,15 +365,11 @@ pub(crate) async fn revoke_token(req: Request, ctx: &Ctx, id: &str) -> ApiResult
         Some(&detail),
         ctx.now,
     );
-    let changed = store::batch(
-        &ctx.db,
-        vec![
-            enrollment::revoke(&ctx.db, org, id, ctx.now)?,
-            events::insert_if_changed(&ctx.db, &event)?,
-        ],
-    )
-    .await?;
-    store::expect_one(changed[0], || {
+    let mut writes = Writes::default();
+    let revoked = writes.any(enrollment::revoke(&ctx.db, org, id, ctx.now)?);
+    writes.any(events::insert_if_changed(&ctx.db, &event)?);
+    let changed = store::writes::write(&ctx.db, writes).await?;
+    store::expect_one(changed.at(revoked), || {
         ApiError::not_found("no unrevoked enrollment token of this organization has that id")
     })?;
     respond(

@@ -24,6 +24,8 @@ use crate::http::{json_body_capped, json_object, SMALL_BODY_BYTES};
 use crate::objects;
 use crate::objects::job::{JobOp, JobReply};
 use crate::platform::random_id;
+use crate::store::batched::{self, Binding, Page};
+use crate::store::writes::Writes;
 use crate::store::{self, api_keys, events, guards, jobs};
 use crate::Ctx;
 pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
@@ -64,42 +66,22 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     // The caller's key, the version the job binds and an earlier job under the same key: one
     // read, scoped to the key's organization.
     let key_hash = presented.hash();
-    let read = store::read_batch(
-        &ctx.db,
-        vec![
-            api_keys::select_by_hash(&ctx.db, key_hash)?,
-            jobs::select_bindable_version_of_key(
-                &ctx.db,
-                key_hash,
-                artifact,
-                version,
-                environment,
-            )?,
-            jobs::select_by_idempotency_key_of_key(&ctx.db, key_hash, key)?,
-        ],
-    )
-    .await?;
-    let caller = presented
-        .caller(
-            &req,
-            ctx,
-            store::rows_of::<api_keys::ApiKeyRow>(&read, 0)?
-                .into_iter()
-                .next(),
-        )
-        .await?;
+    let binding = Binding {
+        artifact,
+        version,
+        environment,
+    };
+    let read = batched::enqueue_read(&ctx.db, key_hash, &binding, key).await?;
+    let caller = presented.caller(&req, ctx, read.api_key).await?;
     caller.require(Scope::RunsWrite)?;
-    let earlier = store::rows_of::<jobs::JobRow>(&read, 2)?.into_iter().next();
-    let bound = store::rows_of::<jobs::BindableVersion>(&read, 1)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| {
-            ApiError::new(
-                404,
-                ErrorCode::VersionNotFound,
-                "no such artifact version in this organization",
-            )
-        })?;
+    let earlier = read.earlier;
+    let bound = read.bound.ok_or_else(|| {
+        ApiError::new(
+            404,
+            ErrorCode::VersionNotFound,
+            "no such artifact version in this organization",
+        )
+    })?;
     if bound.kind != kind {
         return Err(ApiError::unprocessable(
             ErrorCode::InvalidSubject,
@@ -176,23 +158,26 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
         detail_json: Some(&detail),
         at: ctx.now,
     };
-    let written = store::write_batch(
+    let mut writes = Writes::default();
+    writes.any(store::queues::register(
         &ctx.db,
-        vec![
-            store::queues::register(&ctx.db, &caller.organization_id, &queue, ctx.now)?,
-            jobs::insert(&ctx.db, &new_job)?,
-            store::usage::job_enqueued(
-                &ctx.db,
-                &caller.organization_id,
-                new_job.id,
-                store::usage::default_quota(&ctx.env),
-            )?,
-            events::insert(&ctx.db, &enqueued)?,
-        ],
-    )
-    .await;
-    let results = match written {
-        Ok(results) => results,
+        &caller.organization_id,
+        &queue,
+        ctx.now,
+    )?);
+    let inserted = writes.any(jobs::insert(&ctx.db, &new_job)?);
+    writes.extend([
+        store::usage::job_enqueued(
+            &ctx.db,
+            &caller.organization_id,
+            new_job.id,
+            store::usage::default_quota(&ctx.env),
+        )?,
+        events::insert(&ctx.db, &enqueued)?,
+    ]);
+    let written = store::writes::write(&ctx.db, writes).await;
+    let changed = match written {
+        Ok(changed) => changed,
         Err(err) => {
             // Two enqueues with one key raced, or the job under the key was archived since
             // it was read: the loser answers as a replay would.
@@ -212,7 +197,8 @@ pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     };
     // Waiting claims wake, and idle runners' next claims read D1 again.
     objects::dispatch::touch(&ctx.env, &caller.organization_id).await;
-    let mut job = store::rows_of::<jobs::JobRow>(&results, 1)?
+    let mut job = changed
+        .rows::<jobs::JobRow>(inserted)?
         .into_iter()
         .next()
         .ok_or_else(|| ApiError::internal("the enqueue's insert answered no row"))?;
@@ -347,24 +333,21 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let cursor = Cursor::from_query(&req)?;
     // One more than the page, to know whether another page follows; the counts in the same
     // round trip.
-    let page = jobs::select_page(
+    let page = batched::jobs_page(
         &ctx.db,
         org,
         state,
         cursor.as_ref().map(|c| (c.at, c.id.as_str())),
         limit + 1,
-    )?;
-    let results = store::read_batch(
-        &ctx.db,
-        vec![page, jobs::select_state_counts(&ctx.db, org)?],
-    )
-    .await?;
-    let mut rows: Vec<jobs::JobRow> = store::rows_of(&results, 0)?;
+    );
+    let Page {
+        mut rows,
+        counts: counted,
+    } = page.await?;
     let next_cursor = (rows.len() as i64 > limit).then(|| {
         rows.truncate(limit as usize);
         rows.last().map(|j| Cursor::encode(j.created_at, &j.id))
     });
-    let counted = store::rows_of::<jobs::StateCount>(&results, 1)?;
     respond(
         200,
         &JobListView::new(

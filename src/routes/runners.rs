@@ -18,6 +18,7 @@ use crate::error::{json_response, ApiError, ApiResult};
 use crate::http::json_object;
 use crate::objects;
 use crate::platform::{random_id, random_secret, secret_hash};
+use crate::store::batched::{self, Page};
 use crate::store::{self, events, runners};
 use crate::Ctx;
 
@@ -195,18 +196,16 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let org = caller.organization_id.as_str();
     // One more than the page, to know whether another page follows; the fleet's counts in the
     // same round trip.
-    let page = runners::select_page(
+    let Page {
+        mut rows,
+        counts: counted,
+    } = batched::runners_page(
         &ctx.db,
         org,
         cursor.as_ref().map(|c| (c.at, c.id.as_str())),
         limit + 1,
-    )?;
-    let results = store::read_batch(
-        &ctx.db,
-        vec![page, runners::select_state_counts(&ctx.db, org)?],
     )
     .await?;
-    let mut rows: Vec<runners::RunnerRow> = store::rows_of(&results, 0)?;
     let next_cursor = (rows.len() as i64 > limit).then(|| {
         rows.truncate(limit as usize);
         rows.last().map(|r| Cursor::encode(r.registered_at, &r.id))
@@ -215,7 +214,6 @@ pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
         .iter()
         .map(|r| RunnerView::new(r, &[], ctx.now))
         .collect();
-    let counted = store::rows_of::<runners::StateCount>(&results, 1)?;
     respond(
         200,
         &RunnerListView::new(

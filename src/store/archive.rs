@@ -111,6 +111,16 @@ pub(crate) async fn row(db: &Db, id: &str) -> ApiResult<Option<ArchiveRow>> {
     first(db, include_str!("queries/archive/row.sql"), &[id.into()]).await
 }
 
+/// The job's archive row within `org` (none: no such job there).
+pub(crate) async fn row_in_org(db: &Db, org: &str, id: &str) -> ApiResult<Option<ArchiveRow>> {
+    first(
+        db,
+        include_str!("queries/archive/row_in_org.sql"),
+        &[org.into(), id.into()],
+    )
+    .await
+}
+
 /// The job's archive row within `org`, for a read's batch.
 pub(crate) fn select_row(db: &Db, org: &str, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(

@@ -62,7 +62,7 @@ pub(crate) struct JobRow {
 /// the job row (the schema's `job_completions_refusals_are_bounded` holds the same number).
 pub(crate) const MAX_STORED_REFUSALS: i64 = 20;
 
-pub(crate) fn select_job(db: &Db, id: &str) -> ApiResult<D1PreparedStatement> {
+pub(super) fn select_job(db: &Db, id: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/jobs/select_job.sql"),
@@ -184,6 +184,19 @@ pub(crate) struct Found {
     pub(crate) dispatch_attempt: i64,
 }
 
+/// A page of job `org`'s `page.job`'s stream alone.
+pub(crate) async fn stream_page(
+    db: &Db,
+    org: &str,
+    page: &StreamPage<'_>,
+) -> ApiResult<Vec<ChunkWithPayload>> {
+    let results = super::read_batch(db, vec![select_stream_page(db, org, page)?]).await?;
+    match results.first() {
+        Some(result) => Ok(result.results()?),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// A page of the job's stream ([`ChunkWithPayload`]s).
 pub(crate) fn select_stream_page(
     db: &Db,
@@ -297,7 +310,7 @@ pub(crate) fn select_bindable_version_of_key(
 /// Queued jobs of one (kind, runtime, external) in queue order, after a keyset cursor, as
 /// [`JobRow`]s. `state = 'queued'` is a literal so that SQLite can use the partial index; the
 /// range is searched on the index, and only the rows it yields are read.
-pub(crate) fn candidates(
+pub(super) fn candidates(
     db: &Db,
     org: &str,
     kind: &str,
@@ -374,7 +387,7 @@ pub(crate) struct ChunkHeadRow {
 
 /// The newest chunks of the job's current attempt, newest first (the chain head and the
 /// recent checksums the duplicate check remembers).
-pub(crate) fn select_stream_head(db: &Db, job: &str, limit: i64) -> ApiResult<D1PreparedStatement> {
+pub(super) fn select_stream_head(db: &Db, job: &str, limit: i64) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/jobs/select_stream_head.sql"),
@@ -388,7 +401,7 @@ pub(crate) struct AcceptedRow {
     pub(crate) completion_checksum: String,
 }
 
-pub(crate) fn select_accepted(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
+pub(super) fn select_accepted(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/jobs/select_accepted.sql"),
@@ -397,7 +410,7 @@ pub(crate) fn select_accepted(db: &Db, job: &str) -> ApiResult<D1PreparedStateme
 }
 
 /// How many non-accepted decisions the job has stored ([`StoredRefusals`]).
-pub(crate) fn select_stored_refusals(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
+pub(super) fn select_stored_refusals(db: &Db, job: &str) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/jobs/select_stored_refusals.sql"),

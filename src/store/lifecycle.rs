@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
+use super::writes::Writes;
 use super::{events, stmt, Db};
 use crate::error::ApiResult;
 
@@ -77,8 +78,9 @@ pub(crate) struct NewGrant<'a> {
 
 /// A grant's two writes, in the order the schema needs: the claim row while the job is still
 /// queued, then the job `queued` at attempt n − 1 → `claimed` at attempt n.
-pub(crate) fn grant(db: &Db, g: &NewGrant<'_>) -> ApiResult<[D1PreparedStatement; 2]> {
-    Ok([
+pub(crate) fn grant(db: &Db, writes: &mut Writes, g: &NewGrant<'_>) -> ApiResult<()> {
+    writes.one(
+        "the claim's insert",
         stmt(
             db,
             include_str!("queries/grant_claim.sql"),
@@ -97,6 +99,9 @@ pub(crate) fn grant(db: &Db, g: &NewGrant<'_>) -> ApiResult<[D1PreparedStatement
                 g.request_id.into(),
             ],
         )?,
+    );
+    writes.one(
+        "the job's grant",
         stmt(
             db,
             include_str!("queries/grant_job.sql"),
@@ -109,7 +114,8 @@ pub(crate) fn grant(db: &Db, g: &NewGrant<'_>) -> ApiResult<[D1PreparedStatement
                 g.now.into(),
             ],
         )?,
-    ])
+    );
+    Ok(())
 }
 
 /// What a heartbeat writes: the lease it sets, on `runner`'s claim `claim_id` (attempt
@@ -129,8 +135,9 @@ pub(crate) struct Beat<'a> {
 /// A heartbeat's statements: the job's lease and state, the claim's lease and beat, the
 /// runner's contact time (in that order), and on the first heartbeat (from `claimed`) the
 /// `job.started` event.
-pub(crate) fn heartbeat(db: &Db, beat: &Beat<'_>, now: i64) -> ApiResult<Vec<D1PreparedStatement>> {
-    let mut statements = vec![
+pub(crate) fn heartbeat(db: &Db, writes: &mut Writes, beat: &Beat<'_>, now: i64) -> ApiResult<()> {
+    writes.one(
+        "the job's heartbeat",
         stmt(
             db,
             include_str!("queries/heartbeat_job.sql"),
@@ -144,20 +151,23 @@ pub(crate) fn heartbeat(db: &Db, beat: &Beat<'_>, now: i64) -> ApiResult<Vec<D1P
                 beat.from.as_str().into(),
             ],
         )?,
+    );
+    writes.one(
+        "the claim's heartbeat",
         stmt(
             db,
             include_str!("queries/heartbeat_claim.sql"),
             &[beat.claim_id.into(), beat.lease.into(), now.into()],
         )?,
-        stmt(
-            db,
-            include_str!("queries/heartbeat_runner.sql"),
-            &[beat.runner.into(), now.into()],
-        )?,
-    ];
+    );
+    writes.any(stmt(
+        db,
+        include_str!("queries/heartbeat_runner.sql"),
+        &[beat.runner.into(), now.into()],
+    )?);
     if beat.from == JobState::Claimed {
         let actor = format!("runner:{}", beat.runner);
-        statements.push(events::insert(
+        writes.any(events::insert(
             db,
             &events::NewEvent {
                 organization_id: beat.org,
@@ -173,7 +183,7 @@ pub(crate) fn heartbeat(db: &Db, beat: &Beat<'_>, now: i64) -> ApiResult<Vec<D1P
             },
         )?);
     }
-    Ok(statements)
+    Ok(())
 }
 
 /// A completion decision as stored (accepted, duplicate, conflict or stale).
@@ -228,18 +238,32 @@ pub(crate) fn insert_completion(db: &Db, c: &NewCompletion<'_>) -> ApiResult<D1P
     )
 }
 
-/// An accepted completion's three writes, in this order: the job finished as `job_state`
+/// An accepted completion's end of its job: `runner`'s claim `claim_id` (attempt `attempt`)
+/// of job `job_id`, which finishes as `job_state`.
+pub(crate) struct Finish<'a> {
+    pub(crate) job_id: &'a str,
+    pub(crate) claim_id: &'a str,
+    pub(crate) runner: &'a str,
+    pub(crate) attempt: i64,
+    pub(crate) job_state: JobState,
+}
+
+/// An accepted completion's three writes, one row each: the job finished as `job_state`
 /// (guarded by its active claim at `attempt`), the claim ended, the runner's capacity back.
 pub(crate) fn finish(
     db: &Db,
-    job_id: &str,
-    claim_id: &str,
-    runner: &str,
-    attempt: i64,
-    job_state: JobState,
+    writes: &mut Writes,
+    &Finish {
+        job_id,
+        claim_id,
+        runner,
+        attempt,
+        job_state,
+    }: &Finish<'_>,
     now: i64,
-) -> ApiResult<[D1PreparedStatement; 3]> {
-    Ok([
+) -> ApiResult<()> {
+    writes.one(
+        "the job's finish",
         stmt(
             db,
             include_str!("queries/complete_job.sql"),
@@ -251,17 +275,24 @@ pub(crate) fn finish(
                 now.into(),
             ],
         )?,
+    );
+    writes.one(
+        "the claim's end",
         stmt(
             db,
             include_str!("queries/complete_claim.sql"),
             &[claim_id.into(), now.into()],
         )?,
+    );
+    writes.one(
+        "the runner's capacity",
         stmt(
             db,
             include_str!("queries/complete_runner.sql"),
             &[runner.into(), now.into()],
         )?,
-    ])
+    );
+    Ok(())
 }
 
 /// One evidence row (`kind`, `id`) put in the custody of completion `completion_id`: its key
@@ -375,11 +406,13 @@ pub(crate) struct Freed<'a> {
 
 pub(crate) fn free_claim(
     db: &Db,
+    writes: &mut Writes,
     freed: &Freed<'_>,
     now: i64,
-) -> ApiResult<[D1PreparedStatement; 2]> {
+) -> ApiResult<()> {
     let finished_at = (freed.to == JobState::Cancelled).then_some(now);
-    Ok([
+    writes.one(
+        "the claim's end",
         stmt(
             db,
             include_str!("queries/end_claim.sql"),
@@ -390,6 +423,9 @@ pub(crate) fn free_claim(
                 freed.end.reason.into(),
             ],
         )?,
+    );
+    writes.one(
+        "the job's release",
         stmt(
             db,
             include_str!("queries/free_job.sql"),
@@ -405,7 +441,8 @@ pub(crate) fn free_claim(
                 i64::from(freed.free_hand_back).into(),
             ],
         )?,
-    ])
+    );
+    Ok(())
 }
 
 /// A hand-back gives runner `runner` its capacity back; its state and credential stay.

@@ -2,12 +2,16 @@
 //! the module of its table group; nothing outside this module sees SQL or binds a parameter by
 //! position, and rows are decoded into typed rows here, once.
 //!
-//! Every state-changing statement carries its guard (`… AND state = ?`) and its caller checks
-//! the row count: a guarded UPDATE that matches nothing succeeds silently in SQLite, so
-//! [`expect_one`] turns that into an error the caller must handle.
+//! Every state-changing statement carries its guard (`… AND state = ?`) and its row count is
+//! checked: a guarded UPDATE that matches nothing succeeds silently in SQLite, so a batch says
+//! which statements must change one row ([`writes::Writes::one`], checked when it commits) and
+//! [`expect_one`] turns a count a caller reads ([`writes::Slot`]) into the error it must handle.
+//! A read of several statements in one round trip is decoded here too ([`batched`]): no caller
+//! reads a batch's results by position.
 
 pub(crate) mod api_keys;
 pub(crate) mod archive;
+pub(crate) mod batched;
 pub(crate) mod counters;
 pub(crate) mod enrollment;
 pub(crate) mod events;
@@ -21,6 +25,7 @@ pub(crate) mod releases;
 pub(crate) mod retention;
 pub(crate) mod runners;
 pub(crate) mod usage;
+pub(crate) mod writes;
 
 use std::cell::Cell;
 use std::ops::Deref;

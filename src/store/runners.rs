@@ -404,6 +404,13 @@ pub(crate) enum CredentialCheck {
     Read,
 }
 
+/// A runner's credential as a request presented it: checked beside a read or a write.
+pub(crate) struct Credential<'a> {
+    pub(crate) runner_id: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) generation: i64,
+}
+
 /// The `check` for runner `id` of `org` at credential generation `generation`, with the states
 /// that may authenticate bound.
 pub(crate) fn credential_check(
