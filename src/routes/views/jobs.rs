@@ -625,7 +625,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reads_as_it_always_has_with_its_terminal_flag_and_actions() {
+    fn a_job_reads_as_it_always_has_with_its_terminal_flag_and_actions() {
         let job = job("running");
         assert_eq!(
             to_value(&JobView::from(&job)).unwrap().to_string(),
