@@ -6,6 +6,7 @@
 //! cannot fail (structs of strings, numbers, booleans and parsed JSON values, no map with a
 //! key that is not a string), so `json!` may hold views.
 
+pub(crate) mod api_keys;
 pub(crate) mod enrollment;
 pub(crate) mod evidence;
 pub(crate) mod history;
