@@ -10,6 +10,7 @@ pub(crate) mod api_keys;
 pub(crate) mod enrollment;
 pub(crate) mod evidence;
 pub(crate) mod history;
+pub(crate) mod identity;
 pub(crate) mod jobs;
 pub(crate) mod metrics;
 pub(crate) mod queues;
