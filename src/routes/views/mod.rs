@@ -17,6 +17,7 @@ pub(crate) mod queues;
 pub(crate) mod releases;
 pub(crate) mod retention;
 pub(crate) mod runners;
+pub(crate) mod service;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -32,6 +33,13 @@ pub(crate) fn to_value<T: Serialize>(view: &T) -> ApiResult<Value> {
 /// A response whose body is the view.
 pub(crate) fn respond<T: Serialize>(status: u16, view: &T) -> ApiResult<Response> {
     json_response(status, &to_value(view)?).map_err(ApiError::from)
+}
+
+/// A view's (or a pass's report's) JSON text, members sorted, for a log line.
+pub(crate) fn shown<T: Serialize>(view: &T) -> String {
+    serde_json::to_value(view)
+        .map(|value| value.to_string())
+        .unwrap_or_else(|err| format!("(unshowable: {err})"))
 }
 
 /// JSON text the store kept (written by us from a parsed value, and CHECKed `json_valid`), as
