@@ -70,7 +70,7 @@ pub use gate_do::AddressGate;
 pub use job_do::JobObject;
 pub use runner_do::RunnerObject;
 
-use error::{json_response, ApiError, ApiResult};
+use error::{ApiError, ApiResult};
 use routes::{api_keys, identity, runner_files, runners};
 
 /// What every handler needs: the environment, the database and one reading of the clock.
@@ -187,7 +187,7 @@ async fn route(
         other => other,
     };
     if let (Method::Get, ["healthz"]) = (&method, segments.as_slice()) {
-        return json_response(200, &serde_json::json!({ "status": "ok" })).map_err(ApiError::from);
+        return routes::views::respond(200, &routes::views::service::HealthView { status: "ok" });
     }
     if let (Method::Get, ["openapi.json"]) = (&method, segments.as_slice()) {
         return openapi::serve();
@@ -362,17 +362,19 @@ async fn route(
         .0
         .into_response(),
         #[cfg(feature = "bench-floor")]
-        (Get, ["__bench", "round-trips"]) => json_response(
+        (Get, ["__bench", "round-trips"]) => routes::views::respond(
             200,
-            &serde_json::json!({ "d1RoundTrips": bench_totals::total() }),
-        )
-        .map_err(ApiError::from),
+            &routes::views::service::RoundTripsView {
+                d1_round_trips: bench_totals::total(),
+            },
+        ),
         #[cfg(feature = "bench-floor")]
-        (Get, ["__bench", "memory"]) => json_response(
+        (Get, ["__bench", "memory"]) => routes::views::respond(
             200,
-            &serde_json::json!({ "wasmMemoryBytes": platform::wasm_memory_bytes() }),
-        )
-        .map_err(ApiError::from),
+            &routes::views::service::MemoryView {
+                wasm_memory_bytes: platform::wasm_memory_bytes(),
+            },
+        ),
 
         (_, ["api", ..]) => Err(ApiError::not_found("no such route")),
         _ => Err(ApiError::not_found("no such route")),
@@ -388,19 +390,19 @@ async fn route(
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     let limit = reaper::DEFAULT_PASS_LIMIT;
     match reaper::pass(&env, None, platform::now_ms(), limit, "system:cron").await {
-        Ok(report) => worker::console_log!("recovery pass: {report}"),
+        Ok(report) => worker::console_log!("recovery pass: {}", routes::views::shown(&report)),
         Err(err) => worker::console_error!("recovery pass failed: {err:?}"),
     }
     match reaper::purge(&env, platform::now_ms()).await {
-        Ok(report) => worker::console_log!("purge pass: {report}"),
+        Ok(report) => worker::console_log!("purge pass: {}", routes::views::shown(&report)),
         Err(err) => worker::console_error!("purge pass failed: {err:?}"),
     }
     match reaper::retire_ephemeral(&env, platform::now_ms()).await {
-        Ok(report) => worker::console_log!("ephemeral runners: {report}"),
+        Ok(report) => worker::console_log!("ephemeral runners: {}", routes::views::shown(&report)),
         Err(err) => worker::console_error!("retiring ephemeral runners failed: {err:?}"),
     }
     match reaper::sample_history(&env, platform::now_ms()).await {
-        Ok(report) => worker::console_log!("queue history: {report}"),
+        Ok(report) => worker::console_log!("queue history: {}", routes::views::shown(&report)),
         Err(err) => worker::console_error!("queue history sample failed: {err:?}"),
     }
     let limit = edgerunner_protocol::archive::JOBS_PER_PASS;
@@ -410,7 +412,7 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     }
     let limit = retention::JOBS_PER_PASS;
     match retention::pass(&env, None, platform::now_ms(), limit, "system:cron").await {
-        Ok(report) => worker::console_log!("retention pass: {report}"),
+        Ok(report) => worker::console_log!("retention pass: {}", routes::views::shown(&report)),
         Err(err) => worker::console_error!("retention pass failed: {err:?}"),
     }
 }

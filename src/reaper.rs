@@ -9,11 +9,20 @@
 //!
 //! A pass is bounded: it examines at most `limit` expired leases (a batch that fits the Workers
 //! CPU limit) and says whether more remain, so a caller can run another pass.
+//!
+//! Each pass returns a typed report of what it did ([`RecoveryReport`], [`PurgeReport`],
+//! [`HistoryReport`], [`RetireReport`]). The reports stay here beside their passes rather than
+//! among the REST views (`routes::views`): they are counts a pass keeps as it works, not a
+//! store row shaped for a client; their first reader is the cron's log line
+//! (`routes::views::shown`), and only the recovery pass's is also a REST body (`ReapReport`,
+//! `POST /api/remote-runners/jobs/reap`), sent as a view is, through `serde_json::Value`
+//! (members sorted, as they always were).
 
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::state::{JobState, RunnerInput, RunnerState};
 use futures_util::future::join_all;
+use serde::Serialize;
 use serde_json::{json, Value};
 use worker::Env;
 
@@ -29,6 +38,47 @@ pub(crate) const MAX_PASS_LIMIT: i64 = 500;
 /// Job objects asked at once.
 const CONCURRENCY: usize = 16;
 
+/// `ReapReport`: what one recovery pass did with the expired leases it examined.
+#[derive(Serialize, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RecoveryReport {
+    examined: usize,
+    /// Jobs whose lost claim put them back in the queue.
+    requeued: u32,
+    /// Jobs whose lost claim left them in any other state.
+    ended: u32,
+    /// Jobs whose recovery found no claim to lose.
+    unchanged: u32,
+    /// Job objects that answered with an error or not at all.
+    failed: u32,
+    /// More expired leases than the pass took: another pass has work.
+    more: bool,
+}
+
+/// What one purge pass deleted.
+#[derive(Serialize, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PurgeReport {
+    deleted_enrollments: usize,
+    deleted_challenges: usize,
+    deleted_enrollment_tokens: usize,
+}
+
+/// How many organizations one history pass sampled.
+#[derive(Serialize, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HistoryReport {
+    organizations_sampled: usize,
+}
+
+/// Ephemeral runners one pass revoked, and retired ones it deleted.
+#[derive(Serialize, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RetireReport {
+    retired_runners: usize,
+    deleted_runners: usize,
+}
+
 /// One bounded pass over expired leases, across every organization (`org = None`, the cron
 /// trigger and `CRON_SECRET`) or within one (an admin).
 pub(crate) async fn pass(
@@ -37,7 +87,7 @@ pub(crate) async fn pass(
     now: i64,
     limit: i64,
     actor: &str,
-) -> ApiResult<Value> {
+) -> ApiResult<RecoveryReport> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     // One more than the pass takes, to know whether more remain.
     let expired = store::jobs::expired_leases(&db, org, now, limit + 1).await?;
@@ -87,14 +137,14 @@ pub(crate) async fn pass(
     if let Err(err) = counted {
         worker::console_error!("the reaper pass was not counted: {err:?}");
     }
-    Ok(json!({
-        "examined": batch.len(),
-        "requeued": requeued,
-        "ended": ended,
-        "unchanged": unchanged,
-        "failed": failed,
-        "more": more,
-    }))
+    Ok(RecoveryReport {
+        examined: batch.len(),
+        requeued,
+        ended,
+        unchanged,
+        failed,
+        more,
+    })
 }
 
 /// The limit a caller asked for, within bounds.
@@ -137,7 +187,7 @@ fn pending_max_age_millis(env: &Env) -> i64 {
 /// again), used or expired challenges are deleted, and so are enrollment tokens that expired a
 /// week ago without admitting anyone. Bounded like a recovery pass; what remains waits for the
 /// next minute.
-pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
+pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<PurgeReport> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     let cutoff = now - pending_max_age_millis(env);
     let mut statements = Vec::from(store::runners::delete_expired_enrollments(
@@ -152,21 +202,23 @@ pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<Value> {
         PURGE_LIMIT,
     )?);
     let changed = store::batch(&db, statements).await?;
-    Ok(json!({
-        "deletedEnrollments": changed.get(3).copied().unwrap_or(0),
-        "deletedChallenges": changed.get(4).copied().unwrap_or(0),
-        "deletedEnrollmentTokens": changed.get(5).copied().unwrap_or(0),
-    }))
+    Ok(PurgeReport {
+        deleted_enrollments: changed.get(3).copied().unwrap_or(0),
+        deleted_challenges: changed.get(4).copied().unwrap_or(0),
+        deleted_enrollment_tokens: changed.get(5).copied().unwrap_or(0),
+    })
 }
 
 /// The cron pass's sample of every organization's queues (at most
 /// `store::history::ORGANIZATIONS_PER_PASS`) into its five-minute bucket of the queue history
 /// (migration 0021); runners seen within the queues view's offline time count as online.
-pub(crate) async fn sample_history(env: &Env, now: i64) -> ApiResult<Value> {
+pub(crate) async fn sample_history(env: &Env, now: i64) -> ApiResult<HistoryReport> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     let online_since = now - crate::routes::views::queues::OFFLINE_AFTER_MILLIS;
     let sampled = store::history::sample(&db, now, online_since).await?;
-    Ok(json!({ "organizationsSampled": sampled }))
+    Ok(HistoryReport {
+        organizations_sampled: sampled,
+    })
 }
 
 /// Ephemeral runners revoked by one pass, and retired ones deleted, at most.
@@ -185,7 +237,7 @@ pub(crate) const EPHEMERAL_RETIRED_REASON: &str = "ephemeral: its one job ended"
 /// nothing of its job names any more (its job archived) is deleted with its own events, files
 /// and credentials. At most [`RETIRE_LIMIT`] of each a pass. A fleet of one-job runners thus
 /// never leaves records that look able to work, and keeps about a day of retired ones.
-pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<Value> {
+pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<RetireReport> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     let kept = crate::platform::setting(
         env,
@@ -247,5 +299,59 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<Value> {
         worker::console_error!("deleting retired ephemeral runners failed: {err:?}");
         0
     });
-    Ok(json!({ "retiredRunners": retired, "deletedRunners": deleted }))
+    Ok(RetireReport {
+        retired_runners: retired,
+        deleted_runners: deleted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn each_pass_reports_as_it_always_has_members_sorted() {
+        let recovery = RecoveryReport {
+            examined: 4,
+            requeued: 1,
+            ended: 1,
+            unchanged: 1,
+            failed: 1,
+            more: true,
+        };
+        assert_eq!(
+            serde_json::to_value(&recovery).unwrap(),
+            json!({"examined": 4, "requeued": 1, "ended": 1, "unchanged": 1, "failed": 1, "more": true})
+        );
+        assert_eq!(
+            crate::routes::views::shown(&recovery),
+            r#"{"ended":1,"examined":4,"failed":1,"more":true,"requeued":1,"unchanged":1}"#
+        );
+        assert_eq!(
+            serde_json::to_value(PurgeReport {
+                deleted_enrollments: 1,
+                deleted_challenges: 2,
+                deleted_enrollment_tokens: 3,
+            })
+            .unwrap(),
+            json!({"deletedEnrollments": 1, "deletedChallenges": 2, "deletedEnrollmentTokens": 3})
+        );
+        assert_eq!(
+            serde_json::to_value(HistoryReport {
+                organizations_sampled: 2,
+            })
+            .unwrap(),
+            json!({"organizationsSampled": 2})
+        );
+        assert_eq!(
+            serde_json::to_value(RetireReport {
+                retired_runners: 1,
+                deleted_runners: 0,
+            })
+            .unwrap(),
+            json!({"retiredRunners": 1, "deletedRunners": 0})
+        );
+    }
 }

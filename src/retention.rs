@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use edgerunner_protocol::archive::{bundle_key, record_key};
 use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::stable_json::Sha256Hex;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 use worker::Env;
 
 use crate::archive::objects;
@@ -32,14 +33,19 @@ const EVIDENCE_BATCH_ROWS: i64 = 500;
 /// 20,000 rows of each evidence table per pass.
 const EVIDENCE_BATCHES_PER_JOB: usize = 40;
 
-/// What one pass did.
-#[derive(Debug, Default)]
-struct Report {
+/// `RetentionPass`: what one pass did (the answer of `POST /api/developer/retention/run`, and
+/// the cron's log line). It stays beside the pass, as the reaper's reports do: counts the pass
+/// keeps as it works, not a store row shaped for a client.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Report {
     expired: usize,
     deleted: usize,
     /// Jobs whose deletion did not finish in this pass (an error, or evidence left to delete).
     unfinished: usize,
     more: bool,
+    /// For each organization's `retention.pass` event; not reported.
+    #[serde(skip)]
     deleted_by_org: BTreeMap<String, usize>,
 }
 
@@ -51,7 +57,7 @@ pub(crate) async fn pass(
     now: i64,
     limit: i64,
     actor: &str,
-) -> ApiResult<Value> {
+) -> ApiResult<Report> {
     let db = Db::of(env, RoundTrips::default())?;
     let limit = limit.clamp(0, JOBS_PER_PASS);
     let mut report = Report::default();
@@ -112,12 +118,7 @@ pub(crate) async fn pass(
     }
     report.more |= report.unfinished > 0;
     record_pass(&db, &report.deleted_by_org, actor, now).await?;
-    Ok(json!({
-        "expired": report.expired,
-        "deleted": report.deleted,
-        "unfinished": report.unfinished,
-        "more": report.more,
-    }))
+    Ok(report)
 }
 
 /// Deletes one expiring job: its R2 objects, then its evidence in bounded batches, then its
@@ -173,4 +174,26 @@ async fn record_pass(
         .collect::<ApiResult<Vec<_>>>()?;
     store::batch(db, events).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_pass_reports_its_counts_not_its_organizations() {
+        let report = Report {
+            expired: 2,
+            deleted: 1,
+            unfinished: 1,
+            more: true,
+            deleted_by_org: BTreeMap::from([("org_1".to_owned(), 1)]),
+        };
+        assert_eq!(
+            serde_json::to_value(&report).unwrap(),
+            json!({"expired": 2, "deleted": 1, "unfinished": 1, "more": true})
+        );
+    }
 }

@@ -5,27 +5,17 @@ use edgerunner_protocol::kind::EventKind;
 use serde_json::{json, Value};
 use worker::{Request, Response};
 
+use super::views::api_keys::{
+    ApiKeyListView, ApiKeyView, MadeApiKeyView, OrganizationView, OwnApiKeyView, RevokedApiKeyView,
+};
+use super::views::respond;
 use super::{optional_str, refuse_unknown, required_name};
 use crate::auth::{self, SCOPES};
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::json_object;
 use crate::platform::{random_id, random_secret, rfc3339, secret_hash};
 use crate::store::{self, api_keys, events};
 use crate::Ctx;
-
-fn view(row: &api_keys::ApiKeyRow) -> Value {
-    json!({
-        "id": row.id,
-        "name": row.name,
-        "prefix": row.key_prefix,
-        "role": row.role,
-        "scopes": serde_json::from_str::<Value>(&row.scopes).unwrap_or(Value::Null),
-        "createdAt": rfc3339(row.created_at),
-        "lastUsedAt": row.last_used_at.and_then(rfc3339),
-        "revokedAt": row.revoked_at.and_then(rfc3339),
-        "expiresAt": row.expires_at.and_then(rfc3339),
-    })
-}
 
 const DAY_MILLIS: i64 = 86_400_000;
 /// A key's lifetime in days when the request names none: long enough for a CI secret to be
@@ -124,31 +114,38 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         ],
     )
     .await?;
-    json_response(
+    // The key as it is stored and will be listed.
+    let made = api_keys::ApiKeyRow {
+        id,
+        organization_id: caller.organization_id.clone(),
+        name: name.to_owned(),
+        key_prefix: key[..12].to_owned(),
+        role: role.to_owned(),
+        scopes: scopes_json,
+        created_at: ctx.now,
+        last_used_at: None,
+        revoked_at: None,
+        expires_at: Some(expires_at),
+    };
+    respond(
         201,
-        &json!({
-            "id": id,
-            "name": name,
-            "prefix": &key[..12],
-            "role": role,
-            "scopes": scopes,
-            "createdAt": rfc3339(ctx.now),
-            "expiresAt": rfc3339(expires_at),
-            "apiKey": key,
-        }),
+        &MadeApiKeyView {
+            key: ApiKeyView::from(&made),
+            api_key: &key,
+        },
     )
-    .map_err(ApiError::from)
 }
 
 pub(crate) async fn list(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let caller = auth::admin(&req, ctx).await?;
     caller.require_admin()?;
     let rows = api_keys::list(&ctx.db, &caller.organization_id).await?;
-    json_response(
+    respond(
         200,
-        &json!({ "apiKeys": rows.iter().map(view).collect::<Vec<_>>() }),
+        &ApiKeyListView {
+            api_keys: rows.iter().map(ApiKeyView::from).collect(),
+        },
     )
-    .map_err(ApiError::from)
 }
 
 pub(crate) async fn revoke(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -174,7 +171,13 @@ pub(crate) async fn revoke(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     store::expect_one(changed[0], || {
         ApiError::not_found("no live API key with that id")
     })?;
-    json_response(200, &json!({ "id": id, "revokedAt": rfc3339(ctx.now) })).map_err(ApiError::from)
+    respond(
+        200,
+        &RevokedApiKeyView {
+            id,
+            revoked_at: rfc3339(ctx.now),
+        },
+    )
 }
 
 /// `GET /api/developer/api-keys/self`: the calling key and its organization, for any live key
@@ -186,14 +189,16 @@ pub(crate) async fn get_self(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let name = api_keys::organization_name(&ctx.db, org)
         .await?
         .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;
-    json_response(
+    respond(
         200,
-        &json!({
-            "organization": { "id": org, "name": name },
-            "apiKey": view(&caller.key),
-        }),
+        &OwnApiKeyView {
+            organization: OrganizationView {
+                id: org,
+                name: &name,
+            },
+            api_key: ApiKeyView::from(&caller.key),
+        },
     )
-    .map_err(ApiError::from)
 }
 
 #[cfg(test)]

@@ -3,16 +3,15 @@
 //! whole.
 
 use edgerunner_protocol::error_code::ErrorCode;
-use serde_json::json;
 use worker::{Request, Response};
 
 use super::limit_param;
-use super::views::jobs::ReceivedChunkView;
-use super::views::to_value;
+use super::views::jobs::{ReceivedChunkView, StreamPageView};
+use super::views::{respond, to_value};
 use crate::archive::bundle::{BundleWriter, LAST_ATTEMPT, STREAM_PAGE_BYTES};
 use crate::archive::reads::Archived;
 use crate::auth::{self, Scope};
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::store::{archive, batched, jobs};
 use crate::Ctx;
 
@@ -86,17 +85,16 @@ pub(crate) async fn stream_read(req: Request, ctx: &Ctx, id: &str) -> ApiResult<
     };
     let more = (chunks.len() as i64) < page_rows || page_rows == limit;
     let cursor = last.unwrap_or(after);
-    json_response(
+    respond(
         200,
-        &json!({
-            "chunks": chunks,
-            "cursor": format!("{}.{}", cursor.0, cursor.1),
-            "more": more,
-            "state": job.state,
-            "dispatchAttempt": job.dispatch_attempt,
-        }),
+        &StreamPageView {
+            chunks,
+            cursor: format!("{}.{}", cursor.0, cursor.1),
+            more,
+            state: job.state,
+            dispatch_attempt: job.dispatch_attempt,
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// `"{attempt}.{sequence}"` as the stream pages write it: attempt one digit 0–8, sequence

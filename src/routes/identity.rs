@@ -1,9 +1,7 @@
 //! The runner's side of identity: key-pair enrollment, challenges, session exchange (both
 //! models), and what a runner may say about itself.
 
-use edgerunner_protocol::credential::{
-    self, CredentialClaims, MAX_CREDENTIAL_TTL_MILLIS, RUNNER_SCOPES,
-};
+use edgerunner_protocol::credential::{self, CredentialClaims, MAX_CREDENTIAL_TTL_MILLIS};
 use edgerunner_protocol::envelope::{constant_time_eq, CredentialGeneration, JobSigning, RunnerId};
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::keypair::{
@@ -17,11 +15,12 @@ use worker::{Request, Response};
 
 use super::enrollment::{admit, presented_token, Policy, Presented};
 use super::runner_files::check_file;
+use super::views::identity::{ChallengeView, SessionView};
 use super::views::respond;
-use super::views::runners::{RunnerClaimView, RunnerView};
+use super::views::runners::{EnrolledView, RunnerClaimView, RunnerClaimsView, RunnerView};
 use super::{capability_document, optional_str, refuse_unknown, required_name, required_str};
 use crate::auth;
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::{
     client_address, client_network, client_site, json_object_capped, ENROLL_BODY_BYTES,
     SMALL_BODY_BYTES,
@@ -302,11 +301,12 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         .await?
         .ok_or_else(|| ApiError::internal("enrolled runner vanished"))?;
     let files = runners::record_files(&ctx.db, organization_id, &id).await?;
-    json_response(
+    respond(
         201,
-        &json!({ "runner": RunnerView::new(&runner, &files, ctx.now) }),
+        &EnrolledView {
+            runner: RunnerView::new(&runner, &files, ctx.now),
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// `POST /api/remote-runners/challenge`: the same `200 {challenge, expiresAt}` whatever the
@@ -343,11 +343,13 @@ pub(crate) async fn challenge(mut req: Request, ctx: &Ctx) -> ApiResult<Response
             return Err(ApiError::internal("challenge was not stored"));
         }
     }
-    json_response(
+    respond(
         200,
-        &json!({ "challenge": challenge.as_str(), "expiresAt": rfc3339(expires_at) }),
+        &ChallengeView {
+            challenge: challenge.as_str(),
+            expires_at: rfc3339(expires_at),
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// `POST /api/remote-runners/session`, both identity models, the SDK's response shape.
@@ -401,21 +403,10 @@ pub(crate) async fn session(mut req: Request, ctx: &Ctx) -> ApiResult<Response> 
     };
     let token =
         credential::issue(&master, &claims).map_err(|e| ApiError::internal(e.to_string()))?;
-    json_response(
+    respond(
         200,
-        &json!({
-            "token": token,
-            "claims": {
-                "runnerId": runner.id,
-                "organizationId": runner.organization_id,
-                "scopes": RUNNER_SCOPES,
-                "issuedAt": rfc3339(claims.issued_at_ms),
-                "expiresAt": rfc3339(claims.expires_at_ms),
-            },
-            "jobSigning": job_signing.to_json(),
-        }),
+        &SessionView::new(&token, &claims, job_signing.to_json()),
     )
-    .map_err(ApiError::from)
 }
 
 /// The `/session` refusals spent from the network's failure budget (`FAILED_SESSIONS_PER_MINUTE`):
@@ -509,8 +500,12 @@ pub(crate) async fn get_self_claims(req: Request, ctx: &Ctx) -> ApiResult<Respon
         i64::from(edgerunner_protocol::capability::MAX_CONCURRENT_JOBS),
     )
     .await?;
-    let claims: Vec<_> = claims.iter().map(RunnerClaimView::from).collect();
-    json_response(200, &serde_json::json!({ "claims": claims })).map_err(ApiError::from)
+    respond(
+        200,
+        &RunnerClaimsView {
+            claims: claims.iter().map(RunnerClaimView::from).collect(),
+        },
+    )
 }
 
 #[cfg(test)]

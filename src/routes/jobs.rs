@@ -19,7 +19,7 @@ use super::views::respond;
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::archive::reads;
 use crate::auth::{self, PresentedKey, Scope};
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::{json_body_capped, json_object, SMALL_BODY_BYTES};
 use crate::objects;
 use crate::objects::job::{JobOp, JobReply};
@@ -467,5 +467,5 @@ pub(crate) async fn reap(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         }
         None => crate::reaper::pass(&ctx.env, None, ctx.now, limit, "system:cron-secret").await?,
     };
-    json_response(200, &report).map_err(ApiError::from)
+    respond(200, &report)
 }

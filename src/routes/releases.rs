@@ -10,14 +10,15 @@ use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
 use super::views::releases::{
-    ArtifactDetailView, ArtifactListItemView, ArtifactView, TargetView, VersionView,
+    ArtifactDetailView, ArtifactListItemView, ArtifactPageView, ArtifactView, NewVersionView,
+    PromotionView, TargetListView, TargetView, VersionView,
 };
 use super::views::respond;
 use super::{limit_param, optional_str, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, Scope};
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::{json_object, query_param};
-use crate::platform::random_id;
+use crate::platform::{random_id, rfc3339};
 use crate::store::{self, events, releases};
 use crate::Ctx;
 
@@ -158,11 +159,13 @@ pub(crate) async fn list_artifacts(req: Request, ctx: &Ctx) -> ApiResult<Respons
         })
         .flatten();
     let artifacts: Vec<_> = rows.iter().map(ArtifactListItemView::from).collect();
-    json_response(
+    respond(
         200,
-        &json!({ "artifacts": artifacts, "nextCursor": next_cursor }),
+        &ArtifactPageView {
+            artifacts,
+            next_cursor,
+        },
     )
-    .map_err(ApiError::from)
 }
 
 pub(crate) async fn get_artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Response> {
@@ -226,16 +229,15 @@ pub(crate) async fn create_version(
     let id = releases::insert_version(&ctx.db, &row, crate::store::usage::default_quota(&ctx.env))
         .await?
         .ok_or_else(artifact_not_found)?;
-    json_response(
+    respond(
         201,
-        &json!({
-            "id": id,
-            "artifactId": artifact_id,
-            "contentHash": content_hash.as_str(),
-            "createdAt": crate::platform::rfc3339(ctx.now),
-        }),
+        &NewVersionView {
+            id,
+            artifact_id,
+            content_hash: content_hash.as_str(),
+            created_at: rfc3339(ctx.now),
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// The admin view of a version, content included (runners get content only through the
@@ -305,15 +307,7 @@ pub(crate) async fn promote(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<
     let stored = releases::get_promotion(&ctx.db, org, id, environment.as_str())
         .await?
         .ok_or_else(|| ApiError::internal(format!("promotion of version {id} not stored")))?;
-    json_response(
-        200,
-        &json!({
-            "versionId": stored.version_id,
-            "environment": stored.environment,
-            "promotedAt": crate::platform::rfc3339(stored.promoted_at),
-        }),
-    )
-    .map_err(ApiError::from)
+    respond(200, &PromotionView::from(&stored))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -402,6 +396,10 @@ pub(crate) async fn list_targets(req: Request, ctx: &Ctx) -> ApiResult<Response>
         limit,
     )
     .await?;
-    let targets: Vec<_> = rows.iter().map(TargetView::from).collect();
-    json_response(200, &json!({ "targets": targets })).map_err(ApiError::from)
+    respond(
+        200,
+        &TargetListView {
+            targets: rows.iter().map(TargetView::from).collect(),
+        },
+    )
 }

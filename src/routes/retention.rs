@@ -16,7 +16,7 @@ use super::views::respond;
 use super::views::retention::{RetentionView, UsageView};
 use super::{refuse_unknown, required_str};
 use crate::auth;
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::{json_object_capped, SMALL_BODY_BYTES};
 use crate::store::{events, jobs, retention, usage};
 use crate::Ctx;
@@ -121,7 +121,7 @@ pub(crate) async fn run(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     };
     let org = caller.organization_id.as_str();
     let report = crate::retention::pass(&ctx.env, Some(org), now, limit, &caller.actor()).await?;
-    json_response(200, &report).map_err(ApiError::from)
+    respond(200, &report)
 }
 
 /// `GET /api/developer/usage`: what the organization stores, in one bounded read.

@@ -3,13 +3,12 @@
 //! organization's admins.
 
 use edgerunner_protocol::error_code::ErrorCode;
-use serde_json::json;
 use worker::{Request, Response};
 
 use super::views::respond;
-use super::views::runners::FileView;
+use super::views::runners::{FilePageView, FileView};
 use crate::auth;
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::body_bytes;
 use crate::platform::secret_hash;
 use crate::store::{self, runners};
@@ -73,14 +72,13 @@ pub(crate) async fn files_page(
         files.truncate(limit as usize);
         files.last().map(|f| f.name.clone())
     });
-    json_response(
+    respond(
         200,
-        &json!({
-            "files": files.iter().map(FileView::from).collect::<Vec<_>>(),
-            "nextCursor": next_cursor.flatten(),
-        }),
+        &FilePageView {
+            files: files.iter().map(FileView::from).collect(),
+            next_cursor: next_cursor.flatten(),
+        },
     )
-    .map_err(ApiError::from)
 }
 
 pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> ApiResult<Response> {

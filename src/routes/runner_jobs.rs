@@ -7,12 +7,14 @@ use edgerunner_protocol::capability::parse_served_targets;
 use edgerunner_protocol::credential::VerifiedCredential;
 use edgerunner_protocol::envelope::ClaimId;
 use edgerunner_protocol::error_code::ErrorCode;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use worker::{Request, Response};
 
+use super::views::jobs::HeldArtifactView;
+use super::views::respond;
 use super::{refuse_unknown, required_str};
 use crate::auth;
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::{json_body, json_object_capped, CLAIM_BODY_BYTES, SMALL_BODY_BYTES};
 use crate::objects;
 use crate::objects::job::{Holder, JobOp};
@@ -293,12 +295,7 @@ pub(crate) async fn artifact(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Res
     let held = jobs::held_job_data(&ctx.db, caller.organization_id(), id, caller.runner_id())
         .await?
         .ok_or_else(|| ApiError::not_found("no such job held by this runner"))?;
-    let content: Value = serde_json::from_str(&held.content).map_err(ApiError::internal)?;
-    json_response(
-        200,
-        &json!({ "versionId": held.subject_version_id, "contentHash": held.subject_content_hash, "content": content }),
-    )
-    .map_err(ApiError::from)
+    respond(200, &HeldArtifactView::new(&held)?)
 }
 
 #[cfg(test)]

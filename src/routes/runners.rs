@@ -10,11 +10,12 @@ use worker::{Request, Response};
 use super::views::jobs::EventView;
 use super::views::respond;
 use super::views::runners::{
-    rotation_refusal, RegistrationView, RunnerClaimView, RunnerListView, RunnerView,
+    rotation_refusal, RegisteredRunnerView, RegistrationView, RunnerClaimView, RunnerClaimsView,
+    RunnerEventsView, RunnerListView, RunnerView,
 };
 use super::{limit_param, optional_str, plain_number, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
-use crate::error::{json_response, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::http::json_object;
 use crate::objects;
 use crate::platform::{random_id, random_secret, secret_hash};
@@ -180,11 +181,13 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
     let runner = runners::get(&ctx.db, &caller.organization_id, &id)
         .await?
         .ok_or_else(|| ApiError::internal("registered runner vanished"))?;
-    json_response(
+    respond(
         201,
-        &json!({ "runner": RunnerView::new(&runner, &[], ctx.now), "bootstrapToken": token }),
+        &RegisteredRunnerView {
+            runner: RunnerView::new(&runner, &[], ctx.now),
+            bootstrap_token: &token,
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// `GET /api/remote-runners?limit=&cursor=`: registration order, keyset-paged.
@@ -248,8 +251,12 @@ pub(crate) async fn claims(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
         limit,
     )
     .await?;
-    let claims: Vec<RunnerClaimView> = rows.iter().map(RunnerClaimView::from).collect();
-    json_response(200, &json!({ "claims": claims })).map_err(ApiError::from)
+    respond(
+        200,
+        &RunnerClaimsView {
+            claims: rows.iter().map(RunnerClaimView::from).collect(),
+        },
+    )
 }
 
 async fn load(ctx: &Ctx, org: &str, id: &str) -> ApiResult<runners::RunnerRow> {
@@ -474,11 +481,13 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     // The old credential's claims must be refused, not answered from the runner object's memory.
     objects::dispatch::touch(&ctx.env, &caller.organization_id).await;
     let runner = load(ctx, &caller.organization_id, id).await?;
-    json_response(
+    respond(
         200,
-        &json!({ "runner": RunnerView::new(&runner, &[], ctx.now), "bootstrapToken": token }),
+        &RegisteredRunnerView {
+            runner: RunnerView::new(&runner, &[], ctx.now),
+            bootstrap_token: &token,
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// `GET /api/remote-runners/{id}/events?limit=&cursor=`: the runner's audit trail, newest
@@ -506,14 +515,13 @@ pub(crate) async fn events(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
     } else {
         None
     };
-    json_response(
+    respond(
         200,
-        &json!({
-            "events": rows.iter().map(EventView::from).collect::<Vec<_>>(),
-            "nextCursor": next_cursor,
-        }),
+        &RunnerEventsView {
+            events: rows.iter().map(EventView::from).collect(),
+            next_cursor,
+        },
     )
-    .map_err(ApiError::from)
 }
 
 /// `GET /api/remote-runners/{id}/files?limit=&cursor=`: the runner's files, by name.

@@ -14,7 +14,7 @@ use crate::store::archive::ArchiveRow;
 use crate::store::events::EventRow;
 use crate::store::jobs::{
     BundleClaim, BundleCompletion, ChunkRow, ChunkWithPayload, ClaimRow, CompletionRow,
-    EvidenceRow, JobRow, StreamTotal,
+    EvidenceRow, HeldJobData, JobRow, StreamTotal,
 };
 
 /// `Job`: a job as enqueue, list, cancel, the detail and the bundle answer it.
@@ -590,6 +590,41 @@ impl<'a> BundleCompletionView<'a> {
     }
 }
 
+/// `JobStreamPage`: a page of a job's stream with its payloads, the cursor to read on from, and
+/// the job's state as of the page (terminal with `more: false`: the whole stream was read).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StreamPageView {
+    /// `JobStreamChunkReceived`s, from the live rows or the archive's bundle.
+    pub(crate) chunks: Vec<Value>,
+    /// `"{attempt}.{sequence}"` of the last chunk read (the request's own when none was).
+    pub(crate) cursor: String,
+    pub(crate) more: bool,
+    pub(crate) state: JobState,
+    pub(crate) dispatch_attempt: i64,
+}
+
+/// `HeldJobArtifact`: the bound artifact version's content, for the runner holding the job.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HeldArtifactView<'a> {
+    version_id: i64,
+    content_hash: &'a str,
+    content: Value,
+}
+
+impl<'a> HeldArtifactView<'a> {
+    /// The version's content as stored; stored content that does not parse is an internal
+    /// error, not a `null`.
+    pub(crate) fn new(held: &'a HeldJobData) -> ApiResult<Self> {
+        Ok(HeldArtifactView {
+            version_id: held.subject_version_id,
+            content_hash: &held.subject_content_hash,
+            content: serde_json::from_str(&held.content).map_err(ApiError::internal)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde::de::DeserializeOwned;
@@ -882,6 +917,42 @@ mod tests {
         assert_eq!(
             to_value(&BundleCompletionView::new(&completion).unwrap()).unwrap(),
             json!({"id": "cmp_1", "decision": "accepted", "rationale": "first", "completion": null})
+        );
+    }
+
+    #[test]
+    fn a_stream_page_reads_with_its_cursor_and_the_jobs_state() {
+        let page = StreamPageView {
+            chunks: vec![json!({"sequence": 1})],
+            cursor: "1.1".to_owned(),
+            more: false,
+            state: JobState::Succeeded,
+            dispatch_attempt: 1,
+        };
+        assert_eq!(
+            to_value(&page).unwrap(),
+            json!({
+                "chunks": [{"sequence": 1}], "cursor": "1.1", "more": false,
+                "state": "succeeded", "dispatchAttempt": 1,
+            })
+        );
+    }
+
+    #[test]
+    fn a_held_artifact_reads_its_content_as_stored() {
+        let held: HeldJobData = row(json!({
+            "input": "{}", "subject_version_id": 3, "subject_content_hash": "ef".repeat(32),
+            "content": r#"{"temperature":0.10}"#,
+        }));
+        // The body's text: the content's lexemes as stored, the members sorted.
+        assert_eq!(
+            to_value(&HeldArtifactView::new(&held).unwrap())
+                .unwrap()
+                .to_string(),
+            format!(
+                r#"{{"content":{{"temperature":0.10}},"contentHash":"{}","versionId":3}}"#,
+                "ef".repeat(32)
+            )
         );
     }
 }

@@ -6,15 +6,18 @@
 //! cannot fail (structs of strings, numbers, booleans and parsed JSON values, no map with a
 //! key that is not a string), so `json!` may hold views.
 
+pub(crate) mod api_keys;
 pub(crate) mod enrollment;
 pub(crate) mod evidence;
 pub(crate) mod history;
+pub(crate) mod identity;
 pub(crate) mod jobs;
 pub(crate) mod metrics;
 pub(crate) mod queues;
 pub(crate) mod releases;
 pub(crate) mod retention;
 pub(crate) mod runners;
+pub(crate) mod service;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -30,6 +33,13 @@ pub(crate) fn to_value<T: Serialize>(view: &T) -> ApiResult<Value> {
 /// A response whose body is the view.
 pub(crate) fn respond<T: Serialize>(status: u16, view: &T) -> ApiResult<Response> {
     json_response(status, &to_value(view)?).map_err(ApiError::from)
+}
+
+/// A view's (or a pass's report's) JSON text, members sorted, for a log line.
+pub(crate) fn shown<T: Serialize>(view: &T) -> String {
+    serde_json::to_value(view)
+        .map(|value| value.to_string())
+        .unwrap_or_else(|err| format!("(unshowable: {err})"))
 }
 
 /// JSON text the store kept (written by us from a parsed value, and CHECKed `json_valid`), as

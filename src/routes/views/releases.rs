@@ -60,6 +60,14 @@ impl<'a> From<&'a ArtifactListRow> for ArtifactListItemView<'a> {
     }
 }
 
+/// `ReleaseArtifactPage`: a page of the organization's artifacts, newest first.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ArtifactPageView<'a> {
+    pub(crate) artifacts: Vec<ArtifactListItemView<'a>>,
+    pub(crate) next_cursor: Option<String>,
+}
+
 /// `ReleaseVersion` (and `ReleaseVersionWithContent` when the row was read with its content).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -85,6 +93,35 @@ impl<'a> VersionView<'a> {
             promotions: promotions.iter().map(|p| p.environment.as_str()).collect(),
             created_at: rfc3339(version.created_at),
             content: version.content.as_deref().map(stored_json),
+        }
+    }
+}
+
+/// `ReleaseVersionCreated`: a new version, without its content (the request's).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NewVersionView<'a> {
+    pub(crate) id: i64,
+    pub(crate) artifact_id: &'a str,
+    pub(crate) content_hash: &'a str,
+    pub(crate) created_at: Option<String>,
+}
+
+/// `ReleasePromotion`: a version's promotion to an environment, when it was first made.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PromotionView<'a> {
+    version_id: i64,
+    environment: &'a str,
+    promoted_at: Option<String>,
+}
+
+impl<'a> From<&'a PromotionRow> for PromotionView<'a> {
+    fn from(promotion: &'a PromotionRow) -> Self {
+        PromotionView {
+            version_id: promotion.version_id,
+            environment: &promotion.environment,
+            promoted_at: rfc3339(promotion.promoted_at),
         }
     }
 }
@@ -121,6 +158,13 @@ impl<'a> From<&'a TargetRow> for TargetView<'a> {
             updated_at: rfc3339(target.updated_at),
         }
     }
+}
+
+/// `GET /api/releases/targets`'s answer.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TargetListView<'a> {
+    pub(crate) targets: Vec<TargetView<'a>>,
 }
 
 #[cfg(test)]
@@ -201,14 +245,64 @@ mod tests {
             "evaluation_id": null, "version_id": null, "content_hash": null,
             "created_at": NOW, "updated_at": NOW,
         }));
+        let expected = json!({
+            "id": "tgt_1", "key": "capitals-eval", "repository": "acme/evals",
+            "entrypoint": "run.py", "requirements": {"runtime": "python3.12"},
+            "evaluationId": null, "versionId": null, "contentHash": null,
+            "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z",
+        });
+        assert_eq!(to_value(&TargetView::from(&target)).unwrap(), expected);
         assert_eq!(
-            to_value(&TargetView::from(&target)).unwrap(),
-            json!({
-                "id": "tgt_1", "key": "capitals-eval", "repository": "acme/evals",
-                "entrypoint": "run.py", "requirements": {"runtime": "python3.12"},
-                "evaluationId": null, "versionId": null, "contentHash": null,
-                "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z",
+            to_value(&TargetListView {
+                targets: vec![TargetView::from(&target)],
             })
+            .unwrap(),
+            json!({"targets": [expected]})
+        );
+    }
+
+    #[test]
+    fn a_page_of_artifacts_reads_with_its_cursor() {
+        let listed: ArtifactListRow = row(json!({
+            "id": "art_1", "kind": "prompt", "name": "capitals", "created_at": NOW,
+            "latest_version_id": 3,
+        }));
+        assert_eq!(
+            to_value(&ArtifactPageView {
+                artifacts: vec![ArtifactListItemView::from(&listed)],
+                next_cursor: None,
+            })
+            .unwrap(),
+            json!({
+                "artifacts": [{
+                    "id": "art_1", "kind": "prompt", "name": "capitals",
+                    "createdAt": "2026-01-01T00:00:00.000Z", "latestVersionId": 3,
+                }],
+                "nextCursor": null,
+            })
+        );
+    }
+
+    #[test]
+    fn a_new_version_and_a_promotion_read_as_they_always_have() {
+        assert_eq!(
+            to_value(&NewVersionView {
+                id: 3,
+                artifact_id: "art_1",
+                content_hash: &"ab".repeat(32),
+                created_at: rfc3339(NOW),
+            })
+            .unwrap(),
+            json!({
+                "id": 3, "artifactId": "art_1", "contentHash": "ab".repeat(32),
+                "createdAt": "2026-01-01T00:00:00.000Z",
+            })
+        );
+        let promotion: PromotionRow =
+            row(json!({"version_id": 3, "environment": "prod", "promoted_at": NOW}));
+        assert_eq!(
+            to_value(&PromotionView::from(&promotion)).unwrap(),
+            json!({"versionId": 3, "environment": "prod", "promotedAt": "2026-01-01T00:00:00.000Z"})
         );
     }
 }

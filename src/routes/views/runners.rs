@@ -9,6 +9,7 @@ use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::jobs::EventView;
 use super::queues::OFFLINE_AFTER_MILLIS;
 use super::stored_json;
 use crate::error::ApiError;
@@ -325,6 +326,49 @@ impl<'a> From<&'a RunnerClaimRow> for RunnerClaimView<'a> {
     }
 }
 
+/// The answer of a registration (`POST /api/remote-runners`) and of a rotation
+/// (`POST …/{id}/rotate`): the runner with its new bootstrap token, which appears in this answer
+/// only (only its hash is stored).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RegisteredRunnerView<'a> {
+    pub(crate) runner: RunnerView<'a>,
+    pub(crate) bootstrap_token: &'a str,
+}
+
+/// `POST /api/remote-runners/enroll`'s answer: the key-pair runner as enrolled, with the files
+/// it sent.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct EnrolledView<'a> {
+    pub(crate) runner: RunnerView<'a>,
+}
+
+/// A runner's claims: its history (`GET …/{id}/claims`, admin) or the ones it holds
+/// (`GET …/self/claims`, the runner).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunnerClaimsView<'a> {
+    pub(crate) claims: Vec<RunnerClaimView<'a>>,
+}
+
+/// `GET …/{id}/events`'s answer: a page of a runner's audit trail, newest first.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunnerEventsView<'a> {
+    pub(crate) events: Vec<EventView<'a>>,
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// A page of a runner's files, by name (`GET …/{id}/files`, `GET …/self/files`);
+/// `nextCursor` is the last name listed, `null` on the last page.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FilePageView<'a> {
+    pub(crate) files: Vec<FileView<'a>>,
+    pub(crate) next_cursor: Option<String>,
+}
+
 /// Why the bootstrap token of a runner of `identity_model` in `state` cannot be rotated, if it
 /// cannot: the rule `routes::runners::rotate` enforces and the runner view's `actions` offer rotation by.
 pub(crate) fn rotation_refusal(identity_model: &str, state: RunnerState) -> Option<ApiError> {
@@ -350,6 +394,7 @@ mod tests {
 
     use super::*;
     use crate::routes::views::to_value;
+    use crate::store::events::EventRow;
 
     /// 2026-01-01T00:00:00Z.
     const NOW: i64 = 1_767_225_600_000;
@@ -534,5 +579,86 @@ mod tests {
         );
         assert_eq!(value["capacity"], json!({"inUse": 1, "maximum": 4}));
         assert_eq!(value["nextCursor"], Value::Null);
+    }
+
+    #[test]
+    fn a_runner_with_its_bootstrap_token_or_as_enrolled_is_the_record_in_an_envelope() {
+        let runner = runner("bootstrap", "pending_approval");
+        let record = to_value(&RunnerView::new(&runner, &[], NOW)).unwrap();
+        assert_eq!(record["state"], "pending_approval");
+        assert_eq!(
+            to_value(&RegisteredRunnerView {
+                runner: RunnerView::new(&runner, &[], NOW),
+                bootstrap_token: "erb_secret",
+            })
+            .unwrap(),
+            json!({"runner": record, "bootstrapToken": "erb_secret"})
+        );
+        assert_eq!(
+            to_value(&EnrolledView {
+                runner: RunnerView::new(&runner, &[], NOW),
+            })
+            .unwrap(),
+            json!({"runner": record})
+        );
+    }
+
+    #[test]
+    fn a_runners_claims_events_and_files_read_as_they_always_have() {
+        let claim: RunnerClaimRow = row(json!({
+            "id": "job_1-a1", "job_id": "job_1", "dispatch_attempt": 1, "state": "active",
+            "issued_at": NOW, "lease_expires_at": NOW + 30_000, "started_at": null,
+            "ended_at": null, "end_reason": null,
+        }));
+        assert_eq!(
+            to_value(&RunnerClaimsView {
+                claims: vec![RunnerClaimView::from(&claim)],
+            })
+            .unwrap(),
+            json!({"claims": [{
+                "id": "job_1-a1", "jobId": "job_1", "dispatchAttempt": 1, "state": "active",
+                "issuedAt": "2026-01-01T00:00:00.000Z",
+                "leaseExpiresAt": "2026-01-01T00:00:30.000Z", "startedAt": null,
+                "endedAt": null, "endReason": null, "held": true,
+            }]})
+        );
+        let event: EventRow = row(json!({
+            "id": 7, "job_id": null, "runner_id": "run_1", "claim_id": null,
+            "actor": "admin:key_1", "type": "runner.rotated", "attempt": null, "reason": null,
+            "detail": r#"{"generation":4}"#, "at": NOW,
+        }));
+        assert_eq!(
+            to_value(&RunnerEventsView {
+                events: vec![EventView::from(&event)],
+                next_cursor: Some("cursor".to_owned()),
+            })
+            .unwrap(),
+            json!({
+                "events": [{
+                    "id": 7, "jobId": null, "runnerId": "run_1", "claimId": null,
+                    "actor": "admin:key_1", "type": "runner.rotated", "attempt": null,
+                    "reason": null, "detail": {"generation": 4},
+                    "at": "2026-01-01T00:00:00.000Z",
+                }],
+                "nextCursor": "cursor",
+            })
+        );
+        let file: FileMeta = row(json!({
+            "name": "lscpu.txt", "size": 12, "content_hash": "cd".repeat(32), "uploaded_at": NOW,
+        }));
+        assert_eq!(
+            to_value(&FilePageView {
+                files: vec![FileView::from(&file)],
+                next_cursor: None,
+            })
+            .unwrap(),
+            json!({
+                "files": [{
+                    "name": "lscpu.txt", "size": 12, "contentHash": "cd".repeat(32),
+                    "uploadedAt": "2026-01-01T00:00:00.000Z",
+                }],
+                "nextCursor": null,
+            })
+        );
     }
 }

@@ -22,11 +22,14 @@ async fn member_key_with_runs_read_lists_runners_but_cannot_register() {
             "scopes",
             "role",
             "createdAt",
+            "lastUsedAt",
+            "revokedAt",
             "expiresAt",
             "apiKey"
         ]),
-        "{reply:?}"
+        "the listed shape with its secret: {reply:?}"
     );
+    assert!(created["lastUsedAt"].is_null() && created["revokedAt"].is_null());
     assert_eq!(created["role"], "member", "the default role");
     assert_eq!(created["scopes"], json!(["runs:read"]));
     assert_eq!(created["name"], "dashboard");
