@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("chaos", ROOT / "tests/chaos/chaos.py")
+spec = importlib.util.spec_from_file_location("chaos", ROOT / "tests/chaos/harness.py")
 chaos = importlib.util.module_from_spec(spec)
 sys.modules["chaos"] = chaos
 spec.loader.exec_module(chaos)
