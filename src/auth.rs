@@ -9,13 +9,13 @@ use std::cell::RefCell;
 use edgerunner_protocol::credential::{self, CredentialError, VerifiedCredential};
 use worker::Request;
 
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::bearer_token;
 use crate::memo::Expiring;
 use crate::platform::secret_hash;
 use crate::secrets::master_secret;
 use crate::store::{api_keys, runners};
-use crate::Ctx;
 
 pub(crate) const API_KEY_PREFIX: &str = "erk";
 pub(crate) const SCOPES: [&str; 4] = ["runs:read", "runs:write", "admin:org", "metrics:read"];

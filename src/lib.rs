@@ -30,6 +30,8 @@
 //! - [`panel`]: the admin panel's static files (`panel/`), with their security headers.
 //! - [`openapi`]: the API document (`docs/openapi.json`), served, and the methods it lists per
 //!   path, which the router enforces (`405`) before the route table.
+//! - [`ctx`]: what every handler is given (the environment, the database, the clock's one
+//!   reading), apart from the route table so that no route depends on this file.
 //! - Leaves: [`error`] (the one error type and its one mapping to
 //!   `{"error": {"code", "message"}}`), [`secrets`] (the signing root and `CRON_SECRET`, checked
 //!   at use), [`http`] (request parsing), [`platform`] (the clock and randomness), [`memo`]
@@ -46,6 +48,7 @@ use worker::{
 
 mod archive;
 mod auth;
+mod ctx;
 mod dispatch_do;
 mod error;
 mod gate_do;
@@ -70,17 +73,9 @@ pub use gate_do::AddressGate;
 pub use job_do::JobObject;
 pub use runner_do::RunnerObject;
 
+use ctx::Ctx;
 use error::{ApiError, ApiResult};
 use routes::{api_keys, identity, runner_files, runners};
-
-/// What every handler needs: the environment, the database and one reading of the clock.
-pub(crate) struct Ctx {
-    pub(crate) env: Env,
-    pub(crate) db: store::Db,
-    pub(crate) now: i64,
-    /// What authentication learns of the caller, for the request's log line.
-    pub(crate) seen: request_log::Seen,
-}
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
@@ -406,8 +401,8 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         Err(err) => worker::console_error!("queue history sample failed: {err:?}"),
     }
     let limit = edgerunner_protocol::archive::JOBS_PER_PASS;
-    match archive::pass(&env, platform::now_ms(), limit).await {
-        Ok(report) => worker::console_log!("archive pass: {report}"),
+    match reaper::archive(&env, platform::now_ms(), limit).await {
+        Ok(report) => worker::console_log!("archive pass: {}", routes::views::shown(&report)),
         Err(err) => worker::console_error!("archive pass failed: {err:?}"),
     }
     let limit = retention::JOBS_PER_PASS;

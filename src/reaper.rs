@@ -18,6 +18,7 @@
 //! `POST /api/remote-runners/jobs/reap`), sent as a view is, through `serde_json::Value`
 //! (members sorted, as they always were).
 
+use edgerunner_protocol::archive::JOBS_PER_PASS;
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::kind::EventKind;
 use edgerunner_protocol::state::{JobState, RunnerInput, RunnerState};
@@ -26,11 +27,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use worker::Env;
 
+use crate::archive::{Mode, Progress};
 use crate::error::{ApiError, ApiResult};
 use crate::objects;
 use crate::objects::job::JobOp;
 use crate::objects::job::{JobReply, Recovered};
 use crate::store;
+use crate::store::writes::Writes;
 
 /// Leases examined by one pass unless the caller asks for fewer.
 pub(crate) const DEFAULT_PASS_LIMIT: i64 = 200;
@@ -52,6 +55,19 @@ pub(crate) struct RecoveryReport {
     /// Job objects that answered with an error or not at all.
     failed: u32,
     /// More expired leases than the pass took: another pass has work.
+    more: bool,
+}
+
+/// What one archive pass did: the due jobs it examined, and what each job's object answered
+/// (archived, still pruning, not yet due by the object's clock, failed); `more`: other jobs are
+/// due past the pass's limit.
+#[derive(Serialize, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ArchiveReport {
+    examined: usize,
+    archived: usize,
+    pruning: usize,
+    waiting: usize,
+    failed: usize,
     more: bool,
 }
 
@@ -190,22 +206,20 @@ fn pending_max_age_millis(env: &Env) -> i64 {
 pub(crate) async fn purge(env: &Env, now: i64) -> ApiResult<PurgeReport> {
     let db = store::Db::of(env, store::RoundTrips::default())?;
     let cutoff = now - pending_max_age_millis(env);
-    let mut statements = Vec::from(store::runners::delete_expired_enrollments(
-        &db,
-        cutoff,
-        PURGE_LIMIT,
-    )?);
-    statements.push(store::runners::purge_challenges(&db, now, PURGE_LIMIT)?);
-    statements.push(store::enrollment::purge(
+    let mut writes = Writes::default();
+    let enrollments =
+        store::runners::delete_expired_enrollments(&db, &mut writes, cutoff, PURGE_LIMIT)?;
+    let challenges = writes.any(store::runners::purge_challenges(&db, now, PURGE_LIMIT)?);
+    let tokens = writes.any(store::enrollment::purge(
         &db,
         now - UNUSED_TOKEN_KEPT_MILLIS,
         PURGE_LIMIT,
     )?);
-    let changed = store::batch(&db, statements).await?;
+    let changed = store::writes::write(&db, writes).await?;
     Ok(PurgeReport {
-        deleted_enrollments: changed.get(3).copied().unwrap_or(0),
-        deleted_challenges: changed.get(4).copied().unwrap_or(0),
-        deleted_enrollment_tokens: changed.get(5).copied().unwrap_or(0),
+        deleted_enrollments: changed.at(enrollments),
+        deleted_challenges: changed.at(challenges),
+        deleted_enrollment_tokens: changed.at(tokens),
     })
 }
 
@@ -252,7 +266,8 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<RetireRep
         "ephemeral": true,
     })
     .to_string();
-    let mut statements = Vec::with_capacity(spent.len() * 2);
+    let mut writes = Writes::default();
+    let mut revokes = Vec::with_capacity(spent.len());
     for runner in &spent {
         let change = store::runners::StateChange {
             org: &runner.organization_id,
@@ -263,8 +278,8 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<RetireRep
             now,
             key_id: None,
         };
-        statements.push(store::runners::change_state(&db, &change)?);
-        statements.push(store::events::insert_if_changed(
+        revokes.push(writes.any(store::runners::change_state(&db, &change)?));
+        writes.any(store::events::insert_if_changed(
             &db,
             &store::events::NewEvent {
                 organization_id: &runner.organization_id,
@@ -281,18 +296,24 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<RetireRep
         )?);
     }
     let mut retired = 0;
-    if !statements.is_empty() {
+    if !revokes.is_empty() {
         // A runner an admin changed meanwhile is left as the admin left it (its guard matches
         // none).
-        let changed = store::batch(&db, statements).await?;
-        retired = changed.iter().step_by(2).filter(|n| **n == 1).count();
+        let changed = store::writes::write(&db, writes).await?;
+        retired = revokes.iter().filter(|at| changed.at(**at) == 1).count();
     }
     // Then the deletion of those retired long enough; a failure leaves them for the next pass
     // and takes nothing from the retirement above.
-    let deleted = match store::runners::delete_retired_ephemeral(&db, now - kept, RETIRE_LIMIT) {
-        Ok(statements) => store::batch(&db, Vec::from(statements))
+    let mut deletion = Writes::default();
+    let deleted = match store::runners::delete_retired_ephemeral(
+        &db,
+        &mut deletion,
+        now - kept,
+        RETIRE_LIMIT,
+    ) {
+        Ok(runners) => store::writes::write(&db, deletion)
             .await
-            .map(|changed| changed.get(4).copied().unwrap_or(0)),
+            .map(|changed| changed.at(runners)),
         Err(err) => Err(err),
     };
     let deleted = deleted.unwrap_or_else(|err| {
@@ -303,6 +324,59 @@ pub(crate) async fn retire_ephemeral(env: &Env, now: i64) -> ApiResult<RetireRep
         retired_runners: retired,
         deleted_runners: deleted,
     })
+}
+
+/// Job objects one archive pass asks at once.
+const ARCHIVE_CONCURRENCY: usize = 4;
+
+/// One bounded pass over finished jobs whose archive is due, oldest finish first (the cron
+/// trigger's; the backfill of jobs that finished before archiving existed too): each job's
+/// object runs its next step (`crate::archive::advance`). At most `limit` jobs; `more` says
+/// whether others are due.
+pub(crate) async fn archive(env: &Env, now: i64, limit: u32) -> ApiResult<ArchiveReport> {
+    let db = store::Db::of(env, store::RoundTrips::default())?;
+    let limit = i64::from(limit.min(JOBS_PER_PASS));
+    let due_before = now.saturating_sub(crate::archive::grace_ms(env));
+    let due = store::archive::due(&db, due_before, limit + 1).await?;
+    let batch: Vec<&str> = due
+        .iter()
+        .take(usize::try_from(limit).unwrap_or(0))
+        .map(|job| job.id.as_str())
+        .collect();
+    let mut report = ArchiveReport {
+        examined: batch.len(),
+        more: i64::try_from(due.len()).unwrap_or(i64::MAX) > limit,
+        ..ArchiveReport::default()
+    };
+    for group in batch.chunks(ARCHIVE_CONCURRENCY) {
+        let ops: Vec<JobOp> = group
+            .iter()
+            .map(|id| JobOp::Archive {
+                job_id: (*id).to_owned(),
+                mode: Mode::Due,
+            })
+            .collect();
+        let replies = join_all(ops.iter().map(|op| objects::job::call(env, db.trips(), op))).await;
+        for reply in replies {
+            match reply {
+                Ok(JobReply::Archived(Progress::Done)) => report.archived += 1,
+                Ok(JobReply::Archived(Progress::More)) => report.pruning += 1,
+                // Due by the pass's clock, a moment early by the object's; its alarm is set.
+                Ok(JobReply::Archived(Progress::WaitUntil(_) | Progress::Live)) => {
+                    report.waiting += 1;
+                }
+                Ok(other) => {
+                    worker::console_error!("archive pass: answered {other:?}");
+                    report.failed += 1;
+                }
+                Err(err) => {
+                    worker::console_error!("archive pass: {err:?}");
+                    report.failed += 1;
+                }
+            }
+        }
+    }
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -337,6 +411,18 @@ mod tests {
             })
             .unwrap(),
             json!({"deletedEnrollments": 1, "deletedChallenges": 2, "deletedEnrollmentTokens": 3})
+        );
+        assert_eq!(
+            serde_json::to_value(ArchiveReport {
+                examined: 5,
+                archived: 1,
+                pruning: 1,
+                waiting: 1,
+                failed: 2,
+                more: false,
+            })
+            .unwrap(),
+            json!({"examined": 5, "archived": 1, "pruning": 1, "waiting": 1, "failed": 2, "more": false})
         );
         assert_eq!(
             serde_json::to_value(HistoryReport {

@@ -22,6 +22,7 @@ use crate::routes::views::jobs::{
     BundleClaimView, BundleCompletionView, JobView, SentChunkView, UnstoredView,
 };
 use crate::routes::views::to_value;
+use crate::store::archive::Basis;
 use crate::store::{batched, jobs, Db, RoundTrips};
 
 /// Chunks per page of the bundle's stream.
@@ -51,14 +52,6 @@ pub(crate) struct Piece {
     pub(crate) bytes: Vec<u8>,
     /// Offsets are from the bundle's start.
     pub(crate) chunks: Vec<ChunkSpan>,
-}
-
-/// What the bundle was written from, besides its rows: the decisions the job held when it was
-/// read, which the archive's store statement asserts are still all it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Basis {
-    pub(crate) completions: i64,
-    pub(crate) unstored_decisions: i64,
 }
 
 /// The streamed bundle's state between pieces.

@@ -32,17 +32,14 @@ pub(crate) mod record;
 use edgerunner_protocol::archive::{
     after_prune_batch, bundle_key, decide, record_key, ArchiveFacts, ArchiveStep, ArchiveSummary,
     ObjectDigest, ObjectHasher, PruneNext, StreamSummary, VerifiedObject, ARCHIVE_GRACE_MILLIS,
-    JOBS_PER_PASS, PRUNE_BATCH_ROWS,
+    PRUNE_BATCH_ROWS,
 };
 use edgerunner_protocol::stable_json::Sha256Hex;
-use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use worker::Env;
 
 use crate::error::{ApiError, ApiResult};
-use crate::objects::job::{JobOp, JobReply};
-use crate::store::{self, Db, RoundTrips};
+use crate::store::{self, Db};
 use bundle::{BundleWriter, ChunkSpan};
 use objects::{PartsWriter, SINGLE_PUT_MAX_BYTES};
 use record::{ArchiveRecord, ChunkEntry, RECORD_VERSION};
@@ -50,8 +47,6 @@ use record::{ArchiveRecord, ChunkEntry, RECORD_VERSION};
 /// Prune batches one step runs at most; the rest is the next step's (the job's alarm comes
 /// back at once), so that one step stays well inside a request's time.
 const PRUNE_BATCHES_PER_STEP: u32 = 40;
-/// Job objects one pass asks at once.
-const PASS_CONCURRENCY: usize = 4;
 
 /// When a step runs.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,7 +170,7 @@ async fn store_archive(env: &Env, db: &Db, org: &str, id: &str, now: i64) -> Api
 struct WrittenBundle {
     digest: ObjectDigest,
     spans: Vec<ChunkSpan>,
-    basis: bundle::Basis,
+    basis: store::archive::Basis,
 }
 
 /// Writes the job's bundle under its content-addressed key: from memory in one `put` when it
@@ -246,58 +241,4 @@ async fn prune(db: &Db, org: &str, id: &str) -> ApiResult<Progress> {
         }
     }
     Ok(Progress::More)
-}
-
-/// One bounded pass over finished jobs whose archive is due, oldest finish first (the cron
-/// trigger's; the backfill of jobs that finished before archiving existed too): each job's
-/// object runs its next step. At most `limit` jobs; `more` says whether others are due.
-pub(crate) async fn pass(env: &Env, now: i64, limit: u32) -> ApiResult<Value> {
-    let db = Db::of(env, RoundTrips::default())?;
-    let limit = i64::from(limit.min(JOBS_PER_PASS));
-    let due = store::archive::due(&db, now.saturating_sub(grace_ms(env)), limit + 1).await?;
-    let more = i64::try_from(due.len()).unwrap_or(i64::MAX) > limit;
-    let batch: Vec<&str> = due
-        .iter()
-        .take(usize::try_from(limit).unwrap_or(0))
-        .map(|job| job.id.as_str())
-        .collect();
-    let (mut archived, mut pruning, mut waiting, mut failed) = (0, 0, 0, 0);
-    for group in batch.chunks(PASS_CONCURRENCY) {
-        let ops: Vec<JobOp> = group
-            .iter()
-            .map(|id| JobOp::Archive {
-                job_id: (*id).to_owned(),
-                mode: Mode::Due,
-            })
-            .collect();
-        let replies = join_all(
-            ops.iter()
-                .map(|op| crate::objects::job::call(env, db.trips(), op)),
-        )
-        .await;
-        for reply in replies {
-            match reply {
-                Ok(JobReply::Archived(Progress::Done)) => archived += 1,
-                Ok(JobReply::Archived(Progress::More)) => pruning += 1,
-                // Due by the pass's clock, a moment early by the object's; its alarm is set.
-                Ok(JobReply::Archived(Progress::WaitUntil(_) | Progress::Live)) => waiting += 1,
-                Ok(other) => {
-                    worker::console_error!("archive pass: answered {other:?}");
-                    failed += 1;
-                }
-                Err(err) => {
-                    worker::console_error!("archive pass: {err:?}");
-                    failed += 1;
-                }
-            }
-        }
-    }
-    Ok(json!({
-        "examined": batch.len(),
-        "archived": archived,
-        "pruning": pruning,
-        "waiting": waiting,
-        "failed": failed,
-        "more": more,
-    }))
 }

@@ -5,8 +5,7 @@
 use edgerunner_protocol::kind::EventKind;
 use std::cell::{Cell, RefCell};
 
-use super::snapshot::Snapshot;
-use super::Known;
+use super::snapshot::{Known, Snapshot};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::job::{Holder, JobRefusal, JobReply};
 use crate::platform::now_ms;

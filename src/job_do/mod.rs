@@ -12,7 +12,7 @@
 //! and assert what the decision relied on; the schema's triggers and constraints make a guard
 //! that does not hold abort the whole batch rather than match nothing ([`dispatch`]).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::rc::Rc;
 
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State, Storage};
@@ -23,7 +23,7 @@ use crate::objects::{answer, read_op};
 use crate::platform::{alarm_delay, now_ms};
 use crate::store::{guards, Db, RoundTrips};
 use commit::{Answer, OpCtx, OpOutcome, OpResult};
-use snapshot::Snapshot;
+use snapshot::{Known, Snapshot};
 
 mod cancel;
 mod commit;
@@ -56,9 +56,6 @@ pub struct JobObject {
 /// every few heartbeats, and one that stops is still recovered at its lease (the earlier alarm
 /// finds the lease alive and re-arms there).
 const ALARM_KEPT_AHEAD_MILLIS: i64 = 30_000;
-
-/// The job as its object last left it, or nothing (the next operation loads it).
-type Known = Rc<RefCell<Option<Snapshot>>>;
 
 impl DurableObject for JobObject {
     fn new(state: State, env: Env) -> Self {

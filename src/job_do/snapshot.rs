@@ -3,6 +3,9 @@
 //! read in one round trip ([`Snapshot::load`]) or at the end of a write's own batch
 //! ([`Snapshot::reads`]); and what the operations read of it.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use edgerunner_protocol::chunk::ChainHead;
 use edgerunner_protocol::recovery::JobLease;
 use edgerunner_protocol::stable_json::Sha256Hex;
@@ -18,6 +21,9 @@ use crate::store::Db;
 
 /// Everything an operation decides from, read in one round trip.
 pub(crate) type Snapshot = batched::JobRows;
+
+/// The job as its object last left it, or nothing (the next operation loads it).
+pub(super) type Known = Rc<RefCell<Option<Snapshot>>>;
 
 impl Snapshot {
     /// The job read fresh, in one round trip; with a `holder`, that runner's credential

@@ -11,11 +11,12 @@ use super::views::api_keys::{
 use super::views::respond;
 use super::{optional_str, refuse_unknown, required_name};
 use crate::auth::{self, SCOPES};
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::json_object;
 use crate::platform::{random_id, random_secret, rfc3339, secret_hash};
+use crate::store::writes::Writes;
 use crate::store::{self, api_keys, events};
-use crate::Ctx;
 
 const DAY_MILLIS: i64 = 86_400_000;
 /// A key's lifetime in days when the request names none: long enough for a CI secret to be
@@ -160,15 +161,16 @@ pub(crate) async fn revoke(req: Request, ctx: &Ctx, id: &str) -> ApiResult<Respo
         Some(&detail),
         ctx.now,
     );
-    let changed = store::batch(
+    let mut writes = Writes::default();
+    let revoked = writes.any(api_keys::revoke(
         &ctx.db,
-        vec![
-            api_keys::revoke(&ctx.db, &caller.organization_id, id, ctx.now)?,
-            events::insert_if_changed(&ctx.db, &event)?,
-        ],
-    )
-    .await?;
-    store::expect_one(changed[0], || {
+        &caller.organization_id,
+        id,
+        ctx.now,
+    )?);
+    writes.any(events::insert_if_changed(&ctx.db, &event)?);
+    let changed = store::writes::write(&ctx.db, writes).await?;
+    store::expect_one(changed.at(revoked), || {
         ApiError::not_found("no live API key with that id")
     })?;
     respond(

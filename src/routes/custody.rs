@@ -11,9 +11,9 @@ use super::views::{respond, to_value};
 use crate::archive::bundle::{BundleWriter, LAST_ATTEMPT, STREAM_PAGE_BYTES};
 use crate::archive::reads::Archived;
 use crate::auth::{self, Scope};
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{archive, batched, jobs};
-use crate::Ctx;
 
 /// Chunks per page of `GET …/jobs/{id}/stream` (the payload bytes a page stops at are the
 /// bundle's page budget, `STREAM_PAGE_BYTES`).

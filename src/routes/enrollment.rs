@@ -7,6 +7,7 @@
 //! anyone can make a runner wait for approval. `token` asks for an admin's say-so up front, and
 //! `closed` refuses every enrollment.
 
+pub(crate) use edgerunner_protocol::enrollment::{EnrollmentPolicy as Policy, TokenState};
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::kind::EventKind;
 use serde_json::{json, Map, Value};
@@ -16,12 +17,12 @@ use super::views::enrollment::{PolicyView, RevokedTokenView, TokenListView, Toke
 use super::views::respond;
 use super::{optional_name, refuse_unknown, required_str};
 use crate::auth;
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{json_object_capped, SMALL_BODY_BYTES};
 use crate::platform::{random_id, random_secret, rfc3339, secret_hash};
 use crate::store::writes::Writes;
 use crate::store::{self, enrollment, events};
-use crate::Ctx;
 
 /// What an enrollment token starts with, so a leaked one is recognisable (API keys are `erk_`).
 pub(crate) const TOKEN_PREFIX: &str = "ere";
@@ -37,78 +38,6 @@ const DEFAULT_EXPIRES_IN_SECONDS: i64 = 24 * 3600;
 /// until the reaper deletes it.
 const MAX_LISTED: i64 = 200;
 const DEFAULT_NAME: &str = "enrollment token";
-
-/// An organization's enrollment policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Policy {
-    Open,
-    Token,
-    Closed,
-}
-
-impl Policy {
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "open" => Some(Self::Open),
-            "token" => Some(Self::Token),
-            "closed" => Some(Self::Closed),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Token => "token",
-            Self::Closed => "closed",
-        }
-    }
-
-    pub(crate) fn stored(text: &str) -> ApiResult<Self> {
-        Self::parse(text)
-            .ok_or_else(|| ApiError::internal(format!("stored enrollment policy {text:?}")))
-    }
-}
-
-/// A token's state at `now`, as the list shows it and as [`admit`] decides from it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TokenState {
-    Live,
-    UsedUp,
-    Expired,
-    Revoked,
-}
-
-impl TokenState {
-    pub(crate) fn of(token: &enrollment::TokenRow, now: i64) -> Self {
-        if token.revoked_at.is_some() {
-            Self::Revoked
-        } else if token.uses >= token.max_uses {
-            Self::UsedUp
-        } else if now >= token.expires_at {
-            Self::Expired
-        } else {
-            Self::Live
-        }
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Live => "live",
-            Self::UsedUp => "used_up",
-            Self::Expired => "expired",
-            Self::Revoked => "revoked",
-        }
-    }
-
-    /// What an admin may do to a token in this state: revoke it, until it is revoked.
-    pub(crate) fn actions(self) -> Vec<&'static str> {
-        match self {
-            Self::Revoked => Vec::new(),
-            Self::Live | Self::UsedUp | Self::Expired => vec!["revoke"],
-        }
-    }
-}
 
 /// What an enrollment presented, as [`admit`] reads it.
 pub(crate) enum Presented<'a> {
@@ -163,7 +92,7 @@ pub(crate) fn admit<'a>(
         Presented::Nothing if policy == Policy::Token => Err(refused()),
         Presented::Nothing => Ok(None),
         Presented::Unknown => Err(refused()),
-        Presented::Found(token) => match TokenState::of(token, now) {
+        Presented::Found(token) => match token.state(now) {
             TokenState::Live => Ok(Some(token.id.as_str())),
             _ => Err(refused()),
         },
@@ -202,10 +131,7 @@ pub(crate) async fn get_policy(req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let row = enrollment::policy(&ctx.db, org)
         .await?
         .ok_or_else(|| ApiError::internal("an authenticated key's organization vanished"))?;
-    respond(
-        200,
-        &PolicyView::new(org, Policy::stored(&row.enrollment_policy)?),
-    )
+    respond(200, &PolicyView::new(org, row.enrollment_policy))
 }
 
 /// `PUT /api/developer/enrollment-policy`: `{"policy": "open" | "token" | "closed"}`. Runners
@@ -226,7 +152,7 @@ pub(crate) async fn put_policy(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
     let detail = json!({ "policy": policy.as_str() }).to_string();
     events::set_organization_setting(
         &ctx.db,
-        enrollment::set_policy(&ctx.db, org, policy.as_str())?,
+        enrollment::set_policy(&ctx.db, org, policy)?,
         &events::NewEvent::of_organization(
             org,
             &actor,
@@ -483,22 +409,10 @@ mod tests {
 
     #[test]
     fn a_revoked_token_reads_revoked_before_used_up_or_expired() {
-        assert_eq!(
-            TokenState::of(&token(1, 1, NOW, Some(NOW)), NOW),
-            TokenState::Revoked
-        );
-        assert_eq!(
-            TokenState::of(&token(1, 1, NOW, None), NOW),
-            TokenState::UsedUp
-        );
-        assert_eq!(
-            TokenState::of(&token(0, 1, NOW, None), NOW),
-            TokenState::Expired
-        );
-        assert_eq!(
-            TokenState::of(&token(0, 1, NOW + 1, None), NOW),
-            TokenState::Live
-        );
+        assert_eq!(token(1, 1, NOW, Some(NOW)).state(NOW), TokenState::Revoked);
+        assert_eq!(token(1, 1, NOW, None).state(NOW), TokenState::UsedUp);
+        assert_eq!(token(0, 1, NOW, None).state(NOW), TokenState::Expired);
+        assert_eq!(token(0, 1, NOW + 1, None).state(NOW), TokenState::Live);
     }
 
     #[test]

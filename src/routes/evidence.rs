@@ -14,11 +14,11 @@ use super::views::evidence::{
 use super::views::respond;
 use super::{optional_name, optional_str, refuse_unknown, required_str};
 use crate::auth::{self, AdminCaller, Scope};
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::json_object;
 use crate::platform::random_id;
 use crate::store::{self, evidence};
-use crate::Ctx;
 
 /// A test result's outcomes (`test_results.status`).
 const TEST_STATUSES: [&str; 4] = ["passed", "failed", "error", "skipped"];

@@ -13,13 +13,14 @@ use edgerunner_protocol::state::RunnerState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
 
-use super::enrollment::{admit, presented_token, Policy, Presented};
+use super::enrollment::{admit, presented_token, Presented};
 use super::runner_files::check_file;
 use super::views::identity::{ChallengeView, SessionView};
 use super::views::respond;
 use super::views::runners::{EnrolledView, RunnerClaimView, RunnerClaimsView, RunnerView};
 use super::{capability_document, optional_str, refuse_unknown, required_name, required_str};
 use crate::auth;
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{
     client_address, client_network, client_site, json_object_capped, ENROLL_BODY_BYTES,
@@ -29,7 +30,6 @@ use crate::objects::gate::{self, Bucket};
 use crate::platform::{random_bytes, random_id, rfc3339, secret_hash};
 use crate::secrets::master_secret;
 use crate::store::{self, enrollment, events, runners};
-use crate::Ctx;
 
 /// How long a challenge may be answered.
 const CHALLENGE_TTL_MILLIS: i64 = 60_000;
@@ -184,10 +184,9 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
 
     // An unknown organization is `None`: [`admit`] refuses it with the answer a closed one, or
     // one that asks for a token, gets, so the route tells a stranger nothing of which exist.
-    let policy = match enrollment::policy(&ctx.db, organization_id).await? {
-        Some(row) => Some(Policy::stored(&row.enrollment_policy)?),
-        None => None,
-    };
+    let policy = enrollment::policy(&ctx.db, organization_id)
+        .await?
+        .map(|row| row.enrollment_policy);
     // Looked up whatever the policy, so that the refusals take the same reads.
     let token = presented_token(&body, organization_id, ctx).await?;
     let presented = match (&token, body.get("enrollmentToken")) {

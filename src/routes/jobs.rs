@@ -19,6 +19,7 @@ use super::views::respond;
 use super::{limit_param, refuse_unknown, required_name, required_str, Cursor};
 use crate::archive::reads;
 use crate::auth::{self, PresentedKey, Scope};
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{json_body_capped, json_object, SMALL_BODY_BYTES};
 use crate::objects;
@@ -27,7 +28,6 @@ use crate::platform::random_id;
 use crate::store::batched::{self, Binding, Page};
 use crate::store::writes::Writes;
 use crate::store::{self, api_keys, events, guards, jobs};
-use crate::Ctx;
 pub(crate) async fn enqueue(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // The key is settled before the body is read, and its lookup still rides in the enqueue's
     // one read: `PresentedKey::of` refuses, without I/O, a missing key, one not of a key's form

@@ -11,9 +11,9 @@ use super::views::metrics::{render, CONTENT_TYPE};
 use super::views::queues::build;
 use super::views::respond;
 use crate::auth::{self, Scope};
+use crate::ctx::Ctx;
 use crate::error::ApiResult;
 use crate::store::{self, queues};
-use crate::Ctx;
 
 /// Who reads the queues and `/metrics`: a `runs:read` or `metrics:read` key, or an admin key
 /// with `admin:org`.

@@ -16,11 +16,11 @@ use super::views::releases::{
 use super::views::respond;
 use super::{limit_param, optional_str, refuse_unknown, required_name, required_str, Cursor};
 use crate::auth::{self, Scope};
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{json_object, query_param};
 use crate::platform::{random_id, rfc3339};
 use crate::store::{self, events, releases};
-use crate::Ctx;
 
 fn artifact_not_found() -> ApiError {
     ApiError::not_found("no such release artifact")

@@ -16,10 +16,10 @@ use super::views::respond;
 use super::views::retention::{RetentionView, UsageView};
 use super::{refuse_unknown, required_str};
 use crate::auth;
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{json_object_capped, SMALL_BODY_BYTES};
 use crate::store::{events, jobs, retention, usage};
-use crate::Ctx;
 
 /// `GET /api/developer/retention`.
 pub(crate) async fn get_setting(req: Request, ctx: &Ctx) -> ApiResult<Response> {

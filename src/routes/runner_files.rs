@@ -8,11 +8,12 @@ use worker::{Request, Response};
 use super::views::respond;
 use super::views::runners::{FilePageView, FileView};
 use crate::auth;
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::body_bytes;
 use crate::platform::secret_hash;
+use crate::store::writes::Writes;
 use crate::store::{self, runners};
-use crate::Ctx;
 
 /// Files a runner uploads about itself are small text (logs, `lscpu`).
 pub(crate) const MAX_FILE_BYTES: usize = 256 * 1024;
@@ -98,20 +99,18 @@ pub(crate) async fn put_self_file(mut req: Request, ctx: &Ctx, name: &str) -> Ap
         .map_err(|_| ApiError::unprocessable(ErrorCode::InvalidFile, "files must be UTF-8 text"))?;
     check_file(name, &content)?;
     let hash = secret_hash(&content);
-    let changed = store::batch(
+    let mut writes = Writes::default();
+    let put = writes.any(runners::put_file(
         &ctx.db,
-        vec![runners::put_file(
-            &ctx.db,
-            caller.organization_id(),
-            caller.runner_id(),
-            name,
-            &content,
-            &hash,
-            ctx.now,
-        )?],
-    )
-    .await?;
-    if changed.first().copied() != Some(1) {
+        caller.organization_id(),
+        caller.runner_id(),
+        name,
+        &content,
+        &hash,
+        ctx.now,
+    )?);
+    // The file's guard (the runner's file and byte limits) matches nothing when full.
+    if store::writes::write(&ctx.db, writes).await?.at(put) != 1 {
         return Err(ApiError::conflict(
             ErrorCode::RunnerFilesFull,
             format!(

@@ -14,6 +14,7 @@ use super::views::jobs::HeldArtifactView;
 use super::views::respond;
 use super::{refuse_unknown, required_str};
 use crate::auth;
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{json_body, json_object_capped, CLAIM_BODY_BYTES, SMALL_BODY_BYTES};
 use crate::objects;
@@ -21,7 +22,6 @@ use crate::objects::job::{Holder, JobOp};
 use crate::objects::runner::{RunnerOp, RunnerReply};
 use crate::platform::now_ms;
 use crate::store::jobs;
-use crate::Ctx;
 pub(crate) async fn claim(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     // The runner's object checks generation and state against the live row itself.
     let credential = auth::runner_credential(&req, ctx)?;

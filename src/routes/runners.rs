@@ -15,13 +15,14 @@ use super::views::runners::{
 };
 use super::{limit_param, optional_str, plain_number, refuse_unknown, required_name, Cursor};
 use crate::auth::{self, Scope};
+use crate::ctx::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::http::json_object;
 use crate::objects;
 use crate::platform::{random_id, random_secret, secret_hash};
 use crate::store::batched::{self, Page};
+use crate::store::writes::Writes;
 use crate::store::{self, events, runners};
-use crate::Ctx;
 
 pub(crate) const BOOTSTRAP_TOKEN_PREFIX: &str = "erb";
 /// Bootstrap tokens may be given a lifetime of at most ten years.
@@ -314,14 +315,15 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
     let actor = caller.actor();
     // Status and tags change together or not at all: the batch opens by asserting the runner
     // is still in the state this change was decided from.
-    let mut statements = vec![runners::assert_state(
+    let mut writes = Writes::default();
+    writes.any(runners::assert_state(
         &ctx.db,
         &caller.organization_id,
         id,
         runner.state,
-    )?];
-
-    let mut state_statement = None;
+    )?);
+    // The changes whose guard must hold (one row each), or the runner moved under this request.
+    let mut guarded = Vec::new();
     if let Some(status) = status {
         let current = runner.state;
         let mut input = RunnerInput::from_admin_status(status)?;
@@ -373,12 +375,10 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
                 detail_json: Some(&detail),
                 at: ctx.now,
             };
-            state_statement = Some(statements.len());
-            statements.push(runners::change_state(&ctx.db, &change)?);
-            statements.push(events::insert_if_changed(&ctx.db, &event)?);
+            guarded.push(writes.any(runners::change_state(&ctx.db, &change)?));
+            writes.any(events::insert_if_changed(&ctx.db, &event)?);
         }
     }
-    let mut tags_statement = None;
     if let Some(tags) = &tags {
         let tags_json = Value::Array(
             tags.iter()
@@ -401,20 +401,19 @@ pub(crate) async fn patch(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<Re
             detail_json: Some(&detail),
             at: ctx.now,
         };
-        tags_statement = Some(statements.len());
-        statements.push(runners::set_tags(
+        guarded.push(writes.any(runners::set_tags(
             &ctx.db,
             &caller.organization_id,
             id,
             &tags_json,
             ctx.now,
-        )?);
-        statements.push(events::insert_if_changed(&ctx.db, &event)?);
+        )?));
+        writes.any(events::insert_if_changed(&ctx.db, &event)?);
     }
-    if statements.len() > 1 {
-        let changed = store::batch(&ctx.db, statements).await?;
-        for index in [state_statement, tags_statement].into_iter().flatten() {
-            store::expect_one(changed[index], || {
+    if !guarded.is_empty() {
+        let changed = store::writes::write(&ctx.db, writes).await?;
+        for at in guarded {
+            store::expect_one(changed.at(at), || {
                 ApiError::conflict(
                     ErrorCode::RunnerChanged,
                     "the runner changed while this request was decided; reload and retry",
@@ -464,15 +463,11 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
         detail_json: Some(&detail),
         at: ctx.now,
     };
-    let changed = store::batch(
-        &ctx.db,
-        vec![
-            runners::rotate(&ctx.db, &rotation)?,
-            events::insert_if_changed(&ctx.db, &event)?,
-        ],
-    )
-    .await?;
-    store::expect_one(changed[0], || {
+    let mut writes = Writes::default();
+    let rotated = writes.any(runners::rotate(&ctx.db, &rotation)?);
+    writes.any(events::insert_if_changed(&ctx.db, &event)?);
+    let changed = store::writes::write(&ctx.db, writes).await?;
+    store::expect_one(changed.at(rotated), || {
         ApiError::conflict(
             ErrorCode::RunnerChanged,
             "the runner changed while rotating; reload and retry",

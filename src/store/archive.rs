@@ -12,8 +12,15 @@ use serde::Deserialize;
 use worker::D1PreparedStatement;
 
 use super::{all, changes, first, stmt, write_batch, Db};
-use crate::archive::bundle::Basis;
 use crate::error::{ApiError, ApiResult};
+
+/// What a job's bundle was written from, besides its rows: the decisions the job held when it
+/// was read, which the archive's store statement asserts are still all it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Basis {
+    pub(crate) completions: i64,
+    pub(crate) unstored_decisions: i64,
+}
 
 /// A job's row as its archive needs it: what the stage is decided from, and the summary once
 /// stored.

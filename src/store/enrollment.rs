@@ -2,6 +2,7 @@
 //! key-pair runner into an organization. A token is found by the SHA-256 of what the runner
 //! presents, always within one organization; the token itself is never stored.
 
+use edgerunner_protocol::enrollment::{EnrollmentPolicy, TokenState};
 use serde::Deserialize;
 use worker::D1PreparedStatement;
 
@@ -10,7 +11,7 @@ use crate::error::ApiResult;
 
 #[derive(Deserialize)]
 pub(crate) struct OrganizationPolicy {
-    pub(crate) enrollment_policy: String,
+    pub(crate) enrollment_policy: EnrollmentPolicy,
 }
 
 /// The organization's policy as stored, `None` for an unknown organization.
@@ -24,11 +25,15 @@ pub(crate) async fn policy(db: &Db, org: &str) -> ApiResult<Option<OrganizationP
 }
 
 /// Sets the policy; 1 row for a known organization.
-pub(crate) fn set_policy(db: &Db, org: &str, policy: &str) -> ApiResult<D1PreparedStatement> {
+pub(crate) fn set_policy(
+    db: &Db,
+    org: &str,
+    policy: EnrollmentPolicy,
+) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/enrollment/set_policy.sql"),
-        &[org.into(), policy.into()],
+        &[org.into(), policy.as_str().into()],
     )
 }
 
@@ -65,6 +70,19 @@ pub(crate) struct TokenRow {
     pub(crate) expires_at: i64,
     pub(crate) revoked_at: Option<i64>,
     pub(crate) last_used_at: Option<i64>,
+}
+
+impl TokenRow {
+    /// The token's state at `now` (the protocol's rule).
+    pub(crate) fn state(&self, now: i64) -> TokenState {
+        TokenState::at(
+            self.revoked_at.is_some(),
+            self.uses,
+            self.max_uses,
+            self.expires_at,
+            now,
+        )
+    }
 }
 
 /// The organization's token whose hash this is; another organization's token is not found.

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use worker::D1PreparedStatement;
 
+use super::writes::{Slot, Writes};
 use super::{all, batch, first, run, stmt, Arg, Db};
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 
@@ -522,17 +523,18 @@ pub(crate) fn enrollment_expired_moves() -> String {
 }
 
 /// The cron pass's deletion of at most `limit` enrollments registered before `cutoff` and never
-/// approved: their events, files and challenges, then the runners (four statements, in that
-/// order, for one batch; the last one's row count is the number deleted). The key of a deleted
-/// enrollment may enroll again.
+/// approved: their events, files and challenges, then the runners (added to `writes` in that
+/// order; the count at the answered slot is the number of runners deleted). The key of a
+/// deleted enrollment may enroll again.
 pub(crate) fn delete_expired_enrollments(
     db: &Db,
+    writes: &mut Writes,
     cutoff: i64,
     limit: i64,
-) -> ApiResult<[D1PreparedStatement; 4]> {
+) -> ApiResult<Slot> {
     let moves = enrollment_expired_moves();
     let args = [cutoff.into(), limit.into(), moves.as_str().into()];
-    Ok([
+    writes.extend([
         stmt(
             db,
             include_str!("queries/runners/delete_expired_enrollment_events.sql"),
@@ -548,12 +550,12 @@ pub(crate) fn delete_expired_enrollments(
             include_str!("queries/runners/delete_expired_enrollment_challenges.sql"),
             &args,
         )?,
-        stmt(
-            db,
-            include_str!("queries/runners/delete_expired_enrollments.sql"),
-            &args,
-        )?,
-    ])
+    ]);
+    Ok(writes.any(stmt(
+        db,
+        include_str!("queries/runners/delete_expired_enrollments.sql"),
+        &args,
+    )?))
 }
 
 /// An ephemeral runner whose one claim ended (or that an admin drained before it took any).
@@ -576,15 +578,16 @@ pub(crate) async fn spent_ephemeral(db: &Db, limit: i64) -> ApiResult<Vec<SpentR
 
 /// The cron pass's deletion of at most `limit` ephemeral runners revoked before `cutoff` that
 /// nothing of their job names any more: their own events, files, challenges and credentials,
-/// then the runners (five statements, in that order, for one batch; the last one's row count
-/// is the number deleted).
+/// then the runners (added to `writes` in that order; the count at the answered slot is the
+/// number of runners deleted).
 pub(crate) fn delete_retired_ephemeral(
     db: &Db,
+    writes: &mut Writes,
     cutoff: i64,
     limit: i64,
-) -> ApiResult<[D1PreparedStatement; 5]> {
+) -> ApiResult<Slot> {
     let args = [cutoff.into(), limit.into()];
-    Ok([
+    writes.extend([
         stmt(
             db,
             include_str!("queries/runners/delete_retired_ephemeral_events.sql"),
@@ -605,12 +608,12 @@ pub(crate) fn delete_retired_ephemeral(
             include_str!("queries/runners/delete_retired_ephemeral_credentials.sql"),
             &args,
         )?,
-        stmt(
-            db,
-            include_str!("queries/runners/delete_retired_ephemeral.sql"),
-            &args,
-        )?,
-    ])
+    ]);
+    Ok(writes.any(stmt(
+        db,
+        include_str!("queries/runners/delete_retired_ephemeral.sql"),
+        &args,
+    )?))
 }
 
 /// Deletes at most `limit` challenges that were used or expired by `now`.

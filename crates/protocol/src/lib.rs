@@ -26,6 +26,7 @@ pub mod capability;
 pub mod chunk;
 pub mod completion;
 pub mod credential;
+pub mod enrollment;
 pub mod envelope;
 pub mod error_code;
 pub mod keypair;

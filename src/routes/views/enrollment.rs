@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use crate::platform::rfc3339;
-use crate::routes::enrollment::{Policy, TokenState};
 use crate::store::enrollment::TokenRow;
+use edgerunner_protocol::enrollment::EnrollmentPolicy as Policy;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -47,7 +47,7 @@ pub(crate) struct TokenView<'a> {
 impl<'a> TokenView<'a> {
     /// The token as it stands at `now`.
     pub(crate) fn new(token: &'a TokenRow, now: i64) -> Self {
-        let state = TokenState::of(token, now);
+        let state = token.state(now);
         TokenView {
             id: &token.id,
             name: &token.name,
