@@ -18,9 +18,8 @@ use edgerunner_protocol::recovery::MAX_DISPATCHES;
 use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult};
-use crate::routes::views::jobs::{
-    BundleClaimView, BundleCompletionView, JobView, SentChunkView, UnstoredView,
-};
+use crate::routes::views::custody::{BundleClaimView, BundleCompletionView, SentChunkView};
+use crate::routes::views::jobs::{JobView, UnstoredView};
 use crate::routes::views::to_value;
 use crate::store::archive::Basis;
 use crate::store::{batched, jobs, Db, RoundTrips};

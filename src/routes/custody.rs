@@ -6,7 +6,7 @@ use edgerunner_protocol::error_code::ErrorCode;
 use worker::{Request, Response};
 
 use super::limit_param;
-use super::views::jobs::{ReceivedChunkView, StreamPageView};
+use super::views::custody::{ReceivedChunkView, StreamPageView};
 use super::views::{respond, to_value};
 use crate::archive::bundle::{BundleWriter, LAST_ATTEMPT, STREAM_PAGE_BYTES};
 use crate::archive::reads::Archived;

@@ -7,6 +7,7 @@
 //! key that is not a string), so `json!` may hold views.
 
 pub(crate) mod api_keys;
+pub(crate) mod custody;
 pub(crate) mod enrollment;
 pub(crate) mod evidence;
 pub(crate) mod history;
