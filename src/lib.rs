@@ -9,15 +9,14 @@
 //!   cancel, reap), jobs as runners work them (`runner_jobs`: claim, held-job reads, heartbeat,
 //!   stream, complete, hand-back), and the custody reads (`custody`: stream pages, bundle); the
 //!   JSON every surface answers with are serde views in `routes::views`.
-//! - [`objects`]: what each Durable Object is asked and answers, one module per object (its
-//!   operations, its typed reply and refusal with the refusal's one HTTP mapping, and the typed
-//!   stub the edge calls it through), and the wire they share.
-//! - The Durable Objects: [`job_do`] (`JobObject`, one per job, the single writer of that job's
-//!   rows after its grant), [`runner_do`] (`RunnerObject`, one per runner: its claims and its
-//!   lease book), [`grant`] (the grant a runner's object prepares and commits),
-//!   [`dispatch_do`] (`Dispatcher`, one per organization: the queue stamp and the long poll),
-//!   [`gate_do`] (`AddressGate`, one per client network: rate limits for callers without a
-//!   credential).
+//! - [`objects`]: the Durable Objects, one folder per object holding what it is asked and
+//!   answers (its operations, its typed reply and refusal with the refusal's one HTTP mapping,
+//!   and the typed stub the edge calls it through) and the object itself (`object.rs`):
+//!   `job` (`JobObject`, one per job, the single writer of that job's rows after its grant),
+//!   `runner` (`RunnerObject`, one per runner: its claims, its lease book, and the grant it
+//!   prepares and commits), `dispatch` (`Dispatcher`, one per organization: the queue stamp and
+//!   the long poll), `gate` (`AddressGate`, one per client network: rate limits for callers
+//!   without a credential); and the wire they share.
 //! - [`store`]: every statement a named `.sql` file behind one typed function, one module per
 //!   table group (and `lifecycle`: a job's writes from its grant on); rows decoded once, into
 //!   the protocol's types; guarded writes with checked row counts.
@@ -49,12 +48,8 @@ use worker::{
 mod archive;
 mod auth;
 mod ctx;
-mod dispatch_do;
 mod error;
-mod gate_do;
-mod grant;
 mod http;
-mod job_do;
 mod memo;
 mod objects;
 mod openapi;
@@ -64,14 +59,13 @@ mod reaper;
 mod request_log;
 mod retention;
 mod routes;
-mod runner_do;
 mod secrets;
 mod store;
 
-pub use dispatch_do::Dispatcher;
-pub use gate_do::AddressGate;
-pub use job_do::JobObject;
-pub use runner_do::RunnerObject;
+pub use objects::dispatch::object::Dispatcher;
+pub use objects::gate::object::AddressGate;
+pub use objects::job::object::JobObject;
+pub use objects::runner::object::RunnerObject;
 
 use ctx::Ctx;
 use error::{ApiError, ApiResult};

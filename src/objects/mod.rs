@@ -1,6 +1,6 @@
-//! How the edge and the Durable Objects talk, one module per object: what it is asked (its
-//! operations), what it answers (a typed reply, or a typed refusal with its one mapping to
-//! HTTP), and the typed stub the edge calls it through.
+//! The Durable Objects, one folder per object: what it is asked (its operations), what it
+//! answers (a typed reply, or a typed refusal with its one mapping to HTTP) and the typed stub
+//! the edge calls it through, in the folder's `mod.rs`; the object itself in its `object.rs`.
 //!
 //! - [`job`]: `JobObject`, one per job (`id_from_name(job id)`).
 //! - [`runner`]: `RunnerObject`, one per runner (`id_from_name(runner id)`).
@@ -12,7 +12,8 @@
 //! `200` with `Result<Reply, Refusal>` as JSON and the D1 round trips its operation made in a
 //! header. Anything but `200` is the runtime's (an exception, a limit), never the object's.
 //! Nobody reads a key, a status or an error code out of an object's answer: callers match on
-//! variants. These modules import no object (`*_do`): the objects depend on their messages.
+//! variants. The messages import nothing of their object: the objects depend on their
+//! messages.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -1,7 +1,7 @@
 //! `jobs`, `job_claims`, `stream_chunks`, `job_completions`, `completion_evidence`: the queue,
 //! its claims and the custody record of each job. Writes here are issued by the job's own
-//! Durable Object (the single writer), except the grant's (`crate::grant`, by the claiming
-//! runner's object); reads serve inspection and job-bound runner reads.
+//! Durable Object (the single writer), except the grant's (`crate::objects::runner::grant`, by
+//! the claiming runner's object); reads serve inspection and job-bound runner reads.
 
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use edgerunner_protocol::state::{ClaimState, JobState};

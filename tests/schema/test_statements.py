@@ -122,7 +122,7 @@ class ProductionStatementTests(SchemaTest):
 
     def presumed_heartbeat(self, claim, attempt, at, runner=None, org=None):
         """A cold job object's first heartbeat, decided from the claim id alone
-        (job_do::presumed_first_heartbeat): its assertions, the writes, then the job read back."""
+        (objects::job::heartbeat::presumed_first): its assertions, the writes, then the job read back."""
         runner = runner or self.runner
         lease = at + 2 * LEASE_MS
         batch(self.conn, [

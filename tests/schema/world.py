@@ -503,7 +503,7 @@ class World:
                 (org, job_id, runner_id, claim_id, "runner:" + runner_id, row["dispatch_attempt"], NOW),
             )
         )
-        # As the service does (job_do/complete.rs, `attachments`): an accepted completion takes
+        # As the service does (objects/job/complete.rs, `attachments`): an accepted completion takes
         # its evaluation run into custody first, then the rows it names.
         run = ("evaluation_run", row["evaluation_run_id"])
         if row["decision"] == "accepted" and run[1] is not None and run not in evidence:

@@ -38,7 +38,7 @@ mod tests {
     use edgerunner_protocol::state::JobState;
 
     use super::*;
-    use crate::job_do::fixtures::{held, requeued_after_loss};
+    use crate::objects::job::fixtures::{held, requeued_after_loss};
 
     #[test]
     fn an_object_that_knows_nothing_of_the_attempt_recovers() {

@@ -1,4 +1,4 @@
-//! The grant: a claim's write, made by the claiming runner's object (`runner_do`) from the
+//! The grant: a claim's write, made by the claiming runner's object (`object`) from the
 //! candidate row its read found, with no object of the job's on the claim's path.
 //!
 //! The job's object is not the writer of a grant: the batch itself is what makes a grant safe
@@ -13,9 +13,9 @@
 //! 8 ms slower at p50 whether the call came before the answer or right after it (ARCHITECTURE.md,
 //! "Claim"), most of what a claim cost beyond the floor. The job's object comes to life with
 //! the holder's first heartbeat (decided from the claim id, one D1 round trip:
-//! `job_do::heartbeat::presumed_first`) and arms its alarm then. Until its object takes over, the
-//! lease is watched by the runner's object, which wrote an alarm for it before the batch
-//! committed (`runner_do`'s lease book).
+//! `objects::job::heartbeat::presumed_first`) and arms its alarm then. Until its object takes
+//! over, the lease is watched by the runner's object, which wrote an alarm for it before the batch
+//! committed (the runner object's lease book).
 
 use edgerunner_protocol::envelope::{
     sign, ClaimId, CredentialGeneration, DispatchAttempt, EnvelopeRequirements, Environment,

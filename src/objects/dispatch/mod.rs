@@ -1,7 +1,12 @@
 //! An organization's dispatcher (`Dispatcher`, one per organization, `id_from_name(organization
 //! id)`): what it is asked ([`DispatchOp`]: a touch, or a look at the queue stamp that may wait
 //! for it to move), what it answers ([`Looked`]), and the stubs the edge and the objects call
-//! it through ([`touch`], [`stamp`], [`wait`]). See `dispatch_do.rs` for what the stamp means.
+//! it through ([`touch`], [`stamp`], [`wait`]). See [`object`] for what the stamp means.
+//!
+//! The object itself lives beside its messages: [`object`] (the Durable Object). The messages
+//! import nothing of it.
+
+pub(crate) mod object;
 
 use serde::{Deserialize, Serialize};
 use worker::Env;
@@ -29,7 +34,7 @@ pub(crate) enum DispatchOp {
     Touch { organization_id: String },
     /// The stamp now, or once it is no longer `known` (at most `wait_ms` later). With
     /// `pass_on`, the caller was woken at `known` and its runner found nothing: the wake goes
-    /// on to another waiting claim (see `dispatch_do`).
+    /// on to another waiting claim (see [`object`]).
     Look {
         organization_id: String,
         known: Option<Stamp>,

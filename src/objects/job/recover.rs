@@ -234,7 +234,7 @@ fn lapse_reason(claim: &jobs::ClaimRow, lease: Option<i64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_do::fixtures::{held, queued, NOW};
+    use crate::objects::job::fixtures::{held, queued, NOW};
 
     #[test]
     fn a_live_lease_is_left_alone_and_looked_at_again_at_its_end() {

@@ -3,8 +3,8 @@
 //! It serializes that runner's claims (under `block_concurrency_while`, since each claim reads
 //! and writes D1): check the runner's live state and capacity, find candidate jobs through the
 //! queue index, filter them with the protocol crate's matching rules (never relaxed), and grant
-//! the candidates in turn until one grant commits (`crate::grant`). Capacity is also a CHECK in
-//! the schema, so even a claim racing outside this object cannot exceed it. It keeps the lease
+//! the candidates in turn until one grant commits ([`super::grant`]). Capacity is also a CHECK
+//! in the schema, so even a claim racing outside this object cannot exceed it. It keeps the lease
 //! book: an alarm for each lease it granted, until the job's object watches it ([`LeaseBook`]).
 
 use edgerunner_protocol::capability::{
@@ -21,9 +21,9 @@ use worker::{
 };
 
 use crate::error::{ApiError, ApiResult};
-use crate::grant::{self, Prepared};
 use crate::objects::dispatch::Stamp;
 use crate::objects::job::{JobOp, JobRefusal};
+use crate::objects::runner::grant::{self, Prepared};
 use crate::objects::runner::{
     ClaimGrant, RunnerOp, RunnerRefusal, RunnerReply, QUIET_STAMP_HEADER,
 };
@@ -367,7 +367,7 @@ struct Claimant<'a> {
 /// checked fresh on every claim) and the first page of candidates, whose index ranges come from
 /// the capabilities the object remembers from its last claim. When the row shows other
 /// capabilities or tags than those, the ranges are built again from the row and read again (a
-/// cold object reads the row first). The write is the grant (`crate::grant`), from the
+/// cold object reads the row first). The write is the grant ([`super::grant`]), from the
 /// candidate row as read here: no read of its own; its batch asserts the job is still as read
 /// and the runner's credential generation as checked.
 async fn claim(
@@ -504,7 +504,7 @@ async fn claim(
 /// before the first of them: what watches a lease until its job's object does.
 ///
 /// A grant is written here before its batch commits ([`LeaseBook::arm`]), so every lease has an
-/// alarm before it exists. The job's object is not called by the grant (see `crate::grant`);
+/// alarm before it exists. The job's object is not called by the grant (see [`super::grant`]);
 /// it arms its own alarm with its first write, normally the holder's first heartbeat. At the
 /// first lease, this object's alarm asks the job's object whether it watches the lease now
 /// (`JobOp::Watch`): it does when it wrote since and its alarm is set, or when the claim is

@@ -89,9 +89,9 @@ fn learned(snap: &Snapshot, beat: &Beat<'_>, now: i64) -> Snapshot {
 
 /// The heartbeat presumed of an object that knows nothing of its job: the first one of the
 /// claim `claim_id` names, for job `job_id` ([`ClaimId::job_and_attempt`]). Right after a grant
-/// (whose write is the runner's object's, [`crate::grant`]) the job is `claimed` at that
-/// attempt, with that claim active and its lease live; `None` when the claim names another job
-/// or the extension is out of bounds (left to [`decide`] and its refusals).
+/// (whose write is the runner's object's, [`crate::objects::runner::grant`]) the job is
+/// `claimed` at that attempt, with that claim active and its lease live; `None` when the claim
+/// names another job or the extension is out of bounds (left to [`decide`] and its refusals).
 fn presume<'a>(
     job_id: &'a str,
     claim_id: &'a str,
@@ -174,7 +174,7 @@ pub(super) async fn presumed_first(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_do::fixtures::{held, NOW};
+    use crate::objects::job::fixtures::{held, NOW};
 
     #[test]
     fn a_first_heartbeat_starts_the_job_and_sets_the_lease() {
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_claim_that_is_over_is_told_it_lost_the_job() {
-        let snap = crate::job_do::fixtures::requeued_after_loss();
+        let snap = crate::objects::job::fixtures::requeued_after_loss();
         let Err(JobRefusal::ClaimNotActive {
             claim_id,
             claim_state,

@@ -3,6 +3,11 @@
 //! without counting), what it answers ([`Counted`], or [`GateRefusal::RateLimited`] with its one
 //! mapping to a `429`), and the edge's side of it: [`take`], [`check`], and the isolate's
 //! memory of networks refused for failed keys ([`count_failed_key`], [`refused_network`]).
+//!
+//! The object itself lives beside its messages: [`object`] (the Durable Object). The messages
+//! import nothing of it.
+
+pub(crate) mod object;
 
 use edgerunner_protocol::error_code::ErrorCode;
 use std::cell::RefCell;

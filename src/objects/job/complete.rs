@@ -423,8 +423,9 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
 
 /// A completion for a job whose archive is stored: decided from the archive's record (the
 /// job's claims and accepted completion as they were archived) and counted on the job's row,
-/// in jobs or archived_jobs (the job's one row that still takes writes), so that nothing is added beside what the archive
-/// holds and nothing of it is lost. The runner's answer is the one it would have had before.
+/// in jobs or archived_jobs (the job's one row that still takes writes), so that nothing is
+/// added beside what the archive holds and nothing of it is lost. The runner's answer is the
+/// one it would have had before.
 async fn archived(
     ctx: &OpCtx<'_>,
     mut snap: Snapshot,
@@ -541,7 +542,7 @@ mod tests {
     use edgerunner_protocol::state::{ClaimState, CompletionStatus};
 
     use super::*;
-    use crate::job_do::fixtures::{completion, held, requeued_after_loss, NOW};
+    use crate::objects::job::fixtures::{completion, held, requeued_after_loss, NOW};
 
     #[test]
     fn the_holders_completion_is_accepted_and_ends_the_job() {

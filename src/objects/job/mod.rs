@@ -7,6 +7,25 @@
 //! `{"Err": {"claimNotActive": …}}`), externally tagged so the variant is read before its fields
 //! and a chunk's or a completion's number lexemes (which the protocol hashes) reach the object
 //! unbuffered and intact.
+//!
+//! The object itself lives beside its messages: [`object`] (the Durable Object: its lock, its
+//! alarm, the warm-cache retry loop), `snapshot` (what an operation decides from), `commit`
+//! (the batch with its assertions), and one file per operation (`heartbeat`, `stream`,
+//! `complete`, `hand_back`, `cancel`, `recover`, `watch`), each a pure `decide` and a thin
+//! `run`. The messages import none of them.
+
+mod cancel;
+mod commit;
+mod complete;
+#[cfg(test)]
+mod fixtures;
+mod hand_back;
+mod heartbeat;
+pub(crate) mod object;
+mod recover;
+mod snapshot;
+mod stream;
+mod watch;
 
 use edgerunner_protocol::chunk::ChunkError;
 use edgerunner_protocol::completion::CompletionError;

@@ -158,7 +158,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::job_do::fixtures::{held, requeued_after_loss, NOW};
+    use crate::objects::job::fixtures::{held, requeued_after_loss, NOW};
 
     fn writer(claim: &str, attempt: u32) -> ChunkWriter {
         ChunkWriter::new(ChunkIdentity {
@@ -255,7 +255,7 @@ mod tests {
         // A runner whose claim another attempt took over hears so.
         let mut taken = held(JobState::Running);
         taken.claims[0].runner_id = "run_2".to_owned();
-        taken.claims.push(crate::job_do::fixtures::claim(
+        taken.claims.push(crate::objects::job::fixtures::claim(
             "job_1-a0",
             "run_1",
             edgerunner_protocol::state::ClaimState::Lost,

@@ -138,7 +138,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, claim_id: &str, why: &s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_do::fixtures::{held, requeued_after_loss, NOW};
+    use crate::objects::job::fixtures::{held, requeued_after_loss, NOW};
 
     #[test]
     fn a_first_hand_back_queues_the_job_again_for_free() {

@@ -7,8 +7,8 @@
 //! A runner's object that read D1 and found nothing for the runner remembers the stamp it saw
 //! *before* that read; while the stamp has not moved, a claim with the same credential and the
 //! same served targets would find nothing again, so it answers `204` without a D1 query (see
-//! `runner_do.rs`). A long-polling claim waits here for the stamp to move (the edge waits, see
-//! `routes::jobs::claim`). What it is asked and answers is in [`crate::objects::dispatch`].
+//! the runner's object). A long-polling claim waits here for the stamp to move (the edge waits,
+//! see `routes::jobs::claim`). What it is asked and answers is in [`crate::objects::dispatch`].
 //!
 //! The stamp lives in memory only: a write per enqueue would cost more than it saves, and an
 //! object that was evicted starts a new **epoch** (a random id), so every stamp it handed out

@@ -1,6 +1,13 @@
 //! A runner's object (`RunnerObject`, one per runner, `id_from_name(runner id)`): what it is
 //! asked ([`RunnerOp`]: a claim), what it answers ([`RunnerReply`] or [`RunnerRefusal`], with
 //! the refusal's one mapping to HTTP), and the stub the edge calls it through ([`call`]).
+//!
+//! The object itself lives beside its messages: [`object`] (the Durable Object: its claims and
+//! its lease book) and [`grant`] (the grant it prepares and commits). The messages import
+//! neither.
+
+pub(crate) mod grant;
+pub(crate) mod object;
 
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::state::RunnerState;
@@ -17,7 +24,7 @@ use crate::store::jobs::ClaimAnswer;
 use crate::store::RoundTrips;
 
 /// The header in which a runner's object tells the edge the queue stamp of a confirmed
-/// "nothing" (`runner_do::Quiet`), for a long poll to wait on. Never sent to a client.
+/// "nothing" (`object::Quiet`), for a long poll to wait on. Never sent to a client.
 pub(crate) const QUIET_STAMP_HEADER: &str = "x-edgerunner-quiet-stamp";
 
 /// An operation of a runner's object (`RunnerObject`).

@@ -72,7 +72,7 @@ pub(super) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_do::fixtures::{held, queued};
+    use crate::objects::job::fixtures::{held, queued};
 
     #[test]
     fn a_queued_job_ends_at_once_and_a_held_one_is_asked_to_stop() {

@@ -1,5 +1,6 @@
 //! `JobObject`: one Durable Object per job (`id_from_name(job id)`), the single writer of that
-//! job's rows after its grant (which the claiming runner's object writes: `crate::grant`).
+//! job's rows after its grant (which the claiming runner's object writes:
+//! `crate::objects::runner::grant`).
 //!
 //! It serializes everything that changes its job after that — heartbeat, stream append,
 //! completion, hand-back, cancellation, recovery — by running each operation under
@@ -7,42 +8,31 @@
 //! a Durable Object is only single-threaded *until it awaits*, and an operation here may read
 //! D1, decides, and writes D1. It decides with the protocol crate's pure rules from the job as
 //! the object's own last write left it (a warm object), from what a claim's first heartbeat
-//! implies (`heartbeat::presumed_first`), or from the job read fresh (one batched read), and
+//! implies (`super::heartbeat::presumed_first`), or from the job read fresh (one batched read), and
 //! applies the decision as one D1 batch whose statements carry their guards (state + attempt)
 //! and assert what the decision relied on; the schema's triggers and constraints make a guard
-//! that does not hold abort the whole batch rather than match nothing ([`dispatch`]).
+//! that does not hold abort the whole batch rather than match nothing ([`decide_and_write`]).
 
 use std::cell::Cell;
 use std::rc::Rc;
 
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State, Storage};
 
+use super::commit::{Answer, OpCtx, OpOutcome, OpResult};
+use super::snapshot::{Known, Snapshot};
 use crate::archive;
 use crate::objects::job::{JobOp, JobRefusal, JobReply};
 use crate::objects::{answer, read_op};
 use crate::platform::{alarm_delay, now_ms};
 use crate::store::{guards, Db, RoundTrips};
-use commit::{Answer, OpCtx, OpOutcome, OpResult};
-use snapshot::{Known, Snapshot};
-
-mod cancel;
-mod commit;
-mod complete;
-#[cfg(test)]
-mod fixtures;
-mod hand_back;
-mod heartbeat;
-mod recover;
-mod snapshot;
-mod stream;
-mod watch;
 
 #[durable_object]
 pub struct JobObject {
     state: State,
     env: Env,
-    /// What this object knows of its job after its last committed write (see [`dispatch`]):
-    /// a runner's next heartbeat, chunk or completion decides from it without reading D1.
+    /// What this object knows of its job after its last committed write (see
+    /// [`decide_and_write`]): a runner's next heartbeat, chunk or completion decides from it
+    /// without reading D1.
     known: Known,
     /// Whether the job's id is stored beside the alarm (see [`JobObject::run`]).
     named: Cell<bool>,
@@ -130,24 +120,24 @@ impl JobObject {
     /// The alarm and the D1 batch cannot commit together, so their order carries the promise
     /// that every lease has an alarm at or before its expiry. The grant, the one write that
     /// *starts* a lease, is the runner's object's, which arms its own alarm for the lease
-    /// before the grant commits ([`crate::grant`]) and asks this object at that lease whether
-    /// it watches it now. An operation here extends or ends a lease and moves the alarm
-    /// afterwards, where a failure (or a crash) leaves the earlier alarm, which finds the lease
-    /// alive and re-arms at it (see `recover`). So nothing after the commit can fail the
-    /// operation.
+    /// before the grant commits ([`crate::objects::runner::grant`]) and asks this object at
+    /// that lease whether it watches it now. An operation here extends or ends a lease and
+    /// moves the alarm afterwards, where a failure (or a crash) leaves the earlier alarm, which
+    /// finds the lease alive and re-arms at it (see `recover`). So nothing after the commit can
+    /// fail the operation.
     async fn run(&self, op: JobOp, trips: &RoundTrips) -> Answer {
         if let JobOp::Archive { job_id, mode } = &op {
             return self.archive(job_id, *mode, trips).await;
         }
         let op = match op {
             JobOp::Watch { job_id, attempt } => {
-                let watch = watch::decide(self.known.borrow().as_ref(), &job_id, attempt);
+                let watch = super::watch::decide(self.known.borrow().as_ref(), &job_id, attempt);
                 let watching = match watch {
-                    watch::Watch::Watching => true,
-                    watch::Watch::IfAlarmSet => {
+                    super::watch::Watch::Watching => true,
+                    super::watch::Watch::IfAlarmSet => {
                         matches!(self.state.storage().get_alarm().await, Ok(Some(_)))
                     }
-                    watch::Watch::Recover => false,
+                    super::watch::Watch::Recover => false,
                 };
                 if watching {
                     return Ok(JobReply::Watching);
@@ -167,9 +157,9 @@ impl JobObject {
         let job_id = op.job_id().to_owned();
         let outcome = self
             .state
-            .block_concurrency_while(
-                async move { Ok(dispatch(env, trips, known, op, presume).await) },
-            )
+            .block_concurrency_while(async move {
+                Ok(decide_and_write(env, trips, known, op, presume).await)
+            })
             .await
             .map_err(JobRefusal::internal)??;
         // A finished job's alarm is its archive's (see `archive_alarm`).
@@ -369,7 +359,7 @@ fn keeps(set: Option<Option<i64>>, lease: i64, now: i64) -> bool {
 /// only follows what D1 already holds: should it be lost, the earlier alarm still fires at or
 /// before the lease's end, finds the lease alive (or gone) and re-arms (or does nothing). The
 /// alarm a grant *needs* is written before its commit, and confirmed, by the lease book of the
-/// runner object that grants it (`runner_do`'s `LeaseBook::arm`).
+/// runner object that grants it (`objects::runner::object`'s `LeaseBook::arm`).
 ///
 /// Through the raw binding: worker 0.8's `SetAlarmOptions` serializes its fields in snake case,
 /// which the runtime does not read.
@@ -410,8 +400,8 @@ async fn confirmed_alarm_move(storage: &Storage, at: Option<i64>) -> Result<()> 
 /// assertion found the job moved. Every other operation (cancel, recovery) reads fresh.
 ///
 /// With `presume`, a heartbeat to an object that never ran for its job is first tried as the
-/// claim's first heartbeat (`heartbeat::presumed_first`).
-async fn dispatch(
+/// claim's first heartbeat (`super::heartbeat::presumed_first`).
+async fn decide_and_write(
     env: Env,
     trips: RoundTrips,
     known: Known,
@@ -438,7 +428,7 @@ async fn dispatch(
     {
         let op_ctx = OpCtx::new(&db, &env, holder);
         if let Some(reply) =
-            heartbeat::presumed_first(&op_ctx, job_id, claim_id, *extend_seconds).await?
+            super::heartbeat::presumed_first(&op_ctx, job_id, claim_id, *extend_seconds).await?
         {
             return Ok(op_ctx.outcome(Ok(reply), &known, None));
         }
@@ -490,16 +480,16 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
             claim_id,
             extend_seconds,
             ..
-        } => heartbeat::run(ctx, snapshot, claim_id, *extend_seconds).await,
-        JobOp::Stream { chunk, .. } => stream::run(ctx, snapshot, chunk).await,
-        JobOp::Complete { completion, .. } => complete::run(ctx, snapshot, completion).await,
+        } => super::heartbeat::run(ctx, snapshot, claim_id, *extend_seconds).await,
+        JobOp::Stream { chunk, .. } => super::stream::run(ctx, snapshot, chunk).await,
+        JobOp::Complete { completion, .. } => super::complete::run(ctx, snapshot, completion).await,
         JobOp::Cancel {
             organization_id,
             actor,
             reason,
             ..
-        } => cancel::run(ctx, snapshot, organization_id, actor, reason).await,
-        JobOp::Recover { actor, .. } => recover::run(ctx, snapshot, actor).await,
+        } => super::cancel::run(ctx, snapshot, organization_id, actor, reason).await,
+        JobOp::Recover { actor, .. } => super::recover::run(ctx, snapshot, actor).await,
         // Answered by `JobObject::run` before an operation reaches the job's snapshot.
         JobOp::Watch { .. } | JobOp::Archive { .. } => Err(JobRefusal::internal(format!(
             "{} reached the snapshot's operations",
@@ -507,7 +497,7 @@ async fn run_op(ctx: &OpCtx<'_>, op: &JobOp, snapshot: Snapshot) -> Answer {
         ))),
         JobOp::HandBack {
             claim_id, reason, ..
-        } => hand_back::run(ctx, snapshot, claim_id, reason).await,
+        } => super::hand_back::run(ctx, snapshot, claim_id, reason).await,
     }
 }
 
