@@ -3,6 +3,7 @@
 //! Durable Object (the single writer), except the grant's (`crate::grant`, by the claiming
 //! runner's object); reads serve inspection and job-bound runner reads.
 
+use edgerunner_protocol::kind::EvidenceKind;
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use edgerunner_protocol::state::{ClaimState, JobState};
 use serde::{Deserialize, Serialize};
@@ -579,7 +580,7 @@ pub(crate) fn select_completions(db: &Db, org: &str, job: &str) -> ApiResult<D1P
 
 #[derive(Deserialize)]
 pub(crate) struct EvidenceRow {
-    pub(crate) evidence_kind: String,
+    pub(crate) evidence_kind: EvidenceKind,
     pub(crate) evidence_id: String,
     pub(crate) completion_id: String,
 }

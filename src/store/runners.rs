@@ -6,6 +6,7 @@ use serde_json::Value;
 use worker::D1PreparedStatement;
 
 use super::{all, batch, first, run, stmt, Arg, Db};
+use edgerunner_protocol::kind::IdentityModel;
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 
 use crate::error::{ApiError, ApiResult};
@@ -14,7 +15,7 @@ use crate::error::{ApiError, ApiResult};
 pub(crate) struct RunnerRow {
     pub(crate) id: String,
     pub(crate) organization_id: String,
-    pub(crate) identity_model: String,
+    pub(crate) identity_model: IdentityModel,
     pub(crate) name: String,
     pub(crate) runner_key: Option<String>,
     pub(crate) bootstrap_token_hash: Option<String>,
@@ -162,7 +163,7 @@ pub(crate) async fn claims(
 pub(crate) struct NewRunner<'a> {
     pub(crate) id: &'a str,
     pub(crate) organization_id: &'a str,
-    pub(crate) identity_model: &'a str,
+    pub(crate) identity_model: IdentityModel,
     pub(crate) name: &'a str,
     pub(crate) runner_key: Option<&'a str>,
     pub(crate) bootstrap_token_hash: Option<&'a str>,
@@ -180,7 +181,7 @@ pub(crate) struct NewRunner<'a> {
     pub(crate) enrollment_token_id: Option<&'a str>,
     /// The site (IPv6 /48 or IPv4 address) a key-pair runner enrolled from.
     pub(crate) enroll_site: Option<&'a str>,
-    pub(crate) state: &'a str,
+    pub(crate) state: RunnerState,
     pub(crate) capabilities_json: &'a str,
     pub(crate) capabilities_hash: &'a str,
     pub(crate) protocol_version: &'a str,
@@ -202,7 +203,7 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
         &[
             r.id.into(),
             r.organization_id.into(),
-            r.identity_model.into(),
+            r.identity_model.as_str().into(),
             r.name.into(),
             r.runner_key.into(),
             r.bootstrap_token_hash.into(),
@@ -213,7 +214,7 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
             r.version.into(),
             r.machine_json.into(),
             r.address.into(),
-            r.state.into(),
+            r.state.as_str().into(),
             r.capabilities_json.into(),
             r.capabilities_hash.into(),
             r.protocol_version.into(),
