@@ -245,6 +245,7 @@ pub(crate) struct Rotation<'a> {
 }
 
 pub(crate) fn rotate(db: &Db, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement> {
+    let rotatable = rotatable_states();
     stmt(
         db,
         include_str!("queries/runners/rotate.sql"),
@@ -255,6 +256,8 @@ pub(crate) fn rotate(db: &Db, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement
             r.token_hash.into(),
             r.token_expires_at.into(),
             r.now.into(),
+            IdentityModel::Bootstrap.as_str().into(),
+            rotatable.as_str().into(),
         ],
     )
 }
@@ -342,7 +345,13 @@ pub(crate) fn set_tags(
     stmt(
         db,
         include_str!("queries/runners/set_tags.sql"),
-        &[org.into(), id.into(), tags_json.into(), now.into()],
+        &[
+            org.into(),
+            id.into(),
+            tags_json.into(),
+            now.into(),
+            RunnerState::Revoked.as_str().into(),
+        ],
     )
 }
 
@@ -509,6 +518,12 @@ pub(crate) fn lease_lost_retiring() -> String {
 /// The states that may obtain a session at all ([`RunnerState::can_authenticate`]).
 pub(crate) fn authenticating_states() -> String {
     states_where(RunnerState::can_authenticate)
+}
+
+/// The states in which a bootstrap-token runner's token may be rotated
+/// ([`RunnerState::can_rotate`]).
+pub(crate) fn rotatable_states() -> String {
+    states_where(RunnerState::can_rotate)
 }
 
 /// The states that may be offered new work ([`RunnerState::can_claim`]).
@@ -798,7 +813,7 @@ mod tests {
 
     use super::{
         authenticating_states, claiming_states, enrollment_expired_moves, lease_lost_moves,
-        lease_lost_retiring, session_proven_moves, MoveEffects, StateChange,
+        lease_lost_retiring, rotatable_states, session_proven_moves, MoveEffects, StateChange,
     };
 
     /// Every admin move that changes the state, with what it stamps: (from, input, to,
@@ -906,6 +921,15 @@ mod tests {
     fn active_draining_and_lost_runners_may_authenticate() {
         assert_eq!(authenticating_states(), r#"["active","draining","lost"]"#);
         assert_schema_tests_bind("AUTHENTICATING_STATES", &authenticating_states());
+    }
+
+    #[test]
+    fn every_runner_but_a_revoked_one_may_be_rotated() {
+        assert_eq!(
+            rotatable_states(),
+            r#"["pending_approval","active","draining","lost"]"#
+        );
+        assert_schema_tests_bind("ROTATABLE_STATES", &rotatable_states());
     }
 
     #[test]

@@ -70,6 +70,11 @@ LEASE_LOST_MOVES = '{"active":"lost"}'
 LEASE_LOST_RETIRING = '["active"]'
 AUTHENTICATING_STATES = '["active","draining","lost"]'
 CLAIMING_STATES = '["active"]'
+# runners::rotate: where a bootstrap runner's token may be rotated (RunnerState::can_rotate).
+ROTATABLE_STATES = '["pending_approval","active","draining","lost"]'
+# The protocol's other sets as src/store/states.rs binds them (its tests check these lines).
+HELD_JOB_STATES = '["claimed","running","cancel_requested"]'
+ENVIRONMENT_ORDER = '["dev","staging","prod"]'
 # runners::take_capacity: what the grant of an ephemeral runner's job moves it to (migration 0020).
 EPHEMERAL_DRAINED = "draining"
 EPHEMERAL_DRAINED_REASON = "ephemeral: took its one job"

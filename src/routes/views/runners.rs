@@ -335,7 +335,7 @@ pub(crate) fn rotation_refusal(identity_model: &str, state: RunnerState) -> Opti
             "key-pair runners have no bootstrap token; revoke and enroll a new identity",
         ));
     }
-    if state == RunnerState::Revoked {
+    if !state.can_rotate() {
         return Some(ApiError::conflict(
             ErrorCode::RunnerRevoked,
             "a revoked runner cannot be rotated; register a new one",
