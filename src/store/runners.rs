@@ -152,11 +152,29 @@ pub(crate) async fn claims(
     which: ClaimsOf,
     limit: i64,
 ) -> ApiResult<Vec<RunnerClaimRow>> {
-    let sql = match which {
-        ClaimsOf::History => include_str!("queries/runner_claims.sql"),
-        ClaimsOf::Held => include_str!("queries/runner_active_claims.sql"),
-    };
-    all(db, sql, &[org.into(), runner.into(), limit.into()]).await
+    match which {
+        ClaimsOf::History => {
+            all(
+                db,
+                include_str!("queries/runner_claims.sql"),
+                &[org.into(), runner.into(), limit.into()],
+            )
+            .await
+        }
+        ClaimsOf::Held => {
+            all(
+                db,
+                include_str!("queries/runner_active_claims.sql"),
+                &[
+                    org.into(),
+                    runner.into(),
+                    limit.into(),
+                    ClaimState::Active.as_str().into(),
+                ],
+            )
+            .await
+        }
+    }
 }
 
 /// Everything a new runner row needs; fields of the other identity model stay `None`.

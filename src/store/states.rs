@@ -25,6 +25,16 @@ pub(crate) fn held_job_states() -> String {
     )
 }
 
+/// The job states no input moves on ([`JobState::is_terminal`]), in [`JobState::ALL`] order.
+pub(crate) fn terminal_job_states() -> String {
+    array(
+        JobState::ALL
+            .into_iter()
+            .filter(|state| state.is_terminal())
+            .map(JobState::as_str),
+    )
+}
+
 /// The release environments in promotion order ([`Environment::ALL`]): a promotion's place is
 /// its environment's index here (`releases/promotions_of_*.sql`).
 pub(crate) fn environment_order() -> String {
@@ -33,7 +43,7 @@ pub(crate) fn environment_order() -> String {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::{environment_order, held_job_states};
+    use super::{environment_order, held_job_states, terminal_job_states};
 
     const SCHEMA_TESTS: &str = include_str!("../../tests/schema/harness.py");
 
@@ -53,6 +63,15 @@ pub(crate) mod tests {
             r#"["claimed","running","cancel_requested"]"#
         );
         assert_schema_tests_bind("HELD_JOB_STATES", &held_job_states());
+    }
+
+    #[test]
+    fn a_job_ends_succeeded_failed_or_cancelled() {
+        assert_eq!(
+            terminal_job_states(),
+            r#"["succeeded","failed","cancelled"]"#
+        );
+        assert_schema_tests_bind("TERMINAL_JOB_STATES", &terminal_job_states());
     }
 
     #[test]

@@ -97,6 +97,21 @@ wire_names! {
 }
 
 wire_names! {
+    /// Where an evaluation run is (`evaluation_runs.status`, `status` of a run in the API). The
+    /// schema's CHECK constraint lists the same names.
+    pub enum RunStatus: "an evaluation run status" {
+        /// Created, not finished: where every run starts.
+        Running = "running",
+        /// Finished.
+        Completed = "completed",
+        /// Finished with a failure.
+        Failed = "failed",
+        /// Stopped before it finished.
+        Cancelled = "cancelled",
+    }
+}
+
+wire_names! {
     /// How a runner proves who it is (`runners.identity_model`, `identityModel` in the API).
     /// The schema's CHECK constraint lists the same names.
     pub enum IdentityModel: "an identity model" {
@@ -140,6 +155,7 @@ mod tests {
             IdentityModel::parse,
         );
         assert_round_trips(Role::ALL, Role::as_str, Role::parse);
+        assert_round_trips(RunStatus::ALL, RunStatus::as_str, RunStatus::parse);
     }
 
     #[test]
