@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 
 use edgerunner_protocol::credential::{self, CredentialError, VerifiedCredential};
+use edgerunner_protocol::kind::Role;
 use worker::Request;
 
 use crate::ctx::Ctx;
@@ -173,7 +174,7 @@ impl PresentedKey {
         Ok(AdminCaller {
             organization_id: row.organization_id.clone(),
             key_id: row.id.clone(),
-            role_admin: row.role == "admin",
+            role_admin: row.role == Role::Admin,
             scopes,
             key: row,
         })

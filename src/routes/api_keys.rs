@@ -1,7 +1,7 @@
 //! `/api/developer/api-keys`: more keys for an organization; shown once, stored hashed.
 
 use edgerunner_protocol::error_code::ErrorCode;
-use edgerunner_protocol::kind::EventKind;
+use edgerunner_protocol::kind::{EventKind, Role};
 use serde_json::{json, Value};
 use worker::{Request, Response};
 
@@ -47,8 +47,8 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let body = json_object(&mut req).await?;
     refuse_unknown(&body, &["name", "scopes", "role", "expiresInDays"])?;
     let name = required_name(&body, "name", 200)?;
-    let role = optional_str(&body, "role", 16)?.unwrap_or("member");
-    if role != "admin" && role != "member" {
+    let role = optional_str(&body, "role", 16)?.unwrap_or(Role::Member.as_str());
+    if Role::parse(role).is_none() {
         return Err(ApiError::unprocessable(
             ErrorCode::InvalidRole,
             "role must be admin or member",
@@ -238,7 +238,7 @@ mod tests {
             organization_id: "org_1".into(),
             name: "ci".into(),
             key_prefix: "erk_01234567".into(),
-            role: "member".into(),
+            role: edgerunner_protocol::kind::Role::Member,
             scopes: "[]".into(),
             created_at: 0,
             last_used_at: None,

@@ -108,7 +108,9 @@ pub(crate) async fn create_run(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
     let run = evidence::RunRow {
         id,
         evaluation_id: evaluation_id.map(str::to_owned),
-        status: "running".to_owned(),
+        status: edgerunner_protocol::kind::RunStatus::Running
+            .as_str()
+            .to_owned(),
         metadata,
         created_at: ctx.now,
         finished_at: None,

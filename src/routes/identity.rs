@@ -8,7 +8,7 @@ use edgerunner_protocol::keypair::{
     verify_challenge_signature, verify_enrollment_signature, Challenge, Fingerprint, KeyError,
     PublicKey,
 };
-use edgerunner_protocol::kind::EventKind;
+use edgerunner_protocol::kind::{EventKind, IdentityModel};
 use edgerunner_protocol::state::RunnerState;
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
@@ -216,7 +216,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let row = runners::NewRunner {
         id: &id,
         organization_id,
-        identity_model: "keypair",
+        identity_model: IdentityModel::Keypair,
         name,
         runner_key: None,
         bootstrap_token_hash: None,
@@ -230,7 +230,7 @@ pub(crate) async fn enroll(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         enroll_network: Some(&network),
         enrollment_token_id,
         enroll_site: Some(&site),
-        state: RunnerState::PendingApproval.as_str(),
+        state: RunnerState::PendingApproval,
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),
         protocol_version: edgerunner_protocol::capability::PROTOCOL_VERSION,

@@ -2,7 +2,7 @@
 
 use edgerunner_protocol::capability::parse_tags;
 use edgerunner_protocol::error_code::ErrorCode;
-use edgerunner_protocol::kind::EventKind;
+use edgerunner_protocol::kind::{EventKind, IdentityModel};
 use edgerunner_protocol::state::{RunnerInput, RunnerState};
 use serde_json::{json, Map, Value};
 use worker::{Request, Response};
@@ -120,7 +120,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
     let row = runners::NewRunner {
         id: &id,
         organization_id: &caller.organization_id,
-        identity_model: "bootstrap",
+        identity_model: IdentityModel::Bootstrap,
         name,
         runner_key: Some(runner_key),
         bootstrap_token_hash: Some(&token_hash),
@@ -134,7 +134,7 @@ pub(crate) async fn register(mut req: Request, ctx: &Ctx) -> ApiResult<Response>
         enroll_network: None,
         enrollment_token_id: None,
         enroll_site: None,
-        state: "active",
+        state: RunnerState::Active,
         capabilities_json: &capabilities_json,
         capabilities_hash: capabilities_hash.as_str(),
         protocol_version: edgerunner_protocol::capability::PROTOCOL_VERSION,
@@ -436,7 +436,7 @@ pub(crate) async fn rotate(mut req: Request, ctx: &Ctx, id: &str) -> ApiResult<R
     let token_expires_at = bootstrap_ttl(&body, ctx.now)?;
     let reason = optional_str(&body, "reason", 1000)?;
     let runner = load(ctx, &caller.organization_id, id).await?;
-    if let Some(refused) = rotation_refusal(&runner.identity_model, runner.state) {
+    if let Some(refused) = rotation_refusal(runner.identity_model.as_str(), runner.state) {
         return Err(refused);
     }
     let token = random_secret(BOOTSTRAP_TOKEN_PREFIX)?;

@@ -1,5 +1,6 @@
 //! `api_keys`: found by the SHA-256 of the presented key; the key itself is never stored.
 
+use edgerunner_protocol::kind::Role;
 use serde::Deserialize;
 
 use super::{all, first, Arg, Db};
@@ -11,7 +12,7 @@ pub(crate) struct ApiKeyRow {
     pub(crate) organization_id: String,
     pub(crate) name: String,
     pub(crate) key_prefix: String,
-    pub(crate) role: String,
+    pub(crate) role: Role,
     pub(crate) scopes: String,
     pub(crate) created_at: i64,
     pub(crate) last_used_at: Option<i64>,

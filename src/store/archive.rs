@@ -6,6 +6,7 @@
 use edgerunner_protocol::archive::{
     bundle_key, record_key, ArchiveState, ArchiveSummary, PruneBatch,
 };
+use edgerunner_protocol::kind::EvidenceKind;
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::JobState;
 use serde::Deserialize;
@@ -165,6 +166,7 @@ pub(crate) async fn store(
     basis: Basis,
 ) -> ApiResult<bool> {
     let count = |n: u64| i64::try_from(n).map_err(ApiError::internal);
+    let terminal = super::states::terminal_job_states();
     let bundle_bytes = count(summary.bundle.bytes())?;
     let stored = stmt(
         db,
@@ -180,6 +182,8 @@ pub(crate) async fn store(
             summary.archived_at_ms.into(),
             basis.completions.into(),
             basis.unstored_decisions.into(),
+            ArchiveState::Stored.as_str().into(),
+            terminal.as_str().into(),
         ],
     )?;
     let changed = super::batch(
@@ -228,18 +232,41 @@ pub(crate) async fn prune_batch(
 /// job's row to `archived_jobs` (migration 0018), in one batch. `false`: the job was not at
 /// stage `stored` (pruned and moved already), and then nothing changed.
 pub(crate) async fn mark_pruned(db: &Db, org: &str, job: &str) -> ApiResult<bool> {
-    let args = [job.into(), org.into()];
+    let pruned = ArchiveState::Pruned.as_str();
+    let run = EvidenceKind::EvaluationRun.as_str();
+    let of_pruned = [job.into(), org.into(), pruned.into()];
     let statements = vec![
-        stmt(db, include_str!("queries/archive_mark_pruned.sql"), &args)?,
+        stmt(
+            db,
+            include_str!("queries/archive_mark_pruned.sql"),
+            &[
+                job.into(),
+                org.into(),
+                pruned.into(),
+                ArchiveState::Stored.as_str().into(),
+            ],
+        )?,
         super::usage::job_pruned(db, org, job)?,
         stmt(
             db,
             include_str!("queries/archive/move_requirements.sql"),
-            &args,
+            &of_pruned,
         )?,
-        stmt(db, include_str!("queries/archive/move_job.sql"), &args)?,
-        stmt(db, include_str!("queries/archive/move_custody.sql"), &args)?,
-        stmt(db, include_str!("queries/archive/move_delete.sql"), &args)?,
+        stmt(
+            db,
+            include_str!("queries/archive/move_job.sql"),
+            &[job.into(), org.into(), pruned.into(), run.into()],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/archive/move_custody.sql"),
+            &[job.into(), org.into(), run.into()],
+        )?,
+        stmt(
+            db,
+            include_str!("queries/archive/move_delete.sql"),
+            &of_pruned,
+        )?,
     ];
     let changed = super::batch(db, statements).await?;
     // The custody row: one when the completion took a run, none when it took none (the

@@ -5,6 +5,7 @@
 //! belonging to the caller's organization (the composite foreign key says the same), so zero
 //! rows changed means "no such run" and never leaves a row behind.
 
+use edgerunner_protocol::kind::{EvidenceKind, RunStatus};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -47,7 +48,7 @@ pub(crate) fn run_metadata(name: Option<&str>, metadata: Option<Value>) -> Optio
 /// An evidence row's charge to its organization's quota (`quota`: the deployment's default).
 struct Charge<'a> {
     org: &'a str,
-    kind: &'a str,
+    kind: EvidenceKind,
     id: &'a str,
     quota: i64,
 }
@@ -75,7 +76,7 @@ pub(crate) async fn insert_run(db: &Db, new: &NewRun<'_>, quota: i64) -> ApiResu
         db,
         Charge {
             org: new.organization_id,
-            kind: "evaluation_run",
+            kind: EvidenceKind::EvaluationRun,
             id: new.id,
             quota,
         },
@@ -86,6 +87,7 @@ pub(crate) async fn insert_run(db: &Db, new: &NewRun<'_>, quota: i64) -> ApiResu
             new.evaluation_id.into(),
             new.metadata_json.into(),
             Arg::Int(new.now),
+            RunStatus::Running.as_str().into(),
         ],
     )
     .await
@@ -138,7 +140,7 @@ pub(crate) async fn insert_test_result(
         db,
         Charge {
             org: new.organization_id,
-            kind: "test_result",
+            kind: EvidenceKind::TestResult,
             id: new.id,
             quota,
         },
@@ -209,7 +211,7 @@ pub(crate) async fn insert_cost_record(
         db,
         Charge {
             org: new.organization_id,
-            kind: "cost_record",
+            kind: EvidenceKind::CostRecord,
             id: new.id,
             quota,
         },
@@ -284,7 +286,7 @@ pub(crate) async fn insert_model_call(
         db,
         Charge {
             org: new.organization_id,
-            kind: "model_call",
+            kind: EvidenceKind::ModelCall,
             id: new.id,
             quota,
         },
@@ -349,7 +351,7 @@ pub(crate) async fn insert_trace(db: &Db, new: &NewTrace<'_>, quota: i64) -> Api
         db,
         Charge {
             org: new.organization_id,
-            kind: "trace",
+            kind: EvidenceKind::Trace,
             id: new.id,
             quota,
         },

@@ -2,6 +2,7 @@
 //! written by the cron pass's one sampling statement (never on the hot path) and read by
 //! `GET /api/remote-runners/queues/history` in one range of the table's primary key.
 
+use edgerunner_protocol::state::{JobState, RunnerState};
 use serde::Deserialize;
 
 use super::{all, run, Arg, Db};
@@ -22,6 +23,7 @@ pub(crate) fn bucket_of(at: i64) -> i64 {
 /// Samples every organization (at most [`ORGANIZATIONS_PER_PASS`]) into the bucket of `now`;
 /// runners seen at or after `online_since` count as online. Answers the rows written.
 pub(crate) async fn sample(db: &Db, now: i64, online_since: i64) -> ApiResult<usize> {
+    let held = super::states::held_job_states();
     run(
         db,
         include_str!("queries/history/sample.sql"),
@@ -29,6 +31,9 @@ pub(crate) async fn sample(db: &Db, now: i64, online_since: i64) -> ApiResult<us
             Arg::Int(bucket_of(now)),
             Arg::Int(online_since),
             Arg::Int(ORGANIZATIONS_PER_PASS),
+            JobState::Queued.as_str().into(),
+            held.as_str().into(),
+            RunnerState::Active.as_str().into(),
         ],
     )
     .await

@@ -3,12 +3,14 @@
 //! Durable Object (the single writer), except the grant's (`crate::objects::runner::grant`, by
 //! the claiming runner's object); reads serve inspection and job-bound runner reads.
 
+use edgerunner_protocol::completion::Decision;
+use edgerunner_protocol::kind::EvidenceKind;
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use edgerunner_protocol::state::{ClaimState, JobState};
 use serde::{Deserialize, Serialize};
 use worker::D1PreparedStatement;
 
-use super::{all, first, stmt, Arg, Db};
+use super::{all, first, states, stmt, Arg, Db};
 use crate::error::ApiResult;
 
 #[derive(Deserialize, Serialize, Clone)]
@@ -414,7 +416,7 @@ pub(super) fn select_stored_refusals(db: &Db, job: &str) -> ApiResult<D1Prepared
     stmt(
         db,
         include_str!("queries/jobs/select_stored_refusals.sql"),
-        &[job.into()],
+        &[job.into(), Decision::Accepted.as_str().into()],
     )
 }
 
@@ -579,7 +581,7 @@ pub(crate) fn select_completions(db: &Db, org: &str, job: &str) -> ApiResult<D1P
 
 #[derive(Deserialize)]
 pub(crate) struct EvidenceRow {
-    pub(crate) evidence_kind: String,
+    pub(crate) evidence_kind: EvidenceKind,
     pub(crate) evidence_id: String,
     pub(crate) completion_id: String,
 }
@@ -607,10 +609,17 @@ pub(crate) async fn held_job_data(
     job: &str,
     runner: &str,
 ) -> ApiResult<Option<HeldJobData>> {
+    let held = states::held_job_states();
     first(
         db,
         include_str!("queries/jobs/held_job_data.sql"),
-        &[org.into(), job.into(), runner.into()],
+        &[
+            org.into(),
+            job.into(),
+            runner.into(),
+            ClaimState::Active.as_str().into(),
+            held.as_str().into(),
+        ],
     )
     .await
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use worker::D1PreparedStatement;
 
 use super::writes::Writes;
-use super::{events, stmt, Db};
+use super::{events, states, stmt, Db};
 use crate::error::ApiResult;
 
 /// The job's state, attempt and active claim an operation decided from, which its write
@@ -112,6 +112,8 @@ pub(crate) fn grant(db: &Db, writes: &mut Writes, g: &NewGrant<'_>) -> ApiResult
                 g.claim_id.into(),
                 g.lease_expires_at.into(),
                 g.now.into(),
+                JobState::Claimed.as_str().into(),
+                JobState::Queued.as_str().into(),
             ],
         )?,
     );
@@ -157,7 +159,12 @@ pub(crate) fn heartbeat(db: &Db, writes: &mut Writes, beat: &Beat<'_>, now: i64)
         stmt(
             db,
             include_str!("queries/heartbeat_claim.sql"),
-            &[beat.claim_id.into(), beat.lease.into(), now.into()],
+            &[
+                beat.claim_id.into(),
+                beat.lease.into(),
+                now.into(),
+                ClaimState::Active.as_str().into(),
+            ],
         )?,
     );
     writes.any(stmt(
@@ -262,6 +269,7 @@ pub(crate) fn finish(
     }: &Finish<'_>,
     now: i64,
 ) -> ApiResult<()> {
+    let held = states::held_job_states();
     writes.one(
         "the job's finish",
         stmt(
@@ -273,6 +281,7 @@ pub(crate) fn finish(
                 attempt.into(),
                 job_state.as_str().into(),
                 now.into(),
+                held.as_str().into(),
             ],
         )?,
     );
@@ -281,7 +290,12 @@ pub(crate) fn finish(
         stmt(
             db,
             include_str!("queries/complete_claim.sql"),
-            &[claim_id.into(), now.into()],
+            &[
+                claim_id.into(),
+                now.into(),
+                ClaimState::Released.as_str().into(),
+                ClaimState::Active.as_str().into(),
+            ],
         )?,
     );
     writes.one(
@@ -379,6 +393,7 @@ pub(crate) fn cancel_job(
             from.as_str().into(),
             reason.into(),
             now.into(),
+            to.as_str().into(),
         ],
     )
 }
@@ -421,6 +436,7 @@ pub(crate) fn free_claim(
                 now.into(),
                 freed.end.state.as_str().into(),
                 freed.end.reason.into(),
+                ClaimState::Active.as_str().into(),
             ],
         )?,
     );
@@ -439,6 +455,7 @@ pub(crate) fn free_claim(
                 finished_at.into(),
                 freed.reason.into(),
                 i64::from(freed.free_hand_back).into(),
+                JobState::Cancelled.as_str().into(),
             ],
         )?,
     );

@@ -24,6 +24,7 @@ pub(crate) mod queues;
 pub(crate) mod releases;
 pub(crate) mod retention;
 pub(crate) mod runners;
+pub(crate) mod states;
 pub(crate) mod usage;
 pub(crate) mod writes;
 

@@ -105,7 +105,11 @@ pub(crate) async fn read(db: &Db, org: &str) -> ApiResult<QueuesRead> {
             stmt(
                 db,
                 include_str!("queries/queues/runners.sql"),
-                &[org.into(), Arg::Int(MAX_RUNNERS_READ)],
+                &[
+                    org.into(),
+                    Arg::Int(MAX_RUNNERS_READ),
+                    super::runners::authenticating_states().as_str().into(),
+                ],
             )?,
             stmt(db, include_str!("queries/counters/read.sql"), &[org.into()])?,
         ],

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use worker::D1PreparedStatement;
 
-use super::{all, first, run, stmt, Arg, Db};
+use super::{all, first, run, states, stmt, Arg, Db};
 use crate::error::ApiResult;
 
 // ---------------------------------------------------------------------------------------------
@@ -192,7 +192,11 @@ pub(crate) async fn promotions_of_version(
     all(
         db,
         include_str!("queries/releases/promotions_of_version.sql"),
-        &[org.into(), Arg::Int(version_id)],
+        &[
+            org.into(),
+            Arg::Int(version_id),
+            states::environment_order().as_str().into(),
+        ],
     )
     .await
 }
@@ -206,7 +210,11 @@ pub(crate) async fn promotions_of_artifact(
     all(
         db,
         include_str!("queries/releases/promotions_of_artifact.sql"),
-        &[org.into(), artifact_id.into()],
+        &[
+            org.into(),
+            artifact_id.into(),
+            states::environment_order().as_str().into(),
+        ],
     )
     .await
 }

@@ -7,6 +7,7 @@ use worker::D1PreparedStatement;
 
 use super::writes::{Slot, Writes};
 use super::{all, batch, first, run, stmt, Arg, Db};
+use edgerunner_protocol::kind::IdentityModel;
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 
 use crate::error::{ApiError, ApiResult};
@@ -15,7 +16,7 @@ use crate::error::{ApiError, ApiResult};
 pub(crate) struct RunnerRow {
     pub(crate) id: String,
     pub(crate) organization_id: String,
-    pub(crate) identity_model: String,
+    pub(crate) identity_model: IdentityModel,
     pub(crate) name: String,
     pub(crate) runner_key: Option<String>,
     pub(crate) bootstrap_token_hash: Option<String>,
@@ -152,18 +153,36 @@ pub(crate) async fn claims(
     which: ClaimsOf,
     limit: i64,
 ) -> ApiResult<Vec<RunnerClaimRow>> {
-    let sql = match which {
-        ClaimsOf::History => include_str!("queries/runner_claims.sql"),
-        ClaimsOf::Held => include_str!("queries/runner_active_claims.sql"),
-    };
-    all(db, sql, &[org.into(), runner.into(), limit.into()]).await
+    match which {
+        ClaimsOf::History => {
+            all(
+                db,
+                include_str!("queries/runner_claims.sql"),
+                &[org.into(), runner.into(), limit.into()],
+            )
+            .await
+        }
+        ClaimsOf::Held => {
+            all(
+                db,
+                include_str!("queries/runner_active_claims.sql"),
+                &[
+                    org.into(),
+                    runner.into(),
+                    limit.into(),
+                    ClaimState::Active.as_str().into(),
+                ],
+            )
+            .await
+        }
+    }
 }
 
 /// Everything a new runner row needs; fields of the other identity model stay `None`.
 pub(crate) struct NewRunner<'a> {
     pub(crate) id: &'a str,
     pub(crate) organization_id: &'a str,
-    pub(crate) identity_model: &'a str,
+    pub(crate) identity_model: IdentityModel,
     pub(crate) name: &'a str,
     pub(crate) runner_key: Option<&'a str>,
     pub(crate) bootstrap_token_hash: Option<&'a str>,
@@ -181,7 +200,7 @@ pub(crate) struct NewRunner<'a> {
     pub(crate) enrollment_token_id: Option<&'a str>,
     /// The site (IPv6 /48 or IPv4 address) a key-pair runner enrolled from.
     pub(crate) enroll_site: Option<&'a str>,
-    pub(crate) state: &'a str,
+    pub(crate) state: RunnerState,
     pub(crate) capabilities_json: &'a str,
     pub(crate) capabilities_hash: &'a str,
     pub(crate) protocol_version: &'a str,
@@ -203,7 +222,7 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
         &[
             r.id.into(),
             r.organization_id.into(),
-            r.identity_model.into(),
+            r.identity_model.as_str().into(),
             r.name.into(),
             r.runner_key.into(),
             r.bootstrap_token_hash.into(),
@@ -214,7 +233,7 @@ pub(crate) fn insert(db: &Db, r: &NewRunner<'_>) -> ApiResult<D1PreparedStatemen
             r.version.into(),
             r.machine_json.into(),
             r.address.into(),
-            r.state.into(),
+            r.state.as_str().into(),
             r.capabilities_json.into(),
             r.capabilities_hash.into(),
             r.protocol_version.into(),
@@ -245,6 +264,7 @@ pub(crate) struct Rotation<'a> {
 }
 
 pub(crate) fn rotate(db: &Db, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement> {
+    let rotatable = rotatable_states();
     stmt(
         db,
         include_str!("queries/runners/rotate.sql"),
@@ -255,6 +275,8 @@ pub(crate) fn rotate(db: &Db, r: &Rotation<'_>) -> ApiResult<D1PreparedStatement
             r.token_hash.into(),
             r.token_expires_at.into(),
             r.now.into(),
+            IdentityModel::Bootstrap.as_str().into(),
+            rotatable.as_str().into(),
         ],
     )
 }
@@ -342,7 +364,13 @@ pub(crate) fn set_tags(
     stmt(
         db,
         include_str!("queries/runners/set_tags.sql"),
-        &[org.into(), id.into(), tags_json.into(), now.into()],
+        &[
+            org.into(),
+            id.into(),
+            tags_json.into(),
+            now.into(),
+            RunnerState::Revoked.as_str().into(),
+        ],
     )
 }
 
@@ -509,6 +537,12 @@ pub(crate) fn lease_lost_retiring() -> String {
 /// The states that may obtain a session at all ([`RunnerState::can_authenticate`]).
 pub(crate) fn authenticating_states() -> String {
     states_where(RunnerState::can_authenticate)
+}
+
+/// The states in which a bootstrap-token runner's token may be rotated
+/// ([`RunnerState::can_rotate`]).
+pub(crate) fn rotatable_states() -> String {
+    states_where(RunnerState::can_rotate)
 }
 
 /// The states that may be offered new work ([`RunnerState::can_claim`]).
@@ -800,7 +834,7 @@ mod tests {
 
     use super::{
         authenticating_states, claiming_states, enrollment_expired_moves, lease_lost_moves,
-        lease_lost_retiring, session_proven_moves, MoveEffects, StateChange,
+        lease_lost_retiring, rotatable_states, session_proven_moves, MoveEffects, StateChange,
     };
 
     /// Every admin move that changes the state, with what it stamps: (from, input, to,
@@ -908,6 +942,15 @@ mod tests {
     fn active_draining_and_lost_runners_may_authenticate() {
         assert_eq!(authenticating_states(), r#"["active","draining","lost"]"#);
         assert_schema_tests_bind("AUTHENTICATING_STATES", &authenticating_states());
+    }
+
+    #[test]
+    fn every_runner_but_a_revoked_one_may_be_rotated() {
+        assert_eq!(
+            rotatable_states(),
+            r#"["pending_approval","active","draining","lost"]"#
+        );
+        assert_schema_tests_bind("ROTATABLE_STATES", &rotatable_states());
     }
 
     #[test]

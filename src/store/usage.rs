@@ -4,6 +4,7 @@
 //! never triggers: D1 counts a trigger's writes in its statement's row count); nothing here
 //! counts the jobs table.
 
+use edgerunner_protocol::kind::EvidenceKind;
 use serde::Deserialize;
 use worker::D1PreparedStatement;
 
@@ -177,14 +178,14 @@ pub(crate) fn job_deleted(db: &Db, org: &str, job: &str) -> ApiResult<D1Prepared
 pub(crate) fn evidence_added(
     db: &Db,
     org: &str,
-    kind: &str,
+    kind: EvidenceKind,
     id: &str,
     quota: i64,
 ) -> ApiResult<D1PreparedStatement> {
     stmt(
         db,
         include_str!("queries/usage/evidence_added.sql"),
-        &[org.into(), kind.into(), id.into(), quota.into()],
+        &[org.into(), kind.as_str().into(), id.into(), quota.into()],
     )
 }
 

@@ -70,6 +70,18 @@ LEASE_LOST_MOVES = '{"active":"lost"}'
 LEASE_LOST_RETIRING = '["active"]'
 AUTHENTICATING_STATES = '["active","draining","lost"]'
 CLAIMING_STATES = '["active"]'
+# runners::rotate: where a bootstrap runner's token may be rotated (RunnerState::can_rotate).
+ROTATABLE_STATES = '["pending_approval","active","draining","lost"]'
+# The protocol's other sets as src/store/states.rs binds them (its tests check these lines).
+HELD_JOB_STATES = '["claimed","running","cancel_requested"]'
+ENVIRONMENT_ORDER = '["dev","staging","prod"]'
+TERMINAL_JOB_STATES = '["succeeded","failed","cancelled"]'
+# What store::archive binds beside a job and its organization: archive_store's stage and the
+# terminal states, archive_mark_pruned's stages, and each step of the move's.
+STORE_ARGS = ("stored", TERMINAL_JOB_STATES)
+MARK_PRUNED_ARGS = ("pruned", "stored")
+MOVE_ARGS = {"requirements": ("pruned",), "job": ("pruned", "evaluation_run"),
+             "custody": ("evaluation_run",), "delete": ("pruned",), "legacy_job": ()}
 # runners::take_capacity: what the grant of an ephemeral runner's job moves it to (migration 0020).
 EPHEMERAL_DRAINED = "draining"
 EPHEMERAL_DRAINED_REASON = "ephemeral: took its one job"
@@ -188,7 +200,7 @@ class ArchiveWorld(SchemaTest):
         params.update(overrides)
         stored = self.execute(query("archive_store"), job, self.org, params["bundle"], params["bytes"],
                               params["chunks"], params["stream_bytes"], params["head"],
-                              params["at"], completions, unstored).rowcount
+                              params["at"], completions, unstored, *STORE_ARGS).rowcount
         self.w.usage("archive_stored", self.org, params["bytes"])
         return stored
 
@@ -233,14 +245,14 @@ class ArchiveWorld(SchemaTest):
         migration 0018) the row's move to archived_jobs. The rows each statement changed."""
         self.conn.execute("BEGIN")
         try:
-            changed = [self.execute(query("archive_mark_pruned"), job, self.org).rowcount]
+            changed = [self.execute(query("archive_mark_pruned"), job, self.org, *MARK_PRUNED_ARGS).rowcount]
             if self.has_archived_jobs():
                 self.w.usage("job_pruned", self.org, job, CHUNK_ROW_BYTES, JOB_ROW_BYTES - ARCHIVED_JOB_BYTES)
             else:
                 self.w.usage_sql(LEGACY_JOB_PRUNED, self.org, job, CHUNK_ROW_BYTES)
             if self.has_archived_jobs():
                 changed += [self.execute(LEGACY_MOVE_JOB if step == "legacy_job" else query(f"archive/move_{step}"),
-                                         job, self.org).rowcount
+                                         job, self.org, *MOVE_ARGS[step]).rowcount
                             for step in self.move_steps()]
         except BaseException:
             self.conn.execute("ROLLBACK")

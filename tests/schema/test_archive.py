@@ -85,7 +85,7 @@ class ArchiveTests(ArchiveWorld):
         self.assertGreater(before["job_events"], 3)
         self.assertEqual(self.store(job, head), 1)
         # Not pruned while anything is left.
-        self.assertRefused(self.execute, query("archive_mark_pruned"), job, self.org, message="job_rows_remain")
+        self.assertRefused(self.execute, query("archive_mark_pruned"), job, self.org, *MARK_PRUNED_ARGS, message="job_rows_remain")
         limit = 3
         batches = []
         for _ in range(20):  # bounded: 9 chunks at 3 a batch need 3 full batches and a short one
@@ -97,12 +97,12 @@ class ArchiveTests(ArchiveWorld):
         self.assertEqual(batches[0], [3, 2, 3, 0])  # claims wait for what names them
         self.assertEqual(sum(b[0] for b in batches), 9)
         self.assertEqual(sum(b[3] for b in batches), 2)
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org, *MARK_PRUNED_ARGS).rowcount, 1)
         self.assertEqual(self.counts(job), {"stream_chunks": 0, "job_completions": 0, "job_events": 0,
                                             "job_claims": 0, "completion_evidence": 2})
         # Running a step twice changes nothing: a batch finds nothing, the stage is pruned.
         self.assertEqual(self.prune_batch(job, limit), [0, 0, 0, 0])
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 0)
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org, *MARK_PRUNED_ARGS).rowcount, 0)
         self.assertEqual(self.store(job, head, completions=0), 0)
         self.assertEqual(self.w.one("SELECT archive_state FROM jobs WHERE id = ?", job)[0], "pruned")
         self.assertRefused(self.execute, "UPDATE jobs SET archive_state = 'stored' WHERE id = ?", job,
@@ -116,12 +116,12 @@ class ArchiveTests(ArchiveWorld):
         stranger = self.w.org()
         completions = self.w.one("SELECT count(*) FROM job_completions WHERE job_id = ?", job)[0]
         self.assertEqual(self.execute(query("archive_store"), job, stranger, sha("b"), 1, 5,
-                                      10, head, NOW, completions, 0).rowcount, 0)
+                                      10, head, NOW, completions, 0, *STORE_ARGS).rowcount, 0)
         self.assertEqual(self.store(job, head), 1)
         for sql in PRUNE_STATEMENTS:
             with self.subTest(sql=sql):
                 self.assertEqual(self.execute(sql, job, stranger, 500).rowcount, 0)
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, stranger).rowcount, 0)
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, stranger, *MARK_PRUNED_ARGS).rowcount, 0)
 
     def test_an_archived_job_takes_no_new_rows_but_counts_late_decisions(self):
         job, head = self.finished_job()
@@ -148,7 +148,7 @@ class ArchiveTests(ArchiveWorld):
         for _ in range(10):
             if all(n < 500 for n in self.prune_batch(job, 500)):
                 break
-        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org).rowcount, 1)
+        self.assertEqual(self.execute(query("archive_mark_pruned"), job, self.org, *MARK_PRUNED_ARGS).rowcount, 1)
         self.assertEqual(self.w.one("SELECT count(*) FROM job_completions WHERE evaluation_run_id = ?",
                                     self.run)[0], 0)
         # The run is still in custody: no row joins it, and no other completion takes it.
@@ -295,9 +295,10 @@ class ArchivedJobTests(RetentionWorld):
         number = self.w.one("SELECT number FROM organization_numbers WHERE organization_id = ?", self.org)[0]
         # Not pruned: the move does nothing, and a hand-made archived row is refused.
         self.assertEqual(self.mark_pruned(live), [0, 0, 0, 0, 0])
-        by_hand = lambda name: query(f"archive/move_{name}").replace("j.archive_state = 'pruned'", "1")
-        self.execute(by_hand("requirements"), live, self.org)
-        self.assertRefused(self.execute, by_hand("job"), live, self.org, message="archived_job_needs_a_pruned_job")
+        by_hand = lambda name: query(f"archive/move_{name}").replace("j.archive_state = ?3", "?3 = ?3")
+        self.execute(by_hand("requirements"), live, self.org, *MOVE_ARGS["requirements"])
+        self.assertRefused(self.execute, by_hand("job"), live, self.org, *MOVE_ARGS["job"],
+                           message="archived_job_needs_a_pruned_job")
         self.assertRefused(self.execute, "DELETE FROM jobs WHERE id = ?", live,
                            message="job_delete_needs_the_archived_row")
         job = self.archived_job()
@@ -456,9 +457,9 @@ class ArchivedCustodyTests(RetentionWorld):
                       "ce.evidence_id, ce.completion_id, ce.attached_at + 1"):
             self.conn.execute("BEGIN")
             try:
-                self.execute(query("archive_mark_pruned"), job, self.org)
-                self.execute(query("archive/move_requirements"), job, self.org)
-                self.assertRefused(self.execute, move.replace(taken, wrong), job, self.org,
+                self.execute(query("archive_mark_pruned"), job, self.org, *MARK_PRUNED_ARGS)
+                self.execute(query("archive/move_requirements"), job, self.org, *MOVE_ARGS["requirements"])
+                self.assertRefused(self.execute, move.replace(taken, wrong), job, self.org, *MOVE_ARGS["job"],
                                    message="archived_job_takes_its_runs_custody")
             finally:
                 self.conn.execute("ROLLBACK")

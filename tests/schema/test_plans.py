@@ -162,7 +162,7 @@ class QueryPlanTests(SchemaTest):
     def test_a_runners_held_claims_are_a_range_of_its_claim_index(self):
         org = self.populate()
         runner = self.execute("SELECT runner_id FROM job_claims WHERE state = 'active' LIMIT 1").fetchone()[0]
-        params = (org, runner, 1000)
+        params = (org, runner, 1000, "active")
         self.assertUsesIndex(self.RUNNER_ACTIVE_CLAIMS, params, "job_claims_by_runner")
         rows = self.execute(self.RUNNER_ACTIVE_CLAIMS, *params).fetchall()
         self.assertTrue(rows and all(r[3] == "active" for r in rows), rows)

@@ -123,7 +123,8 @@ class QueueHistoryTests(SchemaTest):
 
     def sample(self, at, seen_since=None, organizations=1000):
         bucket = at - at % self.BUCKET
-        self.execute(self.SAMPLE, bucket, NOW - 900_000 if seen_since is None else seen_since, organizations)
+        self.execute(self.SAMPLE, bucket, NOW - 900_000 if seen_since is None else seen_since, organizations,
+                     "queued", HELD_JOB_STATES, "active")
         return bucket
 
     def rows(self, org):
@@ -204,7 +205,7 @@ class QueueHistoryTests(SchemaTest):
     def test_the_sample_and_the_read_use_their_indexes(self):
         org = self.w.org()
         self.w.job(org)
-        plan = " | ".join(query_plan(self.conn, self.SAMPLE, (NOW, NOW, 1000)))
+        plan = " | ".join(query_plan(self.conn, self.SAMPLE, (NOW, NOW, 1000, "queued", HELD_JOB_STATES, "active")))
         for index in ("jobs_by_organization_state", "runners_by_organization_state"):
             self.assertIn(index, plan)
         self.assertNotIn("SCAN j", plan)

@@ -29,7 +29,7 @@ class ProductionStatementTests(SchemaTest):
             self.known("queued", attempt - 1, None),
             (query("grant_claim"), (claim, self.job, self.org, self.runner, attempt, sha("nonce" + claim),
                                     "kid", at, at + 300_000, lease, '{"signed": true}', request_id)),
-            (query("grant_job"), (self.job, self.org, attempt, claim, lease, at)),
+            (query("grant_job"), (self.job, self.org, attempt, claim, lease, at, "claimed", "queued")),
             (query("grant_runner"), (self.runner, at, CLAIMING_STATES, EPHEMERAL_DRAINED,
                                      EPHEMERAL_DRAINED_REASON)),
         ])
@@ -41,7 +41,7 @@ class ProductionStatementTests(SchemaTest):
             self.credential(generation),
             self.known(state, attempt, claim, at),
             (query("heartbeat_job"), (self.job, claim, attempt, lease, "running", at, state)),
-            (query("heartbeat_claim"), (claim, lease, at)),
+            (query("heartbeat_claim"), (claim, lease, at, "active")),
             (query("heartbeat_runner"), (self.runner, at)),
         ])
         return lease
@@ -49,9 +49,9 @@ class ProductionStatementTests(SchemaTest):
     def end(self, claim, attempt, state, to, how, runner_statement, free=0, at=NOW):
         batch(self.conn, [
             self.known(state, attempt, claim),
-            (query("end_claim"), (claim, at, how[0], how[1])),
+            (query("end_claim"), (claim, at, how[0], how[1], "active")),
             (query("free_job"), (self.job, claim, attempt, state, to, at, at if to == "cancelled" else None,
-                                 "reason", free)),
+                                 "reason", free, "cancelled")),
             runner_statement,
         ])
 
@@ -98,8 +98,8 @@ class ProductionStatementTests(SchemaTest):
             self.credential(generation=2),
             self.known("running", 3, claim, NOW + 3_000),
             completion,
-            (query("complete_job"), (self.job, claim, 3, "succeeded", NOW + 3_000)),
-            (query("complete_claim"), (claim, NOW + 3_000)),
+            (query("complete_job"), (self.job, claim, 3, "succeeded", NOW + 3_000, HELD_JOB_STATES)),
+            (query("complete_claim"), (claim, NOW + 3_000, "released", "active")),
             (query("complete_runner"), (self.runner, NOW + 3_000)),
             (query("completion_evidence_insert"), ("evaluation_run", run, row["id"], self.job, self.org,
                                                    NOW + 3_000)),
@@ -130,7 +130,7 @@ class ProductionStatementTests(SchemaTest):
             self.known("claimed", attempt, claim, at),
             (query("assert_claim_held"), (claim, runner, org or self.org)),
             (query("heartbeat_job"), (self.job, claim, attempt, lease, "running", at, "claimed")),
-            (query("heartbeat_claim"), (claim, lease, at)),
+            (query("heartbeat_claim"), (claim, lease, at, "active")),
             (query("heartbeat_runner"), (runner, at)),
         ])
         return lease
@@ -156,19 +156,19 @@ class ProductionStatementTests(SchemaTest):
     def test_a_presumed_first_heartbeat_of_a_job_asked_to_cancel_is_refuted(self):
         claim = self.grant(1)
         batch(self.conn, [self.known("claimed", 1, claim),
-                          (query("cancel_request_job"), (self.job, self.org, "claimed", "stop", NOW))])
+                          (query("cancel_request_job"), (self.job, self.org, "claimed", "stop", NOW, "cancel_requested"))])
         self.assertRefused(self.presumed_heartbeat, claim, 1, NOW + 1_000, message="job_moved")
         self.assertEqual(self.w.job_row(self.job)[0], "cancel_requested")
 
     def test_cancel_statements(self):
         batch(self.conn, [self.known("queued", 0, None),
-                          (query("cancel_queued_job"), (self.job, self.org, "queued", "no longer needed", NOW))])
+                          (query("cancel_queued_job"), (self.job, self.org, "queued", "no longer needed", NOW, "cancelled"))])
         self.assertEqual(self.w.job_row(self.job)[0], "cancelled")
         other = self.w.job(self.org)
         self.job = other
         claim = self.grant(1)
         batch(self.conn, [self.known("claimed", 1, claim),
-                          (query("cancel_request_job"), (self.job, self.org, "claimed", "stop", NOW))])
+                          (query("cancel_request_job"), (self.job, self.org, "claimed", "stop", NOW, "cancel_requested"))])
         self.assertEqual(self.w.job_row(self.job)[0], "cancel_requested")
 
     def test_every_statement_file_is_exercised_by_these_tests(self):

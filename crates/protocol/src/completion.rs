@@ -454,15 +454,36 @@ pub enum Outcome {
     Stale,
 }
 
+crate::wire_name::wire_names! {
+    /// A completion's decision by its stored and returned name (`job_completions.decision`,
+    /// `decision` of a completion in the API): an [`Outcome`] without what it carries. The
+    /// schema's CHECK constraint lists the same names.
+    pub enum Decision: "a completion decision" {
+        /// Applied: the job moved to its terminal state.
+        Accepted = "accepted",
+        /// An exact replay of the accepted completion.
+        Duplicate = "duplicate",
+        /// A different terminal outcome than the accepted one; refused.
+        Conflict = "conflict",
+        /// From a superseded attempt or a claim no longer active; refused.
+        Stale = "stale",
+    }
+}
+
 impl Outcome {
+    /// The decision, by its name.
+    pub fn decision(self) -> Decision {
+        match self {
+            Self::Accepted { .. } => Decision::Accepted,
+            Self::Duplicate => Decision::Duplicate,
+            Self::Conflict => Decision::Conflict,
+            Self::Stale => Decision::Stale,
+        }
+    }
+
     /// The stored and returned decision name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Accepted { .. } => "accepted",
-            Self::Duplicate => "duplicate",
-            Self::Conflict => "conflict",
-            Self::Stale => "stale",
-        }
+        self.decision().as_str()
     }
 }
 
@@ -742,6 +763,21 @@ mod tests {
     use super::*;
     use crate::stable_json::tests::random_value;
     use crate::testkit::{assert_refusal, check};
+
+    #[test]
+    fn decisions_round_trip_by_name() {
+        crate::wire_name::assert_round_trips(Decision::ALL, Decision::as_str, Decision::parse);
+        let outcomes = [
+            Outcome::Accepted {
+                job_state: JobState::Succeeded,
+            },
+            Outcome::Duplicate,
+            Outcome::Conflict,
+            Outcome::Stale,
+        ];
+        let names: Vec<&str> = outcomes.iter().map(|o| o.as_str()).collect();
+        assert_eq!(names, ["accepted", "duplicate", "conflict", "stale"]);
+    }
 
     // create_remote_runner_completion(...) from evalgate-sdk 3.15.0, printed by json.dumps.
     const SDK_COMPLETION: &str = r#"{"jobId": "job_1", "claimId": "claim_1", "runnerId": "runner_1", "organizationId": "org_1", "dispatchAttempt": 1, "status": "succeeded", "inputHash": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "resultHash": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "finalStreamChecksum": "d8832e52c5c095f96c0f4e657374d0a63cd6ce2daaea1a5c925d1aea5e117e81", "evidence": {"evaluationRunId": 42, "testResultIds": [1, 2, 3], "costRecordIds": ["cost_1"], "modelCallIds": [], "traceId": "trace-\u00e9"}, "completedAt": "2026-11-29T07:00:05.654321Z", "completionChecksum": "ccfea245aaeb9d573388c6a3a4d3f4705215aedf72f658d0ed9a53827c24ace5"}"#;

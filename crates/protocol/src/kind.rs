@@ -1,6 +1,6 @@
 //! What the edge's stored records are of, by the names the schema and the API carry: the
-//! kinds of evidence a completion takes into custody, and the kinds of events on a job's
-//! timeline and in the audit trail.
+//! kinds of evidence a completion takes into custody, the kinds of events on a job's
+//! timeline and in the audit trail, how a runner proves who it is, and an API key's role.
 
 use crate::wire_name::wire_names;
 
@@ -96,6 +96,43 @@ wire_names! {
     }
 }
 
+wire_names! {
+    /// Where an evaluation run is (`evaluation_runs.status`, `status` of a run in the API). The
+    /// schema's CHECK constraint lists the same names.
+    pub enum RunStatus: "an evaluation run status" {
+        /// Created, not finished: where every run starts.
+        Running = "running",
+        /// Finished.
+        Completed = "completed",
+        /// Finished with a failure.
+        Failed = "failed",
+        /// Stopped before it finished.
+        Cancelled = "cancelled",
+    }
+}
+
+wire_names! {
+    /// How a runner proves who it is (`runners.identity_model`, `identityModel` in the API).
+    /// The schema's CHECK constraint lists the same names.
+    pub enum IdentityModel: "an identity model" {
+        /// Registered by an admin; exchanges a bootstrap token for sessions.
+        Bootstrap = "bootstrap",
+        /// Enrolled itself with an ed25519 key; answers challenges for sessions.
+        Keypair = "keypair",
+    }
+}
+
+wire_names! {
+    /// An API key's role (`api_keys.role`, `role` in the API). The schema's CHECK constraint
+    /// lists the same names.
+    pub enum Role: "a role" {
+        /// May administer runners, besides what its scopes allow.
+        Admin = "admin",
+        /// What its scopes allow.
+        Member = "member",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[cfg(target_arch = "wasm32")]
@@ -108,6 +145,17 @@ mod tests {
     fn evidence_kinds_round_trip_by_name() {
         assert_round_trips(EvidenceKind::ALL, EvidenceKind::as_str, EvidenceKind::parse);
         assert_eq!(EvidenceKind::parse("evaluationRun"), None);
+    }
+
+    #[test]
+    fn identity_models_and_roles_round_trip_by_name() {
+        assert_round_trips(
+            IdentityModel::ALL,
+            IdentityModel::as_str,
+            IdentityModel::parse,
+        );
+        assert_round_trips(Role::ALL, Role::as_str, Role::parse);
+        assert_round_trips(RunStatus::ALL, RunStatus::as_str, RunStatus::parse);
     }
 
     #[test]

@@ -34,6 +34,7 @@
 //!   guarded write (`WHERE state = … AND dispatch_attempt = …`) lets only the first apply.
 
 use crate::state::{JobInput, JobState, StateError};
+use crate::wire_name::wire_names;
 
 /// Counted dispatches a job gets, the first included: after the third lost lease the job ends.
 /// A hand-back among the job's first [`MAX_FREE_HAND_BACKS`] does not count.
@@ -67,6 +68,34 @@ pub struct JobLease {
     pub released_attempts: u32,
     /// When the active claim's lease lapses, in Unix milliseconds; `None` without a claim.
     pub lease_expires_at_ms: Option<i64>,
+}
+
+wire_names! {
+    /// A [`RecoveryDecision`] by its stable name ([`RecoveryDecision::code`]): in the durable
+    /// event, the job's rationale and the answer of a recovery.
+    pub enum RecoveryCode: "a recovery decision" {
+        /// [`RecoveryDecision::Nothing`].
+        Nothing = "NOTHING",
+        /// [`RecoveryDecision::Requeue`].
+        LeaseLostRequeued = "LEASE_LOST_REQUEUED",
+        /// [`RecoveryDecision::Exhausted`].
+        DispatchAttemptsExhausted = "DISPATCH_ATTEMPTS_EXHAUSTED",
+        /// [`RecoveryDecision::Cancel`].
+        LeaseLostAfterCancelRequest = "LEASE_LOST_AFTER_CANCEL_REQUEST",
+    }
+}
+
+wire_names! {
+    /// A [`ReleaseDecision`] by its stable name ([`ReleaseDecision::code`]): in the durable
+    /// event and the answer of a hand-back.
+    pub enum ReleaseCode: "a hand-back decision" {
+        /// [`ReleaseDecision::Requeue`].
+        ReleasedRequeued = "RELEASED_REQUEUED",
+        /// [`ReleaseDecision::Exhausted`].
+        ReleasedAtLastAttempt = "RELEASED_AT_LAST_ATTEMPT",
+        /// [`ReleaseDecision::Cancel`].
+        ReleasedAfterCancelRequest = "RELEASED_AFTER_CANCEL_REQUEST",
+    }
 }
 
 /// What recovery should do with a job now.
@@ -182,12 +211,12 @@ impl RecoveryDecision {
     }
 
     /// A stable name for the durable event and the job's rationale.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> RecoveryCode {
         match self {
-            RecoveryDecision::Nothing => "NOTHING",
-            RecoveryDecision::Requeue { .. } => "LEASE_LOST_REQUEUED",
-            RecoveryDecision::Exhausted { .. } => "DISPATCH_ATTEMPTS_EXHAUSTED",
-            RecoveryDecision::Cancel => "LEASE_LOST_AFTER_CANCEL_REQUEST",
+            RecoveryDecision::Nothing => RecoveryCode::Nothing,
+            RecoveryDecision::Requeue { .. } => RecoveryCode::LeaseLostRequeued,
+            RecoveryDecision::Exhausted { .. } => RecoveryCode::DispatchAttemptsExhausted,
+            RecoveryDecision::Cancel => RecoveryCode::LeaseLostAfterCancelRequest,
         }
     }
 
@@ -276,11 +305,11 @@ impl ReleaseDecision {
     }
 
     /// A stable name for the durable event.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ReleaseCode {
         match self {
-            ReleaseDecision::Requeue { .. } => "RELEASED_REQUEUED",
-            ReleaseDecision::Exhausted { .. } => "RELEASED_AT_LAST_ATTEMPT",
-            ReleaseDecision::Cancel => "RELEASED_AFTER_CANCEL_REQUEST",
+            ReleaseDecision::Requeue { .. } => ReleaseCode::ReleasedRequeued,
+            ReleaseDecision::Exhausted { .. } => ReleaseCode::ReleasedAtLastAttempt,
+            ReleaseDecision::Cancel => ReleaseCode::ReleasedAfterCancelRequest,
         }
     }
 
@@ -321,6 +350,20 @@ mod tests {
     use crate::testkit::{check, Rng};
 
     const NOW: i64 = 1_780_000_000_000;
+
+    #[test]
+    fn decision_codes_round_trip_by_name() {
+        crate::wire_name::assert_round_trips(
+            RecoveryCode::ALL,
+            RecoveryCode::as_str,
+            RecoveryCode::parse,
+        );
+        crate::wire_name::assert_round_trips(
+            ReleaseCode::ALL,
+            ReleaseCode::as_str,
+            ReleaseCode::parse,
+        );
+    }
 
     fn lease(state: JobState, attempt: u32, expiry: Option<i64>) -> JobLease {
         JobLease {
@@ -420,7 +463,7 @@ mod tests {
             [JobInput::LeaseExpired, JobInput::Exhaust]
         );
         assert_eq!(decision.apply(&job).unwrap().state, JobState::Cancelled);
-        assert_eq!(decision.code(), "DISPATCH_ATTEMPTS_EXHAUSTED");
+        assert_eq!(decision.code().as_str(), "DISPATCH_ATTEMPTS_EXHAUSTED");
         assert!(decision.reason().contains("3 counted dispatch attempts"));
     }
 

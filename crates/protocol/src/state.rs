@@ -349,6 +349,12 @@ impl RunnerState {
         self == RunnerState::Active
     }
 
+    /// Whether a bootstrap-token runner's token may be rotated: in every state but revoked (a
+    /// revoked runner is registered again instead).
+    pub fn can_rotate(self) -> bool {
+        self != RunnerState::Revoked
+    }
+
     /// Whether the runner may obtain a session at all. Draining and lost runners still need
     /// credentials to heartbeat and complete what they hold; pending and revoked ones get none.
     pub fn can_authenticate(self) -> bool {

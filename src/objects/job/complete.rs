@@ -6,7 +6,8 @@
 
 use edgerunner_protocol::archive::ArchiveState;
 use edgerunner_protocol::completion::{
-    reconcile, AcceptedCompletion, ActiveClaim, Completion, Evidence, JobCompletionView, Outcome,
+    reconcile, AcceptedCompletion, ActiveClaim, Completion, Decision, Evidence, JobCompletionView,
+    Outcome,
 };
 use edgerunner_protocol::envelope::{ClaimId, DispatchAttempt, OrganizationId, RunnerId};
 use edgerunner_protocol::kind::{EventKind, EvidenceKind};
@@ -356,7 +357,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
             // The runner's answer is the same however it was recorded, but names a completion
             // only when one is stored.
             let answer = CompletionDecision {
-                decision: outcome.as_str().to_owned(),
+                decision: outcome.decision(),
                 rationale: decided.rationale.clone(),
                 completion_id: (record == Record::Stored).then_some(completion_id),
                 job_state: decided.state,
@@ -414,7 +415,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, raw: &Value) -> Answer 
     }
     ctx.alarm.set(AlarmChange::Clear);
     Ok(JobReply::Completed(CompletionDecision {
-        decision: outcome.as_str().to_owned(),
+        decision: outcome.decision(),
         rationale: decided.rationale,
         completion_id: Some(completion_id),
         job_state,
@@ -446,7 +447,7 @@ async fn archived(
         )));
     };
     let answer = CompletionDecision {
-        decision: outcome.as_str().to_owned(),
+        decision: outcome.decision(),
         rationale: decided.rationale,
         completion_id: None,
         job_state: decided.state,
@@ -510,7 +511,10 @@ fn record_claims(claims: &[Value]) -> Result<Vec<jobs::ClaimRow>, JobRefusal> {
 
 /// The accepted completion of an archived job, from its record's completions.
 fn record_accepted(completions: &[Value]) -> Result<Option<jobs::AcceptedRow>, JobRefusal> {
-    let Some(accepted) = completions.iter().find(|c| c["decision"] == "accepted") else {
+    let Some(accepted) = completions
+        .iter()
+        .find(|c| c["decision"] == Decision::Accepted.as_str())
+    else {
         return Ok(None);
     };
     Ok(Some(jobs::AcceptedRow {
@@ -702,22 +706,22 @@ mod tests {
 
     #[test]
     fn a_duplicate_is_answered_like_the_accepted_one_a_conflict_or_stale_one_is_refused() {
-        let answer = |decision: &str| CompletionDecision {
-            decision: decision.to_owned(),
+        let answer = |decision: Decision| CompletionDecision {
+            decision,
             rationale: "why".to_owned(),
             completion_id: None,
             job_state: JobState::Succeeded,
         };
         assert!(matches!(
-            Refused::Duplicate.reply(answer("duplicate")),
-            Ok(JobReply::Completed(CompletionDecision { ref decision, .. })) if decision == "duplicate"
+            Refused::Duplicate.reply(answer(Decision::Duplicate)),
+            Ok(JobReply::Completed(CompletionDecision { decision, .. })) if decision == Decision::Duplicate
         ));
         assert!(matches!(
-            Refused::Conflict.reply(answer("conflict")),
+            Refused::Conflict.reply(answer(Decision::Conflict)),
             Err(JobRefusal::CompletionConflict(_))
         ));
         assert!(matches!(
-            Refused::Stale.reply(answer("stale")),
+            Refused::Stale.reply(answer(Decision::Stale)),
             Err(JobRefusal::CompletionStale(_))
         ));
         // Stored in full, each is recorded by its own event.

@@ -56,7 +56,7 @@ pub(super) fn decide<'a>(
         job_id: job.id.clone(),
         claim_id: claim_id.to_owned(),
         state: next,
-        decision: decision.code().to_owned(),
+        decision: decision.code(),
         next_attempt: (next == JobState::Queued).then_some(claim.dispatch_attempt + 1),
         counted: !free,
         counted_attempts: counted,
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(handed.answer.state, JobState::Queued);
         assert_eq!(handed.answer.next_attempt, Some(2));
         assert!(!handed.answer.counted);
-        assert_eq!(handed.answer.decision, "RELEASED_REQUEUED");
+        assert_eq!(handed.answer.decision.as_str(), "RELEASED_REQUEUED");
     }
 
     #[test]

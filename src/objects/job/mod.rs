@@ -28,10 +28,11 @@ mod stream;
 mod watch;
 
 use edgerunner_protocol::chunk::ChunkError;
-use edgerunner_protocol::completion::CompletionError;
+use edgerunner_protocol::completion::{CompletionError, Decision};
 use edgerunner_protocol::envelope::EnvelopeError;
 use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::kind::EvidenceKind;
+use edgerunner_protocol::recovery::{RecoveryCode, ReleaseCode};
 use edgerunner_protocol::stable_json::Sha256Hex;
 use edgerunner_protocol::state::{ClaimState, JobState, StateError};
 use serde::{Deserialize, Serialize};
@@ -235,7 +236,7 @@ pub(crate) struct ChunkAccepted {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CompletionDecision {
     /// `accepted`, `duplicate`, `conflict` or `stale` (the protocol crate's `Outcome`).
-    pub(crate) decision: String,
+    pub(crate) decision: Decision,
     pub(crate) rationale: String,
     /// The stored completion row; `null` for a refused decision past the job's storage cap.
     pub(crate) completion_id: Option<String>,
@@ -249,7 +250,7 @@ pub(crate) struct HandedBack {
     pub(crate) claim_id: String,
     pub(crate) state: JobState,
     /// The protocol crate's `ReleaseDecision::code`.
-    pub(crate) decision: String,
+    pub(crate) decision: ReleaseCode,
     pub(crate) next_attempt: Option<i64>,
     pub(crate) counted: bool,
     pub(crate) counted_attempts: Option<u32>,
@@ -278,7 +279,7 @@ pub(crate) struct LostClaim {
     pub(crate) claim_id: String,
     pub(crate) runner_id: String,
     /// The protocol crate's `RecoveryDecision::code`.
-    pub(crate) decision: String,
+    pub(crate) decision: RecoveryCode,
 }
 
 /// Why a job's object did not carry out an operation. Nothing was applied, except where a
@@ -553,9 +554,9 @@ mod tests {
         json!({ "error": { "code": code, "message": message } })
     }
 
-    fn decision(decided: &str, completion_id: Option<&str>) -> CompletionDecision {
+    fn decision(decided: Decision, completion_id: Option<&str>) -> CompletionDecision {
         CompletionDecision {
-            decision: decided.to_owned(),
+            decision: decided,
             rationale: "the job already accepted another result".to_owned(),
             completion_id: completion_id.map(str::to_owned),
             job_state: JobState::Succeeded,
@@ -564,7 +565,10 @@ mod tests {
 
     #[test]
     fn a_refused_completion_answers_with_its_decision_beside_the_error() {
-        let (status, body) = answered(JobRefusal::CompletionConflict(decision("conflict", None)));
+        let (status, body) = answered(JobRefusal::CompletionConflict(decision(
+            Decision::Conflict,
+            None,
+        )));
         assert_eq!(status, 409);
         assert_eq!(
             body,
@@ -582,7 +586,7 @@ mod tests {
             })
         );
         let (status, body) = answered(JobRefusal::CompletionStale(decision(
-            "stale",
+            Decision::Stale,
             Some("cmp_1"),
         )));
         assert_eq!(status, 409);
@@ -750,7 +754,7 @@ mod tests {
             job_id: "job_1".into(),
             claim_id: "job_1-a1".into(),
             state: JobState::Queued,
-            decision: "RELEASED_REQUEUED".into(),
+            decision: ReleaseCode::ReleasedRequeued,
             next_attempt: Some(2),
             counted: false,
             counted_attempts: Some(0),
@@ -768,7 +772,7 @@ mod tests {
             })
         );
         assert_eq!(
-            serde_json::to_value(decision("accepted", Some("cmp_1"))).unwrap(),
+            serde_json::to_value(decision(Decision::Accepted, Some("cmp_1"))).unwrap(),
             json!({
                 "decision": "accepted",
                 "rationale": "the job already accepted another result",

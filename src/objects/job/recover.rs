@@ -201,7 +201,7 @@ pub(super) async fn run(ctx: &OpCtx<'_>, snap: Snapshot, actor: &str) -> Answer 
         lost: Some(LostClaim {
             claim_id: claim.id.clone(),
             runner_id: claim.runner_id.clone(),
-            decision: decision.code().to_owned(),
+            decision: decision.code(),
         }),
     }))
 }
@@ -269,7 +269,7 @@ mod tests {
             (loss.from, loss.next),
             (JobState::Running, JobState::Queued)
         );
-        assert_eq!(loss.decision.code(), "LEASE_LOST_REQUEUED");
+        assert_eq!(loss.decision.code().as_str(), "LEASE_LOST_REQUEUED");
         assert_eq!(loss.then, EventKind::JobRequeued);
         assert_eq!((loss.next_attempt, loss.counted), (Some(2), Some(1)));
         assert_eq!(loss.after, Some(Counter::Requeues));

@@ -474,7 +474,7 @@ pub(crate) struct EvidenceLinkView<'a> {
 impl<'a> From<&'a EvidenceRow> for EvidenceLinkView<'a> {
     fn from(e: &'a EvidenceRow) -> Self {
         EvidenceLinkView {
-            kind: &e.evidence_kind,
+            kind: e.evidence_kind.as_str(),
             id: &e.evidence_id,
             completion_id: &e.completion_id,
         }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use edgerunner_protocol::capability::{ExecutionKind, LimitKind, Limits};
 use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::IdentityModel;
 use edgerunner_protocol::state::{ClaimState, RunnerInput, RunnerState};
 use serde::Serialize;
 use serde_json::Value;
@@ -155,11 +156,11 @@ impl<'a> RunnerView<'a> {
     /// The record with `files` (lists show none), its connection as of `now`.
     pub(crate) fn new(runner: &'a RunnerRow, files: &'a [FileMeta], now: i64) -> Self {
         let ephemeral = runner.ephemeral != 0;
-        let actions = runner_actions(runner.state, &runner.identity_model, ephemeral);
+        let actions = runner_actions(runner.state, runner.identity_model.as_str(), ephemeral);
         RunnerView {
             id: &runner.id,
             organization_id: &runner.organization_id,
-            identity_model: &runner.identity_model,
+            identity_model: runner.identity_model.as_str(),
             name: &runner.name,
             runner_key: runner.runner_key.as_deref(),
             state: runner.state.as_str(),
@@ -372,13 +373,13 @@ pub(crate) struct FilePageView<'a> {
 /// Why the bootstrap token of a runner of `identity_model` in `state` cannot be rotated, if it
 /// cannot: the rule `routes::runners::rotate` enforces and the runner view's `actions` offer rotation by.
 pub(crate) fn rotation_refusal(identity_model: &str, state: RunnerState) -> Option<ApiError> {
-    if identity_model != "bootstrap" {
+    if identity_model != IdentityModel::Bootstrap.as_str() {
         return Some(ApiError::conflict(
             ErrorCode::RotationUnsupported,
             "key-pair runners have no bootstrap token; revoke and enroll a new identity",
         ));
     }
-    if state == RunnerState::Revoked {
+    if !state.can_rotate() {
         return Some(ApiError::conflict(
             ErrorCode::RunnerRevoked,
             "a revoked runner cannot be rotated; register a new one",

@@ -23,6 +23,9 @@ pub enum Environment {
 }
 
 impl Environment {
+    /// Every environment, in promotion order.
+    pub const ALL: [Environment; 3] = [Self::Dev, Self::Staging, Self::Prod];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Dev => "dev",

@@ -1,7 +1,7 @@
 -- The move's third step: the pruned job's archived row (migration 0018: hashes as blobs, the
 -- organization by its number, the requirements by their document's row), holding the run its
 -- completion took into custody (migration 0019; its custody row goes next).
--- ?1 job id, ?2 organization id
+-- ?1 job id, ?2 organization id, ?3 ArchiveState::Pruned, ?4 EvidenceKind::EvaluationRun
 INSERT INTO archived_jobs (id, organization_number, idempotency_key, intent_hash,
     subject_version_id, subject_environment, requirements_id, input_hash, state,
     dispatch_attempt, released_attempts, cancel_reason, created_at, updated_at, finished_at,
@@ -19,5 +19,5 @@ SELECT j.id, n.number, j.idempotency_key, unhex(j.intent_hash), j.subject_versio
   FROM jobs AS j
   JOIN organization_numbers AS n ON n.organization_id = j.organization_id
   JOIN requirement_documents AS d ON d.organization_number = n.number AND d.document = j.requirements
-  LEFT JOIN completion_evidence AS ce ON ce.job_id = j.id AND ce.evidence_kind = 'evaluation_run'
- WHERE j.id = ?1 AND j.organization_id = ?2 AND j.archive_state = 'pruned'
+  LEFT JOIN completion_evidence AS ce ON ce.job_id = j.id AND ce.evidence_kind = ?4
+ WHERE j.id = ?1 AND j.organization_id = ?2 AND j.archive_state = ?3

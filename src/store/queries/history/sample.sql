@@ -6,6 +6,7 @@
 -- nothing to show (no live job, no online slot, no job finished since its last row) is left
 -- out. A bucket's first sample takes the previous row's total as its base; later ones keep
 -- the peaks, add the slots and move the total. queue_history_keeps_a_day bounds the rows.
+-- ?4 JobState::Queued, ?5 states::held_job_states() (JSON array), ?6 RunnerState::Active
 INSERT INTO queue_history (organization_id, bucket_at, samples, queued, running, busy_slots,
                            slots, finished_base, finished_total)
 SELECT organization_id, ?1, 1, queued, running, busy_slots, slots,
@@ -13,15 +14,15 @@ SELECT organization_id, ?1, 1, queued, running, busy_slots, slots,
   FROM (
     SELECT o.id AS organization_id,
            (SELECT count(*) FROM jobs j
-             WHERE j.organization_id = o.id AND j.state = 'queued') AS queued,
+             WHERE j.organization_id = o.id AND j.state = ?4) AS queued,
            (SELECT count(*) FROM jobs j
              WHERE j.organization_id = o.id
-               AND j.state IN ('claimed', 'running', 'cancel_requested')) AS running,
+               AND j.state IN (SELECT value FROM json_each(?5) AS states)) AS running,
            (SELECT coalesce(sum(r.active_claims), 0) FROM runners r
-             WHERE r.organization_id = o.id AND r.state = 'active'
+             WHERE r.organization_id = o.id AND r.state = ?6
                AND r.last_seen_at >= ?2) AS busy_slots,
            (SELECT coalesce(sum(r.max_concurrent_jobs), 0) FROM runners r
-             WHERE r.organization_id = o.id AND r.state = 'active'
+             WHERE r.organization_id = o.id AND r.state = ?6
                AND r.last_seen_at >= ?2) AS slots,
            (SELECT coalesce(sum(c.value), 0) FROM organization_counters c
              WHERE c.organization_id = o.id
