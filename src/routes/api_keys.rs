@@ -47,13 +47,12 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
     let body = json_object(&mut req).await?;
     refuse_unknown(&body, &["name", "scopes", "role", "expiresInDays"])?;
     let name = required_name(&body, "name", 200)?;
-    let role = optional_str(&body, "role", 16)?.unwrap_or(Role::Member.as_str());
-    if Role::parse(role).is_none() {
-        return Err(ApiError::unprocessable(
-            ErrorCode::InvalidRole,
-            "role must be admin or member",
-        ));
-    }
+    let role = match optional_str(&body, "role", 16)? {
+        None => Role::Member,
+        Some(text) => Role::parse(text).ok_or_else(|| {
+            ApiError::unprocessable(ErrorCode::InvalidRole, "role must be admin or member")
+        })?,
+    };
     let scopes: Vec<&str> = match body.get("scopes") {
         Some(Value::Array(items)) if !items.is_empty() => items
             .iter()
@@ -88,7 +87,7 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         name,
         key_prefix: &key[..12],
         key_hash: &hash,
-        role,
+        role: role.as_str(),
         scopes_json: &scopes_json,
         created_at: ctx.now,
         expires_at,
@@ -121,7 +120,7 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         organization_id: caller.organization_id.clone(),
         name: name.to_owned(),
         key_prefix: key[..12].to_owned(),
-        role: role.to_owned(),
+        role,
         scopes: scopes_json,
         created_at: ctx.now,
         last_used_at: None,

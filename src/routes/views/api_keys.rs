@@ -1,6 +1,7 @@
 //! `ApiKey`: an organization's API keys as listed, as made (the one answer with the secret),
 //! as the calling key sees itself, and as revoked. One shape of a key for all of them.
 
+use edgerunner_protocol::kind::Role;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -15,7 +16,7 @@ pub(crate) struct ApiKeyView<'a> {
     id: &'a str,
     name: &'a str,
     prefix: &'a str,
-    role: &'a str,
+    role: Role,
     /// As stored: sorted, without duplicates.
     scopes: Value,
     created_at: Option<String>,
@@ -33,7 +34,7 @@ impl<'a> From<&'a ApiKeyRow> for ApiKeyView<'a> {
             id: &key.id,
             name: &key.name,
             prefix: &key.key_prefix,
-            role: &key.role,
+            role: key.role,
             scopes: stored_json(&key.scopes),
             created_at: rfc3339(key.created_at),
             last_used_at: key.last_used_at.and_then(rfc3339),
@@ -100,7 +101,7 @@ mod tests {
             organization_id: "org_1".to_owned(),
             name: "ci".to_owned(),
             key_prefix: "erk_01234567".to_owned(),
-            role: "member".to_owned(),
+            role: Role::Member,
             scopes: r#"["runs:read","runs:write"]"#.to_owned(),
             created_at: NOW,
             last_used_at: None,
