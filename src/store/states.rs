@@ -79,4 +79,116 @@ pub(crate) mod tests {
         assert_eq!(environment_order(), r#"["dev","staging","prod"]"#);
         assert_schema_tests_bind("ENVIRONMENT_ORDER", &environment_order());
     }
+
+    /// The quoted names in `sql`'s code (its `--` comments left out), in the order written.
+    fn literals(sql: &str) -> Vec<&str> {
+        sql.lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .flat_map(|code| code.split('\'').skip(1).step_by(2))
+            .collect()
+    }
+
+    /// The statements that must write the states they test: SQLite uses a partial index only
+    /// for a WHERE that repeats its literal text (a bound state leaves `INDEXED BY` without a
+    /// plan), so these names stay in the SQL. Each is checked here against the protocol's set,
+    /// so that the set is still decided once: a state added to or moved out of a set fails
+    /// this test until the statements (and their index, in a migration) follow.
+    #[test]
+    fn the_names_a_partial_index_needs_are_the_protocols_sets() {
+        use edgerunner_protocol::archive::ArchiveState;
+        use edgerunner_protocol::completion::Decision;
+        use edgerunner_protocol::state::{ClaimState, JobState, RunnerState};
+
+        let held: Vec<&str> = JobState::ALL
+            .iter()
+            .filter(|state| state.is_active())
+            .map(|state| state.as_str())
+            .collect();
+        let terminal: Vec<&str> = JobState::ALL
+            .iter()
+            .filter(|state| state.is_terminal())
+            .map(|state| state.as_str())
+            .collect();
+        let live: Vec<&str> = [JobState::Queued.as_str()]
+            .into_iter()
+            .chain(held.iter().copied())
+            .collect();
+        let archive_due: Vec<&str> = terminal
+            .iter()
+            .copied()
+            .chain([ArchiveState::Pruned.as_str()])
+            .collect();
+        let revoked = vec![RunnerState::Revoked.as_str()];
+        let statements: [(&str, &str, Vec<&str>); 13] = [
+            (
+                "claim_candidates",
+                include_str!("queries/claim_candidates.sql"),
+                vec![JobState::Queued.as_str()],
+            ),
+            (
+                "expired_leases",
+                include_str!("queries/expired_leases.sql"),
+                held.clone(),
+            ),
+            (
+                "expired_leases_in_org",
+                include_str!("queries/expired_leases_in_org.sql"),
+                held.clone(),
+            ),
+            ("queues/live", include_str!("queries/queues/live.sql"), live),
+            (
+                "archive_due",
+                include_str!("queries/archive_due.sql"),
+                archive_due,
+            ),
+            (
+                "claim_by_request",
+                include_str!("queries/claim_by_request.sql"),
+                vec![ClaimState::Active.as_str()],
+            ),
+            (
+                "jobs/select_accepted",
+                include_str!("queries/jobs/select_accepted.sql"),
+                vec![Decision::Accepted.as_str()],
+            ),
+            (
+                "runners/spent_ephemeral",
+                include_str!("queries/runners/spent_ephemeral.sql"),
+                vec![RunnerState::Draining.as_str()],
+            ),
+            (
+                "runners/delete_retired_ephemeral",
+                include_str!("queries/runners/delete_retired_ephemeral.sql"),
+                revoked.clone(),
+            ),
+            (
+                "runners/delete_retired_ephemeral_challenges",
+                include_str!("queries/runners/delete_retired_ephemeral_challenges.sql"),
+                revoked.clone(),
+            ),
+            (
+                "runners/delete_retired_ephemeral_credentials",
+                include_str!("queries/runners/delete_retired_ephemeral_credentials.sql"),
+                revoked.clone(),
+            ),
+            (
+                "runners/delete_retired_ephemeral_events",
+                include_str!("queries/runners/delete_retired_ephemeral_events.sql"),
+                revoked.clone(),
+            ),
+            (
+                "runners/delete_retired_ephemeral_files",
+                include_str!("queries/runners/delete_retired_ephemeral_files.sql"),
+                revoked,
+            ),
+        ];
+        for (name, sql, expected) in statements {
+            assert_eq!(literals(sql), expected, "{name}.sql");
+        }
+        // The reading itself: a comment's quotes are not code.
+        assert_eq!(
+            literals("-- 'x'\nSELECT 1 WHERE a = 'y' AND b IN ('z', 'w') -- 'v'"),
+            ["y", "z", "w"]
+        );
+    }
 }
