@@ -3,6 +3,7 @@
 //! took custody of each.
 
 use edgerunner_protocol::error_code::ErrorCode;
+use edgerunner_protocol::kind::{ModelCallStatus, RunStatus, TestStatus};
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -19,9 +20,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::json_object;
 use crate::platform::random_id;
 use crate::store::{self, evidence};
-
-/// A test result's outcomes (`test_results.status`).
-const TEST_STATUSES: [&str; 4] = ["passed", "failed", "error", "skipped"];
 
 fn run_not_found() -> ApiError {
     ApiError::not_found("no such evaluation run")
@@ -63,6 +61,11 @@ fn optional_choice<'a>(
             allowed.join(", ")
         ))),
     }
+}
+
+/// The names of `all`, comma-separated, for a refusal that lists them.
+fn names<T: std::fmt::Display>(all: &[T]) -> String {
+    all.iter().map(T::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// Authenticates a writer and reads the body, refusing fields it does not know.
@@ -108,9 +111,7 @@ pub(crate) async fn create_run(mut req: Request, ctx: &Ctx) -> ApiResult<Respons
     let run = evidence::RunRow {
         id,
         evaluation_id: evaluation_id.map(str::to_owned),
-        status: edgerunner_protocol::kind::RunStatus::Running
-            .as_str()
-            .to_owned(),
+        status: RunStatus::Running,
         metadata,
         created_at: ctx.now,
         finished_at: None,
@@ -152,19 +153,13 @@ async fn test_result_in(
                 "passed (a boolean) or status is required",
             ))
         }
-        (Some(true), None) => "passed",
-        (Some(false), None) => "failed",
+        (Some(true), None) => TestStatus::Passed,
+        (Some(false), None) => TestStatus::Failed,
         (passed, Some(status)) => {
-            let status = TEST_STATUSES
-                .into_iter()
-                .find(|s| *s == status)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "status must be one of {}",
-                        TEST_STATUSES.join(", ")
-                    ))
-                })?;
-            if passed.is_some_and(|passed| passed != (status == "passed")) {
+            let status = TestStatus::parse(status).ok_or_else(|| {
+                invalid(format!("status must be one of {}", names(TestStatus::ALL)))
+            })?;
+            if passed.is_some_and(|passed| passed != (status == TestStatus::Passed)) {
                 return Err(invalid("passed and status disagree"));
             }
             status
@@ -198,7 +193,7 @@ async fn test_result_in(
         id,
         evaluation_run_id: run_id.to_owned(),
         name: name.to_owned(),
-        status: status.to_owned(),
+        status,
         score,
         created_at: ctx.now,
         attached_completion_id: None,
@@ -288,7 +283,18 @@ pub(crate) async fn create_model_call(
     .await?;
     let model = required_str(&body, "model", 200)?;
     let provider = optional_str(&body, "provider", 200)?.unwrap_or("unknown");
-    let status = optional_choice(&body, "status", &["succeeded", "failed"], "succeeded")?;
+    let status = match body.get("status") {
+        None | Some(Value::Null) => ModelCallStatus::Succeeded,
+        Some(value) => value
+            .as_str()
+            .and_then(ModelCallStatus::parse)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "status must be one of {}",
+                    names(ModelCallStatus::ALL)
+                ))
+            })?,
+    };
     let input_tokens = optional_count(&body, "inputTokens")?;
     let output_tokens = optional_count(&body, "outputTokens")?;
     let latency_ms = optional_count(&body, "latencyMs")?;
@@ -314,7 +320,7 @@ pub(crate) async fn create_model_call(
         evaluation_run_id: run_id.to_owned(),
         provider: provider.to_owned(),
         model: model.to_owned(),
-        status: status.to_owned(),
+        status,
         input_tokens,
         output_tokens,
         latency_ms,
@@ -439,7 +445,7 @@ pub(crate) async fn create_job_run(
     let run = evidence::RunRow {
         id,
         evaluation_id: None,
-        status: "running".to_owned(),
+        status: RunStatus::Running,
         metadata,
         created_at: ctx.now,
         finished_at: None,

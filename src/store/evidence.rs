@@ -5,7 +5,7 @@
 //! belonging to the caller's organization (the composite foreign key says the same), so zero
 //! rows changed means "no such run" and never leaves a row behind.
 
-use edgerunner_protocol::kind::{EvidenceKind, RunStatus};
+use edgerunner_protocol::kind::{EvidenceKind, ModelCallStatus, RunStatus, TestStatus};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -23,7 +23,7 @@ pub(crate) const MAX_ROWS_PER_KIND: i64 = 1000;
 pub(crate) struct RunRow {
     pub(crate) id: String,
     pub(crate) evaluation_id: Option<String>,
-    pub(crate) status: String,
+    pub(crate) status: RunStatus,
     pub(crate) metadata: Option<String>,
     pub(crate) created_at: i64,
     pub(crate) finished_at: Option<i64>,
@@ -111,7 +111,7 @@ pub(crate) struct TestResultRow {
     pub(crate) id: String,
     pub(crate) evaluation_run_id: String,
     pub(crate) name: String,
-    pub(crate) status: String,
+    pub(crate) status: TestStatus,
     pub(crate) score: Option<f64>,
     pub(crate) created_at: i64,
     pub(crate) attached_completion_id: Option<String>,
@@ -124,7 +124,7 @@ pub(crate) struct NewTestResult<'a> {
     pub(crate) organization_id: &'a str,
     pub(crate) evaluation_run_id: &'a str,
     pub(crate) name: &'a str,
-    pub(crate) status: &'a str,
+    pub(crate) status: TestStatus,
     /// The score as decimal text: `Arg` binds no floats, so SQL casts it (`CAST(? AS REAL)`).
     pub(crate) score_text: Option<&'a str>,
     pub(crate) now: i64,
@@ -150,7 +150,7 @@ pub(crate) async fn insert_test_result(
             new.evaluation_run_id.into(),
             new.id.into(),
             new.name.into(),
-            new.status.into(),
+            new.status.as_str().into(),
             new.score_text.into(),
             Arg::Int(new.now),
         ],
@@ -253,7 +253,7 @@ pub(crate) struct ModelCallRow {
     pub(crate) evaluation_run_id: String,
     pub(crate) provider: String,
     pub(crate) model: String,
-    pub(crate) status: String,
+    pub(crate) status: ModelCallStatus,
     pub(crate) input_tokens: Option<i64>,
     pub(crate) output_tokens: Option<i64>,
     pub(crate) latency_ms: Option<i64>,
@@ -269,7 +269,7 @@ pub(crate) struct NewModelCall<'a> {
     pub(crate) evaluation_run_id: &'a str,
     pub(crate) provider: &'a str,
     pub(crate) model: &'a str,
-    pub(crate) status: &'a str,
+    pub(crate) status: ModelCallStatus,
     pub(crate) input_tokens: Option<i64>,
     pub(crate) output_tokens: Option<i64>,
     pub(crate) latency_ms: Option<i64>,
@@ -297,7 +297,7 @@ pub(crate) async fn insert_model_call(
             new.id.into(),
             new.provider.into(),
             new.model.into(),
-            new.status.into(),
+            new.status.as_str().into(),
             new.input_tokens.into(),
             new.output_tokens.into(),
             new.latency_ms.into(),

@@ -112,6 +112,28 @@ wire_names! {
 }
 
 wire_names! {
+    /// A test result's outcome (`test_results.status`, `status` of a test result in the API;
+    /// `passed` is true exactly for `passed`). The schema's CHECK constraint lists the same
+    /// names.
+    pub enum TestStatus: "a test result status" {
+        Passed = "passed",
+        Failed = "failed",
+        /// The test could not run to a verdict.
+        Error = "error",
+        Skipped = "skipped",
+    }
+}
+
+wire_names! {
+    /// How a model call ended (`model_calls.status`, `status` of a model call in the API). The
+    /// schema's CHECK constraint lists the same names.
+    pub enum ModelCallStatus: "a model call status" {
+        Succeeded = "succeeded",
+        Failed = "failed",
+    }
+}
+
+wire_names! {
     /// How a runner proves who it is (`runners.identity_model`, `identityModel` in the API).
     /// The schema's CHECK constraint lists the same names.
     pub enum IdentityModel: "an identity model" {
@@ -156,6 +178,12 @@ mod tests {
         );
         assert_round_trips(Role::ALL, Role::as_str, Role::parse);
         assert_round_trips(RunStatus::ALL, RunStatus::as_str, RunStatus::parse);
+        assert_round_trips(TestStatus::ALL, TestStatus::as_str, TestStatus::parse);
+        assert_round_trips(
+            ModelCallStatus::ALL,
+            ModelCallStatus::as_str,
+            ModelCallStatus::parse,
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The evidence views: evaluation runs and their test results, cost records, model calls and
 //! traces, each with the accepted completion that took custody of it, if any.
 
+use edgerunner_protocol::kind::{ModelCallStatus, RunStatus, TestStatus};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -39,7 +40,7 @@ pub(crate) struct RunView<'a> {
     name: Value,
     metadata: Value,
     evaluation_id: Option<&'a str>,
-    status: &'a str,
+    status: RunStatus,
     created_at: Option<String>,
     finished_at: Option<String>,
     attached_to: Option<AttachmentView<'a>>,
@@ -54,7 +55,7 @@ impl<'a> From<&'a RunRow> for RunView<'a> {
             name: take("name"),
             metadata: take("metadata"),
             evaluation_id: run.evaluation_id.as_deref(),
-            status: &run.status,
+            status: run.status,
             created_at: rfc3339(run.created_at),
             finished_at: run.finished_at.and_then(rfc3339),
             attached_to: attachment(
@@ -86,7 +87,7 @@ pub(crate) struct TestResultView<'a> {
     evaluation_run_id: &'a str,
     name: &'a str,
     passed: bool,
-    status: &'a str,
+    status: TestStatus,
     score: Option<f64>,
     created_at: Option<String>,
     attached_to: Option<AttachmentView<'a>>,
@@ -98,8 +99,8 @@ impl<'a> From<&'a TestResultRow> for TestResultView<'a> {
             id: &result.id,
             evaluation_run_id: &result.evaluation_run_id,
             name: &result.name,
-            passed: result.status == "passed",
-            status: &result.status,
+            passed: result.status == TestStatus::Passed,
+            status: result.status,
             score: result.score,
             created_at: rfc3339(result.created_at),
             attached_to: attachment(
@@ -152,7 +153,7 @@ pub(crate) struct ModelCallView<'a> {
     evaluation_run_id: &'a str,
     provider: &'a str,
     model: &'a str,
-    status: &'a str,
+    status: ModelCallStatus,
     input_tokens: Option<i64>,
     output_tokens: Option<i64>,
     latency_ms: Option<i64>,
@@ -167,7 +168,7 @@ impl<'a> From<&'a ModelCallRow> for ModelCallView<'a> {
             evaluation_run_id: &call.evaluation_run_id,
             provider: &call.provider,
             model: &call.model,
-            status: &call.status,
+            status: call.status,
             input_tokens: call.input_tokens,
             output_tokens: call.output_tokens,
             latency_ms: call.latency_ms,
@@ -326,7 +327,7 @@ mod tests {
         let call: ModelCallRow = row(with_custody(
             json!({
                 "id": "mc_1", "evaluation_run_id": "er_1", "provider": "acme", "model": "m-1",
-                "status": "ok", "input_tokens": 10, "output_tokens": null, "latency_ms": 250,
+                "status": "succeeded", "input_tokens": 10, "output_tokens": null, "latency_ms": 250,
                 "created_at": NOW,
             }),
             false,
@@ -335,7 +336,7 @@ mod tests {
             to_value(&ModelCallView::from(&call)).unwrap(),
             json!({
                 "id": "mc_1", "evaluationRunId": "er_1", "provider": "acme", "model": "m-1",
-                "status": "ok", "inputTokens": 10, "outputTokens": null, "latencyMs": 250,
+                "status": "succeeded", "inputTokens": 10, "outputTokens": null, "latencyMs": 250,
                 "createdAt": "2026-01-01T00:00:00.000Z", "attachedTo": null,
             })
         );
