@@ -516,12 +516,12 @@ fn moves(input: RunnerInput) -> String {
 
 /// `["state", …]`: the states that satisfy `rule`, in [`RunnerState::ALL`] order.
 fn states_where(rule: impl Fn(RunnerState) -> bool) -> String {
-    let states: Vec<Value> = RunnerState::ALL
-        .into_iter()
-        .filter(|state| rule(*state))
-        .map(|state| state.as_str().into())
-        .collect();
-    Value::Array(states).to_string()
+    super::states::array(
+        RunnerState::ALL
+            .into_iter()
+            .filter(|state| rule(*state))
+            .map(RunnerState::as_str),
+    )
 }
 
 /// What an expired lease does to its runner, by the runner's state (`recover_runner.sql`).

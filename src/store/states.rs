@@ -9,30 +9,28 @@ use serde_json::Value;
 use edgerunner_protocol::envelope::Environment;
 use edgerunner_protocol::state::JobState;
 
-/// `["name", …]` of `names`, in their order.
-fn array<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+/// `["name", …]` of `names`, in their order: a set as a statement binds it.
+pub(crate) fn array<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     Value::Array(names.into_iter().map(Value::from).collect()).to_string()
 }
 
-/// The job states in which a runner holds the job ([`JobState::is_active`]), in
-/// [`JobState::ALL`] order.
-pub(crate) fn held_job_states() -> String {
-    array(
-        JobState::ALL
-            .into_iter()
-            .filter(|state| state.is_active())
-            .map(JobState::as_str),
-    )
+/// The names of the job states that satisfy `rule`, in [`JobState::ALL`] order.
+fn job_states_where(rule: fn(JobState) -> bool) -> Vec<&'static str> {
+    JobState::ALL
+        .into_iter()
+        .filter(|state| rule(*state))
+        .map(JobState::as_str)
+        .collect()
 }
 
-/// The job states no input moves on ([`JobState::is_terminal`]), in [`JobState::ALL`] order.
+/// The job states in which a runner holds the job ([`JobState::is_active`]).
+pub(crate) fn held_job_states() -> String {
+    array(job_states_where(JobState::is_active))
+}
+
+/// The job states no input moves on ([`JobState::is_terminal`]).
 pub(crate) fn terminal_job_states() -> String {
-    array(
-        JobState::ALL
-            .into_iter()
-            .filter(|state| state.is_terminal())
-            .map(JobState::as_str),
-    )
+    array(job_states_where(JobState::is_terminal))
 }
 
 /// The release environments in promotion order ([`Environment::ALL`]): a promotion's place is
@@ -99,16 +97,8 @@ pub(crate) mod tests {
         use edgerunner_protocol::completion::Decision;
         use edgerunner_protocol::state::{ClaimState, JobState, RunnerState};
 
-        let held: Vec<&str> = JobState::ALL
-            .iter()
-            .filter(|state| state.is_active())
-            .map(|state| state.as_str())
-            .collect();
-        let terminal: Vec<&str> = JobState::ALL
-            .iter()
-            .filter(|state| state.is_terminal())
-            .map(|state| state.as_str())
-            .collect();
+        let held = super::job_states_where(JobState::is_active);
+        let terminal = super::job_states_where(JobState::is_terminal);
         let live: Vec<&str> = [JobState::Queued.as_str()]
             .into_iter()
             .chain(held.iter().copied())
