@@ -4,8 +4,13 @@
 //! `{"error": {"code", "message"}}` (the shape the EvalGate SDK reads). Internal failures are
 //! logged with their detail and answered with a generic 500, so storage errors never leak.
 
+use std::collections::BTreeMap;
+
 use edgerunner_protocol::error_code::ErrorCode;
+use serde::Serialize;
 use worker::{console_error, console_log, Response};
+
+use crate::answers::Answer;
 
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -45,8 +50,8 @@ impl ApiError {
                 console_log!(
                     "refused by schema guard {} ({} {}): {}",
                     guard.name,
-                    guard.status,
-                    guard.code,
+                    guard.answer.status,
+                    guard.answer.code,
                     first_sentence(detail)
                 );
                 Self::guarded(guard)
@@ -55,11 +60,21 @@ impl ApiError {
         }
     }
 
+    /// A refusal's answer (`crate::answers`) with what the deciding object knows of the case
+    /// after its one message: `message (facts)`.
+    pub(crate) fn stating(answer: Answer, facts: impl std::fmt::Display) -> Self {
+        Self::new(
+            answer.status,
+            answer.code,
+            format!("{} ({facts})", answer.message),
+        )
+    }
+
     /// The answer the guard table gives for `guard`.
     pub(crate) fn guarded(guard: &'static crate::store::guards::Guard) -> Self {
         Self {
             guard: Some(guard.name),
-            ..Self::new(guard.status, guard.code, guard.message)
+            ..guard.answer.into()
         }
     }
 
@@ -132,17 +147,21 @@ impl ApiError {
         self.code
     }
 
-    /// The JSON body of the answer.
+    /// The JSON body of the answer ([`ErrorBody`]).
     pub(crate) fn body(&self) -> serde_json::Value {
-        let mut body = serde_json::Map::new();
-        body.insert(
-            "error".to_owned(),
-            serde_json::json!({ "code": self.code.as_str(), "message": self.message }),
-        );
-        for (name, value) in &self.beside {
-            body.insert((*name).to_owned(), value.clone());
-        }
-        serde_json::Value::Object(body)
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.as_str(),
+                message: &self.message,
+            },
+            beside: self
+                .beside
+                .iter()
+                .map(|(name, value)| (*name, value))
+                .collect(),
+        };
+        // A struct of strings and JSON values always serializes.
+        serde_json::to_value(body).unwrap_or_default()
     }
 
     pub(crate) fn into_response(self) -> worker::Result<Response> {
@@ -154,10 +173,32 @@ impl ApiError {
     }
 }
 
+/// A refusal's answer as written (`crate::answers`, or a guard's in the guard table).
+impl From<Answer> for ApiError {
+    fn from(answer: Answer) -> Self {
+        Self::new(answer.status, answer.code, answer.message)
+    }
+}
+
 impl From<worker::Error> for ApiError {
     fn from(err: worker::Error) -> Self {
         Self::internal(err)
     }
+}
+
+/// `Error` of docs/openapi.json: `{"error": {"code", "message"}}`, and the members a refusal
+/// says beside it (a refused completion's `decision`).
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+    #[serde(flatten)]
+    beside: BTreeMap<&'static str, &'a serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    code: &'static str,
+    message: &'a str,
 }
 
 /// A JSON response with the given status.

@@ -45,6 +45,7 @@ use worker::{
     event, Context, Env, Method, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
+mod answers;
 mod archive;
 mod auth;
 mod ctx;

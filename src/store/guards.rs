@@ -10,23 +10,28 @@
 
 use edgerunner_protocol::error_code::ErrorCode;
 
+use crate::answers::{self, Answer};
+
 /// One guard and its default answer. Handlers that give a guard a meaning of their own (a
 /// claim race, an idempotent replay) match on [`Guard::name`] and answer themselves.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Guard {
     pub(crate) name: &'static str,
-    pub(crate) status: u16,
-    pub(crate) code: ErrorCode,
-    pub(crate) message: &'static str,
+    pub(crate) answer: Answer,
 }
 
+/// A guard only the schema decides: its answer is written here, and only here.
 const fn guard(name: &'static str, status: u16, code: ErrorCode, message: &'static str) -> Guard {
     Guard {
         name,
-        status,
-        code,
-        message,
+        answer: Answer::new(status, code, message),
     }
+}
+
+/// A guard that refuses what an object's own decision also refuses: both answer as
+/// [`crate::answers`] says.
+const fn shared(name: &'static str, answer: Answer) -> Guard {
+    Guard { name, answer }
 }
 
 // Trigger codes (migrations/*.sql, `RAISE(ABORT, …)`).
@@ -59,15 +64,17 @@ pub(crate) const UNIQUE_ACTIVE_CLAIM: &str = "UNIQUE job_claims.job_id";
 pub(crate) const UNIQUE_COMPLETION_EVIDENCE: &str =
     "UNIQUE completion_evidence.evidence_kind, completion_evidence.evidence_id";
 
+/// A job's idempotency key is taken, by a live job or an archived one: one answer.
+const KEY_TAKEN: Answer = Answer::new(
+    409,
+    ErrorCode::IdempotencyKeyReused,
+    "a job with this idempotency key already exists",
+);
+
 /// Every guard a write may meet in normal operation, with its answer.
 pub(crate) const GUARDS: &[Guard] = &[
     // Runners and their identity.
-    guard(
-        RUNNER_AT_CAPACITY,
-        503,
-        ErrorCode::RunnerAtCapacity,
-        "the runner holds as many claims as it may",
-    ),
+    shared(RUNNER_AT_CAPACITY, answers::RUNNER_AT_CAPACITY),
     guard(
         "UNIQUE runners.organization_id, runners.runner_key",
         409,
@@ -133,13 +140,8 @@ pub(crate) const GUARDS: &[Guard] = &[
         "the organization holds 100 live enrollment tokens; revoke some first",
     ),
     // Our bug if either fires: nothing we send rewrites a token or a runner's enrollment.
-    guard(
-        "enrollment_token_is_immutable",
-        500,
-        ErrorCode::Internal,
-        "internal error",
-    ),
-    guard("runner_enrollment_is_fixed", 500, ErrorCode::Internal, "internal error"),
+    shared("enrollment_token_is_immutable", answers::INTERNAL),
+    shared("runner_enrollment_is_fixed", answers::INTERNAL),
     // Releases.
     guard(
         "UNIQUE release_artifacts.organization_id, release_artifacts.kind, release_artifacts.name",
@@ -154,60 +156,15 @@ pub(crate) const GUARDS: &[Guard] = &[
         "a target with this key already exists",
     ),
     // Jobs and claims.
-    guard(
-        UNIQUE_IDEMPOTENCY_KEY,
-        409,
-        ErrorCode::IdempotencyKeyReused,
-        "a job with this idempotency key already exists",
-    ),
-    guard(
-        IDEMPOTENCY_KEY_ARCHIVED,
-        409,
-        ErrorCode::IdempotencyKeyReused,
-        "a job with this idempotency key already exists",
-    ),
-    guard(
-        CLAIM_REQUIRES_ACTIVE_RUNNER,
-        503,
-        ErrorCode::RunnerNotActive,
-        "the runner is not active",
-    ),
-    guard(
-        CLAIM_REQUIRES_QUEUED_JOB,
-        409,
-        ErrorCode::JobNotQueued,
-        "the job was claimed or changed concurrently",
-    ),
-    guard(
-        UNIQUE_CLAIM_ATTEMPT,
-        409,
-        ErrorCode::JobNotQueued,
-        "the job was claimed or changed concurrently",
-    ),
-    guard(
-        UNIQUE_ACTIVE_CLAIM,
-        409,
-        ErrorCode::JobNotQueued,
-        "the job was claimed or changed concurrently",
-    ),
-    guard(
-        "job_is_finished",
-        409,
-        ErrorCode::JobFinished,
-        "the job has finished",
-    ),
-    guard(
-        "claim_is_over",
-        409,
-        ErrorCode::ClaimNotActive,
-        "the claim is over",
-    ),
-    guard(
-        "job_claim_mismatch",
-        409,
-        ErrorCode::ClaimNotActive,
-        "the claim is not the job's active claim",
-    ),
+    shared(UNIQUE_IDEMPOTENCY_KEY, KEY_TAKEN),
+    shared(IDEMPOTENCY_KEY_ARCHIVED, KEY_TAKEN),
+    shared(CLAIM_REQUIRES_ACTIVE_RUNNER, answers::RUNNER_NOT_ACTIVE),
+    shared(CLAIM_REQUIRES_QUEUED_JOB, answers::JOB_NOT_QUEUED),
+    shared(UNIQUE_CLAIM_ATTEMPT, answers::JOB_NOT_QUEUED),
+    shared(UNIQUE_ACTIVE_CLAIM, answers::JOB_NOT_QUEUED),
+    shared("job_is_finished", answers::JOB_FINISHED),
+    shared("claim_is_over", answers::CLAIM_NOT_ACTIVE),
+    shared("job_claim_mismatch", answers::CLAIM_NOT_ACTIVE),
     // Streams and completions.
     guard(
         "stream_chunk_breaks_chain",
@@ -215,30 +172,15 @@ pub(crate) const GUARDS: &[Guard] = &[
         ErrorCode::StreamChainBroken,
         "the chunk does not extend the stored chain",
     ),
-    guard(
-        "stream_claim_not_active",
-        409,
-        ErrorCode::ClaimNotActive,
-        "the claim is not active",
-    ),
-    guard(
-        "completion_not_from_active_claim",
-        409,
-        ErrorCode::ClaimNotActive,
-        "only the active claim may complete the job",
-    ),
+    shared("stream_claim_not_active", answers::CLAIM_NOT_ACTIVE),
+    shared("completion_not_from_active_claim", answers::CLAIM_NOT_ACTIVE),
     guard(
         "completion_input_hash_mismatch",
         422,
         ErrorCode::InputHashMismatch,
         "the completion's inputHash is not the job's",
     ),
-    guard(
-        COMPLETION_DOES_NOT_CLOSE_STREAM,
-        409,
-        ErrorCode::CompletionStreamChecksumMismatch,
-        "the final stream checksum is not the last stored chunk's",
-    ),
+    shared(COMPLETION_DOES_NOT_CLOSE_STREAM, answers::STREAM_NOT_CLOSED),
     // Per-job storage limits (migrations/0004_job_bounds.sql). The job's object checks each
     // before it writes; these answer only if that check and the schema ever disagree.
     guard(
@@ -262,29 +204,14 @@ pub(crate) const GUARDS: &[Guard] = &[
          finished jobs, and an operator may raise the quota",
     ),
     // Our bug if it ever fires (the object computes the running total): a 500, named.
-    guard(
-        STREAM_BYTES_MISCOUNTED,
-        500,
-        ErrorCode::Internal,
-        "internal error",
-    ),
+    shared(STREAM_BYTES_MISCOUNTED, answers::INTERNAL),
     // Our bug if it ever fires (the object counts stored decisions under its lock).
-    guard(
-        COMPLETION_DECISIONS_AT_CAP,
-        500,
-        ErrorCode::Internal,
-        "internal error",
-    ),
+    shared(COMPLETION_DECISIONS_AT_CAP, answers::INTERNAL),
     // Batch assertions: a runner's write whose credential generation moved on (rotation,
     // revocation, recovery) is refused whole, as the edge refuses a stale credential.
-    guard(
-        CREDENTIAL_REVOKED,
-        401,
-        ErrorCode::AuthenticationFailed,
-        "credential was revoked; exchange a new one",
-    ),
+    shared(CREDENTIAL_REVOKED, answers::CREDENTIAL_REVOKED),
     // The job object reloads and decides again when this fires; a second time is our bug.
-    guard(JOB_MOVED, 500, ErrorCode::Internal, "internal error"),
+    shared(JOB_MOVED, answers::INTERNAL),
     // An admin's change to a runner decided from a state that another change moved on.
     guard(
         RUNNER_MOVED,
@@ -299,24 +226,9 @@ pub(crate) const GUARDS: &[Guard] = &[
         ErrorCode::EvidenceNeedsAcceptedCompletion,
         "evidence is attached only to an accepted completion",
     ),
-    guard(
-        EVIDENCE_NOT_IN_COMPLETION_RUN,
-        422,
-        ErrorCode::EvidenceNotInRun,
-        "every evidence row must exist in this organization and belong to the completion's evaluation run",
-    ),
-    guard(
-        UNIQUE_COMPLETION_EVIDENCE,
-        409,
-        ErrorCode::EvidenceAlreadyAttached,
-        "an evidence row named here is already attached to another accepted completion",
-    ),
-    guard(
-        EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB,
-        409,
-        ErrorCode::EvidenceAlreadyAttached,
-        "an evidence row named here is already attached to another accepted completion",
-    ),
+    shared(EVIDENCE_NOT_IN_COMPLETION_RUN, answers::EVIDENCE_NOT_IN_RUN),
+    shared(UNIQUE_COMPLETION_EVIDENCE, answers::EVIDENCE_ALREADY_ATTACHED),
+    shared(EVIDENCE_RUN_HELD_BY_ARCHIVED_JOB, answers::EVIDENCE_ALREADY_ATTACHED),
     guard(
         EVIDENCE_RUN_IN_CUSTODY,
         409,
@@ -381,7 +293,7 @@ mod tests {
     fn trigger_codes_are_found_as_whole_words() {
         let text = "D1_ERROR: claim_requires_queued_job: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_TRIGGER)";
         assert_eq!(
-            Guard::reported(text).map(|g| g.code),
+            Guard::reported(text).map(|g| g.answer.code),
             Some(ErrorCode::JobNotQueued)
         );
         // A code that merely contains a known one is not it.
@@ -416,7 +328,7 @@ mod tests {
         let guard = Guard::reported(text).expect("a guard");
         assert_eq!(guard.name, IDEMPOTENCY_KEY_ARCHIVED);
         let unique = Guard::named(UNIQUE_IDEMPOTENCY_KEY).expect("a guard");
-        assert_eq!((guard.status, guard.code), (unique.status, unique.code));
+        assert_eq!(guard.answer, unique.answer);
         // A job id taken by an archived job is no answer of the API's: a 500 (never met:
         // ids are 96 random bits).
         assert_eq!(
@@ -444,7 +356,7 @@ mod tests {
                 "{} twice",
                 g.name
             );
-            assert!((400..600).contains(&g.status), "{}", g.name);
+            assert!((400..600).contains(&g.answer.status), "{}", g.name);
         }
     }
 }

@@ -40,6 +40,7 @@ use serde_json::Value;
 use worker::{Env, Response};
 
 use super::JOBS;
+use crate::answers;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::secrets::SecretRefusal;
 use crate::store::guards::{self, Guard};
@@ -326,9 +327,6 @@ pub(crate) enum JobRefusal {
     StreamNotClosed,
     /// A cancellation of a job that already finished as `state`.
     JobFinished(JobState),
-    /// A grant for a job that is not queued (any more). Never reaches a client: the runner's
-    /// object tries its next candidate; `why` is for a reader of the object's answer.
-    NotQueued { why: String },
     /// The runner's credential generation moved on, or the runner may no longer call.
     CredentialRevoked,
     /// A schema guard the operation has no answer of its own for refused its write; answered
@@ -379,12 +377,12 @@ impl From<JobRefusal> for ApiError {
                 claim_state,
                 job_state,
                 attempt,
-            } => ApiError::conflict(
-                ErrorCode::ClaimNotActive,
-                format!(
+            } => {
+                let facts = format!(
                     "claim {claim_id} is {claim_state}; the job is {job_state} at attempt {attempt}"
-                ),
-            ),
+                );
+                ApiError::stating(answers::CLAIM_NOT_ACTIVE, facts)
+            }
             R::InvalidLease => invalid_lease(),
             R::LeaseExpired(during) => ApiError::conflict(
                 ErrorCode::LeaseExpired,
@@ -417,34 +415,32 @@ impl From<JobRefusal> for ApiError {
             R::CompletionConflict(decision) => {
                 refused_completion(ErrorCode::CompletionConflict, decision)
             }
-            R::CompletionStale(decision) => refused_completion(ErrorCode::CompletionStale, decision),
-            R::EvidenceAttached(holder) => ApiError::conflict(
-                ErrorCode::EvidenceAlreadyAttached,
-                match holder {
-                    Some(h) if h.evidence_kind == EvidenceKind::EvaluationRun => format!(
-                        "evaluation run {} is already in the custody of job {}'s accepted completion; a completion names a run of its own",
+            R::CompletionStale(decision) => {
+                refused_completion(ErrorCode::CompletionStale, decision)
+            }
+            R::EvidenceAttached(None) => ApiError::from(answers::EVIDENCE_ALREADY_ATTACHED),
+            R::EvidenceAttached(Some(h)) => {
+                let facts = if h.evidence_kind == EvidenceKind::EvaluationRun {
+                    format!(
+                        "evaluation run {} is in the custody of job {}'s accepted completion; a completion names a run of its own",
                         h.evidence_id, h.job_id
-                    ),
-                    Some(h) => format!(
-                        "{} {} is already attached to job {}'s accepted completion; each evidence row belongs to one completion",
+                    )
+                } else {
+                    format!(
+                        "{} {} is attached to job {}'s accepted completion; each evidence row belongs to one completion",
                         h.evidence_kind.as_str().replace('_', " "),
                         h.evidence_id,
                         h.job_id
-                    ),
-                    None => "evidence named here is already attached to another accepted completion"
-                        .to_owned(),
-                },
-            ),
-            R::EvidenceNotInRun => guard_answer(guards::EVIDENCE_NOT_IN_COMPLETION_RUN),
-            R::StreamNotClosed => guard_answer(guards::COMPLETION_DOES_NOT_CLOSE_STREAM),
-            R::JobFinished(state) => ApiError::conflict(
-                ErrorCode::JobFinished,
-                format!("the job already finished as {state}"),
-            ),
-            R::NotQueued { why } => ApiError::conflict(ErrorCode::JobNotQueued, why),
-            R::CredentialRevoked => {
-                ApiError::unauthorized("credential was revoked; exchange a new one")
+                    )
+                };
+                ApiError::stating(answers::EVIDENCE_ALREADY_ATTACHED, facts)
             }
+            R::EvidenceNotInRun => ApiError::from(answers::EVIDENCE_NOT_IN_RUN),
+            R::StreamNotClosed => ApiError::from(answers::STREAM_NOT_CLOSED),
+            R::JobFinished(state) => {
+                ApiError::stating(answers::JOB_FINISHED, format_args!("as {state}"))
+            }
+            R::CredentialRevoked => ApiError::from(answers::CREDENTIAL_REVOKED),
             R::Guard(guard) => ApiError::guarded(guard),
             R::Chunk(err) => err.into(),
             R::Completion(err) => err.into(),
@@ -464,14 +460,6 @@ fn refused_completion(code: ErrorCode, decision: CompletionDecision) -> ApiError
     match member {
         Ok(member) => refused.with_member("decision", member),
         Err(err) => ApiError::internal(format!("a completion decision did not serialize: {err}")),
-    }
-}
-
-/// The guard table's answer for a guard an operation answers as its own refusal.
-fn guard_answer(name: &str) -> ApiError {
-    match Guard::named(name) {
-        Some(guard) => ApiError::guarded(guard),
-        None => ApiError::internal(format!("guard {name} is not in the guard table")),
     }
 }
 
@@ -622,7 +610,7 @@ mod tests {
                 409,
                 error(
                     "CLAIM_NOT_ACTIVE",
-                    "claim job_1-a1 is lost; the job is queued at attempt 1",
+                    "the claim is not the job's active claim (claim job_1-a1 is lost; the job is queued at attempt 1)",
                 ),
             ),
             (
@@ -647,7 +635,7 @@ mod tests {
                 409,
                 error(
                     "EVIDENCE_ALREADY_ATTACHED",
-                    "test result tr_1 is already attached to job job_2's accepted completion; each evidence row belongs to one completion",
+                    "an evidence row named here is already attached to another accepted completion (test result tr_1 is attached to job job_2's accepted completion; each evidence row belongs to one completion)",
                 ),
             ),
             (
@@ -661,7 +649,7 @@ mod tests {
             (
                 JobRefusal::JobFinished(JobState::Failed),
                 409,
-                error("JOB_FINISHED", "the job already finished as failed"),
+                error("JOB_FINISHED", "the job has finished (as failed)"),
             ),
             (
                 JobRefusal::CredentialRevoked,
@@ -703,6 +691,39 @@ mod tests {
         for (refusal, status, body) in cases {
             let what = format!("{refusal:?}");
             assert_eq!(answered(refusal), (status, body), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_claim_that_is_over_is_answered_with_one_message_whoever_decided_it() {
+        let decided = answered(JobRefusal::ClaimNotActive {
+            claim_id: "job_1-a1".into(),
+            claim_state: ClaimState::Released,
+            job_state: JobState::Queued,
+            attempt: 2,
+        });
+        let message = |body: &Value| body["error"]["message"].as_str().unwrap().to_owned();
+        for name in [
+            "claim_is_over",
+            "job_claim_mismatch",
+            "stream_claim_not_active",
+            "completion_not_from_active_claim",
+        ] {
+            let guarded = answered(JobRefusal::Guard(Guard::named(name).unwrap()));
+            assert_eq!(guarded.0, decided.0, "{name}");
+            assert_eq!(
+                guarded.1["error"]["code"], decided.1["error"]["code"],
+                "{name}"
+            );
+            // The object adds its facts after the one message the schema's guards give.
+            assert_eq!(
+                message(&decided.1),
+                format!(
+                    "{} (claim job_1-a1 is released; the job is queued at attempt 2)",
+                    message(&guarded.1)
+                ),
+                "{name}"
+            );
         }
     }
 

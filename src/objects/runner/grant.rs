@@ -30,14 +30,14 @@ use serde_json::{json, Value};
 use worker::Env;
 
 use crate::error::{ApiError, ApiResult};
-use crate::objects::job::JobRefusal;
-use crate::objects::runner::{ClaimGrant, GrantedClaim};
+use crate::objects::runner::{ClaimGrant, GrantedClaim, RunnerRefusal};
 use crate::platform::{random_bytes, rfc3339};
-use crate::secrets::master_secret;
+use crate::secrets::{master_secret, SecretRefusal};
 use crate::store::counters::{self, Counter};
+use crate::store::guards::{self, Guard};
 use crate::store::lifecycle::{self, AsKnown, NewGrant};
 use crate::store::writes::Writes;
-use crate::store::{self, events, guards, jobs, runners, Db};
+use crate::store::{self, events, jobs, runners, Db};
 
 /// How long a signed envelope may be acted on after it is issued.
 const ENVELOPE_VALIDITY_MILLIS: i64 = 5 * 60 * 1000;
@@ -74,6 +74,52 @@ impl Prepared {
     }
 }
 
+/// Why a grant was not made: the runner's object's own refusal.
+#[derive(Debug)]
+pub(crate) enum GrantRefusal {
+    /// The job is not queued any more, or another grant or a change (a cancel, a requeue) got
+    /// there first. Never reaches a client: the claim tries its next candidate.
+    Taken,
+    /// The claim is refused, as the runner is told.
+    Refused(RunnerRefusal),
+}
+
+impl GrantRefusal {
+    /// An internal failure: the detail is logged here, the answer is a bare `500`.
+    fn internal(detail: impl std::fmt::Display) -> Self {
+        GrantRefusal::Refused(RunnerRefusal::internal(detail))
+    }
+}
+
+/// What a grant's batch meets: the guards of a lost race (the job's row moved, a second claim
+/// of the job or of its attempt, a job no longer queued) are [`GrantRefusal::Taken`], a runner
+/// over its capacity or whose credential moved on is refused as the runner's object refuses it
+/// before the write, and any other guard as the guard table says.
+impl From<ApiError> for GrantRefusal {
+    fn from(err: ApiError) -> Self {
+        match err.guard().and_then(Guard::named) {
+            Some(guard) => match guard.name {
+                guards::JOB_MOVED
+                | guards::CLAIM_REQUIRES_QUEUED_JOB
+                | guards::UNIQUE_CLAIM_ATTEMPT
+                | guards::UNIQUE_ACTIVE_CLAIM => GrantRefusal::Taken,
+                guards::RUNNER_AT_CAPACITY => GrantRefusal::Refused(RunnerRefusal::AtCapacity),
+                guards::CREDENTIAL_REVOKED => {
+                    GrantRefusal::Refused(RunnerRefusal::CredentialRevoked)
+                }
+                _ => GrantRefusal::Refused(RunnerRefusal::Guard(guard)),
+            },
+            None => GrantRefusal::Refused(err.into()),
+        }
+    }
+}
+
+impl From<SecretRefusal> for GrantRefusal {
+    fn from(refusal: SecretRefusal) -> Self {
+        GrantRefusal::Refused(RunnerRefusal::Secret(refusal))
+    }
+}
+
 /// Builds the grant of queued `job` (as the claim's read found it) to `grantee`, at `now`: a
 /// new attempt, its claim id, a fresh nonce, the envelope signed with the runner's job-signing
 /// key, and the batch that writes them.
@@ -83,7 +129,7 @@ pub(crate) fn prepare(
     job: &jobs::JobRow,
     grantee: &Grantee<'_>,
     now: i64,
-) -> Result<Prepared, JobRefusal> {
+) -> Result<Prepared, GrantRefusal> {
     let Grantee {
         org,
         runner,
@@ -91,12 +137,14 @@ pub(crate) fn prepare(
         request_id,
     } = *grantee;
     if job.organization_id != org {
-        return Err(JobRefusal::NoSuchJob);
+        // The candidate read is the organization's: our bug if this is ever met.
+        return Err(GrantRefusal::internal(format!(
+            "job {} of another organization among runner {runner}'s candidates",
+            job.id
+        )));
     }
     if job.state != JobState::Queued {
-        return Err(JobRefusal::NotQueued {
-            why: format!("job is {}", job.state),
-        });
+        return Err(GrantRefusal::Taken);
     }
     let attempt = job.dispatch_attempt + 1;
     let job_id = JobId::parse(&job.id).map_err(ApiError::internal)?;
@@ -129,10 +177,12 @@ pub(crate) fn prepare(
             version_id: u64::try_from(job.subject_version_id).map_err(ApiError::internal)?,
             content_hash: Sha256Hex::parse(&job.subject_content_hash)
                 .map_err(ApiError::internal)?,
-            environment: Environment::parse(&job.subject_environment)?,
+            environment: Environment::parse(&job.subject_environment)
+                .map_err(GrantRefusal::internal)?,
         },
         input_hash: Sha256Hex::parse(&job.input_hash).map_err(ApiError::internal)?,
-        requirements: EnvelopeRequirements::from_value(requirements)?,
+        requirements: EnvelopeRequirements::from_value(requirements)
+            .map_err(GrantRefusal::internal)?,
         issued_at: timestamp(issued)?,
         expires_at: timestamp(expires)?,
         nonce: nonce.clone(),
@@ -222,32 +272,13 @@ pub(crate) fn prepare(
     })
 }
 
-/// Commits a prepared grant: the runner's answer, or
-/// [`JobRefusal::NotQueued`] when the job was claimed or changed since its row was read (the
-/// claim tries its next candidate). A runner at capacity or not active is refused as the guard
-/// table says.
-pub(crate) async fn commit(db: &Db, prepared: Prepared) -> Result<ClaimGrant, JobRefusal> {
+/// Commits a prepared grant: the runner's answer, or [`GrantRefusal::Taken`] when the job was
+/// claimed or changed since its row was read (the claim tries its next candidate). The claim,
+/// the job and the runner change one row each, or the batch is refused.
+pub(crate) async fn commit(db: &Db, prepared: Prepared) -> Result<ClaimGrant, GrantRefusal> {
     let Prepared { writes, grant, .. } = prepared;
-    match store::writes::write(db, writes).await {
-        Ok(_) => Ok(grant),
-        Err(err)
-            if matches!(
-                err.guard(),
-                Some(
-                    guards::JOB_MOVED
-                        | guards::CLAIM_REQUIRES_QUEUED_JOB
-                        | guards::UNIQUE_CLAIM_ATTEMPT
-                        | guards::UNIQUE_ACTIVE_CLAIM
-                )
-            ) =>
-        {
-            Err(JobRefusal::NotQueued {
-                why: "the job was claimed or changed concurrently".to_owned(),
-            })
-        }
-        // The claim, the job and the runner change one row each (or the batch is refused).
-        Err(err) => Err(err.into()),
-    }
+    store::writes::write(db, writes).await?;
+    Ok(grant)
 }
 
 fn timestamp(ms: i64) -> ApiResult<Timestamp> {

@@ -9,17 +9,18 @@
 pub(crate) mod grant;
 pub(crate) mod object;
 
-use edgerunner_protocol::error_code::ErrorCode;
 use edgerunner_protocol::state::RunnerState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use worker::{Env, Response};
 
 use super::dispatch::Stamp;
-use super::job::JobRefusal;
 use super::RUNNERS;
+use crate::answers;
 use crate::error::{json_response, ApiError, ApiResult};
 use crate::platform::rfc3339;
+use crate::secrets::SecretRefusal;
+use crate::store::guards::{self, Guard};
 use crate::store::jobs::ClaimAnswer;
 use crate::store::RoundTrips;
 
@@ -146,10 +147,18 @@ impl RunnerReply {
             }
             RunnerReply::Nothing => Ok(Response::empty()?.with_status(204)),
             RunnerReply::Floor => {
-                json_response(200, &serde_json::json!({ "ok": true })).map_err(ApiError::from)
+                let document =
+                    serde_json::to_value(FloorWritten { ok: true }).map_err(ApiError::internal)?;
+                json_response(200, &document).map_err(ApiError::from)
             }
         }
     }
+}
+
+/// The benchmark floor's answer: `{"ok": true}` once its write committed.
+#[derive(Serialize)]
+struct FloorWritten {
+    ok: bool,
 }
 
 /// Why a runner's object did not carry out a claim.
@@ -164,8 +173,11 @@ pub(crate) enum RunnerRefusal {
     CredentialRevoked,
     /// The credential's runner no longer exists.
     RunnerGone,
-    /// The job's object refused the grant.
-    Job(JobRefusal),
+    /// The signing root may not be used to sign the job.
+    Secret(SecretRefusal),
+    /// A schema guard the grant has no refusal of its own for refused its write; answered as
+    /// the guard table says.
+    Guard(#[serde(with = "guards::by_name")] &'static Guard),
     /// The benchmark floor asked of a build without it.
     NoSuchRoute,
     /// The object failed; its log has the detail.
@@ -184,15 +196,13 @@ impl From<RunnerRefusal> for ApiError {
         use RunnerRefusal as R;
         match refusal {
             R::NotActive(state) => {
-                ApiError::unavailable(ErrorCode::RunnerNotActive, format!("the runner is {state}"))
+                ApiError::stating(answers::RUNNER_NOT_ACTIVE, format_args!("it is {state}"))
             }
-            R::AtCapacity => ApiError::unavailable(
-                ErrorCode::RunnerAtCapacity,
-                "the runner holds as many claims as it may",
-            ),
-            R::CredentialRevoked => JobRefusal::CredentialRevoked.into(),
+            R::AtCapacity => ApiError::from(answers::RUNNER_AT_CAPACITY),
+            R::CredentialRevoked => ApiError::from(answers::CREDENTIAL_REVOKED),
             R::RunnerGone => ApiError::unauthorized("the credential's runner no longer exists"),
-            R::Job(refusal) => refusal.into(),
+            R::Secret(refusal) => refusal.into(),
+            R::Guard(guard) => ApiError::guarded(guard),
             R::NoSuchRoute => ApiError::not_found("no such route"),
             R::Internal => ApiError::failed_elsewhere(),
         }
@@ -225,7 +235,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::guards::{self, Guard};
 
     fn error(code: &str, message: &str) -> Value {
         json!({ "error": { "code": code, "message": message } })
@@ -241,7 +250,13 @@ mod tests {
         };
         assert_eq!(
             answered(RunnerRefusal::NotActive(RunnerState::Draining)),
-            (503, error("RUNNER_NOT_ACTIVE", "the runner is draining"))
+            (
+                503,
+                error(
+                    "RUNNER_NOT_ACTIVE",
+                    "the runner is not active (it is draining)"
+                )
+            )
         );
         assert_eq!(
             answered(RunnerRefusal::AtCapacity),
@@ -263,11 +278,16 @@ mod tests {
                 )
             )
         );
-        // A grant the job's object refused is answered as the job's object refused it.
+        // The schema's capacity check answers as the object's own refusal does.
         let capacity = Guard::named(guards::RUNNER_AT_CAPACITY).unwrap();
         assert_eq!(
-            answered(RunnerRefusal::Job(JobRefusal::Guard(capacity))),
+            answered(RunnerRefusal::Guard(capacity)),
             answered(RunnerRefusal::AtCapacity)
+        );
+        let inactive = Guard::named(guards::CLAIM_REQUIRES_ACTIVE_RUNNER).unwrap();
+        assert_eq!(
+            answered(RunnerRefusal::Guard(inactive)),
+            (503, error("RUNNER_NOT_ACTIVE", "the runner is not active"))
         );
     }
 

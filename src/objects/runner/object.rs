@@ -22,8 +22,8 @@ use worker::{
 
 use crate::error::{ApiError, ApiResult};
 use crate::objects::dispatch::Stamp;
-use crate::objects::job::{JobOp, JobRefusal};
-use crate::objects::runner::grant::{self, Prepared};
+use crate::objects::job::JobOp;
+use crate::objects::runner::grant::{self, GrantRefusal, Prepared};
 use crate::objects::runner::{
     ClaimGrant, RunnerOp, RunnerRefusal, RunnerReply, QUIET_STAMP_HEADER,
 };
@@ -471,7 +471,7 @@ async fn claim(
             };
             match refusal {
                 // Another runner got there first, or it changed: try the next candidate.
-                JobRefusal::NotQueued { .. } => {
+                GrantRefusal::Taken => {
                     if !scattered {
                         // Other runners are claiming from the same head of the queue, and in
                         // order they would all ask for the same next job, of which only one
@@ -488,7 +488,7 @@ async fn claim(
                     }
                     continue;
                 }
-                refusal => return Err(RunnerRefusal::Job(refusal)),
+                GrantRefusal::Refused(refusal) => return Err(refusal),
             }
         }
         if pages == MAX_PAGES {
