@@ -85,9 +85,11 @@ pub(crate) async fn create(mut req: Request, ctx: &Ctx) -> ApiResult<Response> {
         id: &id,
         organization_id: &caller.organization_id,
         name,
-        key_prefix: &key[..12],
+        key_prefix: key
+            .get(..12)
+            .ok_or_else(|| ApiError::internal("a new API key shorter than its prefix"))?,
         key_hash: &hash,
-        role: role.as_str(),
+        role,
         scopes_json: &scopes_json,
         created_at: ctx.now,
         expires_at,

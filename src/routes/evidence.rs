@@ -3,7 +3,7 @@
 //! took custody of each.
 
 use edgerunner_protocol::error_code::ErrorCode;
-use edgerunner_protocol::kind::{ModelCallStatus, RunStatus, TestStatus};
+use edgerunner_protocol::kind::{CostCategory, ModelCallStatus, RunStatus, TestStatus};
 use edgerunner_protocol::stable_json::MAX_PORTABLE_INTEGER;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -43,23 +43,6 @@ fn optional_count(body: &Map<String, Value>, field: &str) -> ApiResult<Option<i6
                     "{field} must be a whole number from 0 to {MAX_PORTABLE_INTEGER}"
                 ))
             }),
-    }
-}
-
-/// One of `allowed`, or `default` when absent.
-fn optional_choice<'a>(
-    body: &'a Map<String, Value>,
-    field: &str,
-    allowed: &[&str],
-    default: &'a str,
-) -> ApiResult<&'a str> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::String(s)) if allowed.contains(&s.as_str()) => Ok(s),
-        Some(_) => Err(invalid(format!(
-            "{field} must be one of {}",
-            allowed.join(", ")
-        ))),
     }
 }
 
@@ -227,12 +210,17 @@ pub(crate) async fn create_cost_record(
         }
     };
     let provider = optional_str(&body, "provider", 200)?;
-    let category = optional_choice(
-        &body,
-        "category",
-        &["model", "sandbox", "tool", "other"],
-        "other",
-    )?;
+    let category = match body.get("category") {
+        None | Some(Value::Null) => Some(CostCategory::Other),
+        Some(Value::String(name)) => CostCategory::parse(name),
+        Some(_) => None,
+    }
+    .ok_or_else(|| {
+        invalid(format!(
+            "category must be one of {}",
+            names(CostCategory::ALL)
+        ))
+    })?;
     let id = random_id("cst")?;
     let row = evidence::NewCostRecord {
         id: &id,
@@ -251,7 +239,7 @@ pub(crate) async fn create_cost_record(
     let record = evidence::CostRecordRow {
         id,
         evaluation_run_id: run_id.to_owned(),
-        category: category.to_owned(),
+        category,
         amount_micros,
         currency: currency.to_owned(),
         description: provider.map(str::to_owned),

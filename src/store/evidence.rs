@@ -5,7 +5,9 @@
 //! belonging to the caller's organization (the composite foreign key says the same), so zero
 //! rows changed means "no such run" and never leaves a row behind.
 
-use edgerunner_protocol::kind::{EvidenceKind, ModelCallStatus, RunStatus, TestStatus};
+use edgerunner_protocol::kind::{
+    CostCategory, EvidenceKind, ModelCallStatus, RunStatus, TestStatus,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -179,7 +181,7 @@ pub(crate) async fn test_results_of(
 pub(crate) struct CostRecordRow {
     pub(crate) id: String,
     pub(crate) evaluation_run_id: String,
-    pub(crate) category: String,
+    pub(crate) category: CostCategory,
     pub(crate) amount_micros: i64,
     pub(crate) currency: String,
     /// The provider the cost was paid to (the schema's free-text `description`).
@@ -194,7 +196,7 @@ pub(crate) struct NewCostRecord<'a> {
     pub(crate) id: &'a str,
     pub(crate) organization_id: &'a str,
     pub(crate) evaluation_run_id: &'a str,
-    pub(crate) category: &'a str,
+    pub(crate) category: CostCategory,
     pub(crate) amount_micros: i64,
     pub(crate) currency: &'a str,
     pub(crate) provider: Option<&'a str>,
@@ -220,7 +222,7 @@ pub(crate) async fn insert_cost_record(
             new.organization_id.into(),
             new.evaluation_run_id.into(),
             new.id.into(),
-            new.category.into(),
+            new.category.as_str().into(),
             Arg::Int(new.amount_micros),
             new.currency.into(),
             new.provider.into(),

@@ -43,7 +43,7 @@ pub(crate) struct JobRow {
     #[serde(default)]
     pub(crate) last_unstored_checksum: Option<String>,
     #[serde(default)]
-    pub(crate) last_unstored_decision: Option<String>,
+    pub(crate) last_unstored_decision: Option<Decision>,
     #[serde(default)]
     pub(crate) last_unstored_at: Option<i64>,
     /// An admin's hold (migrations 0011, 0014): when, by whom and why; none when not held.
@@ -558,7 +558,7 @@ pub(crate) struct CompletionRow {
     pub(crate) claim_id: String,
     pub(crate) runner_id: String,
     pub(crate) dispatch_attempt: i64,
-    pub(crate) decision: String,
+    pub(crate) decision: Decision,
     pub(crate) rationale: String,
     pub(crate) completion_checksum: String,
     pub(crate) status: String,
@@ -649,7 +649,7 @@ pub(crate) async fn bundle_claims(db: &Db, org: &str, job: &str) -> ApiResult<Ve
 #[derive(Deserialize)]
 pub(crate) struct BundleCompletion {
     pub(crate) id: String,
-    pub(crate) decision: String,
+    pub(crate) decision: Decision,
     pub(crate) rationale: String,
     pub(crate) received: Option<String>,
 }

@@ -86,6 +86,20 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// The quota's charge for an evidence row picks the row's view by its kind's name (one
+    /// statement for every kind, so that a batch holds it whatever it inserted): its names are
+    /// the protocol's kinds, in their order.
+    #[test]
+    fn the_evidence_charge_names_the_protocols_kinds() {
+        use edgerunner_protocol::kind::EvidenceKind;
+
+        let kinds: Vec<&str> = EvidenceKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            literals(include_str!("queries/usage/evidence_added.sql")),
+            kinds
+        );
+    }
+
     /// The statements that must write the states they test: SQLite uses a partial index only
     /// for a WHERE that repeats its literal text (a bound state leaves `INDEXED BY` without a
     /// plan), so these names stay in the SQL. Each is checked here against the protocol's set,

@@ -134,6 +134,17 @@ wire_names! {
 }
 
 wire_names! {
+    /// What a cost was spent on (`cost_records.category`, `category` of a cost record in the
+    /// API; `other` when not given). The schema's CHECK constraint lists the same names.
+    pub enum CostCategory: "a cost category" {
+        Model = "model",
+        Sandbox = "sandbox",
+        Tool = "tool",
+        Other = "other",
+    }
+}
+
+wire_names! {
     /// How a runner proves who it is (`runners.identity_model`, `identityModel` in the API).
     /// The schema's CHECK constraint lists the same names.
     pub enum IdentityModel: "an identity model" {
@@ -179,6 +190,7 @@ mod tests {
         assert_round_trips(Role::ALL, Role::as_str, Role::parse);
         assert_round_trips(RunStatus::ALL, RunStatus::as_str, RunStatus::parse);
         assert_round_trips(TestStatus::ALL, TestStatus::as_str, TestStatus::parse);
+        assert_round_trips(CostCategory::ALL, CostCategory::as_str, CostCategory::parse);
         assert_round_trips(
             ModelCallStatus::ALL,
             ModelCallStatus::as_str,

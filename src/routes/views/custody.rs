@@ -2,6 +2,7 @@
 //! custody bundle's claims and completions (what `GET …/jobs/{id}/stream` and `…/bundle`
 //! answer).
 
+use edgerunner_protocol::completion::Decision;
 use edgerunner_protocol::state::JobState;
 use serde::Serialize;
 use serde_json::Value;
@@ -97,7 +98,7 @@ impl<'a> BundleClaimView<'a> {
 #[derive(Serialize)]
 pub(crate) struct BundleCompletionView<'a> {
     id: &'a str,
-    decision: &'a str,
+    decision: Decision,
     rationale: &'a str,
     completion: Option<Value>,
 }
@@ -107,7 +108,7 @@ impl<'a> BundleCompletionView<'a> {
     pub(crate) fn new(c: &'a BundleCompletion) -> ApiResult<Self> {
         Ok(BundleCompletionView {
             id: &c.id,
-            decision: &c.decision,
+            decision: c.decision,
             rationale: &c.rationale,
             completion: c
                 .received

@@ -1,7 +1,7 @@
 //! The evidence views: evaluation runs and their test results, cost records, model calls and
 //! traces, each with the accepted completion that took custody of it, if any.
 
-use edgerunner_protocol::kind::{ModelCallStatus, RunStatus, TestStatus};
+use edgerunner_protocol::kind::{CostCategory, ModelCallStatus, RunStatus, TestStatus};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -118,7 +118,7 @@ impl<'a> From<&'a TestResultRow> for TestResultView<'a> {
 pub(crate) struct CostRecordView<'a> {
     id: &'a str,
     evaluation_run_id: &'a str,
-    category: &'a str,
+    category: CostCategory,
     amount_micros: i64,
     currency: &'a str,
     provider: Option<&'a str>,
@@ -131,7 +131,7 @@ impl<'a> From<&'a CostRecordRow> for CostRecordView<'a> {
         CostRecordView {
             id: &record.id,
             evaluation_run_id: &record.evaluation_run_id,
-            category: &record.category,
+            category: record.category,
             amount_micros: record.amount_micros,
             currency: &record.currency,
             provider: record.description.as_deref(),

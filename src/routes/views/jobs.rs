@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use edgerunner_protocol::completion::Decision;
 use edgerunner_protocol::state::{ClaimState, JobInput, JobState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -184,7 +185,7 @@ impl<'a> JobView<'a> {
 pub(crate) struct UnstoredView<'a> {
     count: i64,
     last_checksum: Option<&'a str>,
-    last_decision: Option<&'a str>,
+    last_decision: Option<Decision>,
     last_at: Option<String>,
 }
 
@@ -193,7 +194,7 @@ impl<'a> From<&'a JobRow> for UnstoredView<'a> {
         UnstoredView {
             count: job.unstored_decisions,
             last_checksum: job.last_unstored_checksum.as_deref(),
-            last_decision: job.last_unstored_decision.as_deref(),
+            last_decision: job.last_unstored_decision,
             last_at: job.last_unstored_at.and_then(rfc3339),
         }
     }
@@ -424,7 +425,7 @@ impl<'a> From<&'a StreamTotal> for StreamTotalView<'a> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CompletionView<'a> {
     id: &'a str,
-    decision: &'a str,
+    decision: Decision,
     rationale: &'a str,
     dispatch_attempt: i64,
     runner_id: &'a str,
@@ -444,7 +445,7 @@ impl<'a> From<&'a CompletionRow> for CompletionView<'a> {
     fn from(c: &'a CompletionRow) -> Self {
         CompletionView {
             id: &c.id,
-            decision: &c.decision,
+            decision: c.decision,
             rationale: &c.rationale,
             dispatch_attempt: c.dispatch_attempt,
             runner_id: &c.runner_id,
