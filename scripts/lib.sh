@@ -281,7 +281,29 @@ wait_installs() {
 
 # A TCP port nothing listens on right now.
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  # Not the kernel's pick (bind to port 0): that comes from the ephemeral range, where any
+  # outgoing connection may take the port between this check and the server's bind (a chaos
+  # restart failed so, "Address already in use", with three lanes connecting meanwhile). A port
+  # below that range is never an outgoing connection's; a random one, so that servers starting
+  # at once rarely pick the same, and checked free.
+  python3 -c '
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+for _ in range(200):
+    port = random.randrange(10000, max(low, 10001))
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    break
+else:
+    raise SystemExit("free_port: no free port found below the ephemeral range")
+'
 }
 
 # Starts `wrangler dev` in the background on fresh or given state and waits until /healthz
@@ -307,7 +329,7 @@ start_local_server() {
   ' "$ROOT/wrangler.toml" > "$state_dir/wrangler.toml"
   # Its own session and process group, so that stopping it also stops workerd.
   setsid node "$ROOT/node_modules/wrangler/bin/wrangler.js" dev -c "$state_dir/wrangler.toml" \
-    --ip 127.0.0.1 --port "$port" \
+    --ip 127.0.0.1 --port "$port" --inspector-port "$(free_port)" \
     --persist-to "$state_dir" --test-scheduled --show-interactive-dev-session=false "${env_args[@]}" \
     </dev/null >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!

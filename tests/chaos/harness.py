@@ -151,11 +151,11 @@ class Server:
             old_log.rename(self.state / f"wrangler-dev.{self.starts}.log")
         script = (
             'source scripts/lib.sh\n'
-            'EDGERUNNER_DEV_VARS="$3" start_local_server "$1" "$2"\n'
+            'EDGERUNNER_DEV_VARS="$2" start_local_server "$1" "$(free_port)"\n'
             'find_direct_url\n'
             'echo "CHAOS-SERVER $SERVER_PID ${DIRECT_URL:-$BASE_URL}"\n')
-        port = free_port()
-        out = subprocess.run(["bash", "-c", script, "chaos", str(self.state), str(port), str(self.dev_vars)],
+        # A new port each start (scripts/lib.sh's free_port: below the ephemeral range).
+        out = subprocess.run(["bash", "-c", script, "chaos", str(self.state), str(self.dev_vars)],
                              cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
         line = next((l for l in out.stdout.splitlines() if l.startswith("CHAOS-SERVER ")), None)
         if out.returncode != 0 or not line:
@@ -227,13 +227,6 @@ class Server:
             last = out.stdout + out.stderr
             time.sleep(0.5 + attempt)  # SQLITE_BUSY against the server's own writes: back off
         raise RuntimeError(f"wrangler d1 execute failed: {last}")
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -41,4 +41,17 @@ grep -qF "the scripts/dev on port $port serves $work/served, not $work/other: it
   || fail "bootstrap-admin did not say the running server serves another state: $(cat "$work/err")"
 [ "$(status_with "$(key_of "$out")")" = 401 ] || fail "a key written to another state was not refused"
 echo "ok - a key written to another state is said to be refused, and is"
-echo "2 passed, 0 failed"
+
+out="$(env -u EDGERUNNER_STATE_DIR "$ROOT/scripts/bootstrap-admin" --org "batch" --count 3 2>"$work/err")" \
+  || { cat "$work/err" >&2; fail "bootstrap-admin --count 3 failed"; }
+[ "$(grep -c '"apiKey"' <<<"$out")" = 3 ] || fail "bootstrap-admin --count 3 did not print three lines: $out"
+[ "$(sed -n 's/.*"organizationId":"\([^"]*\)".*/\1/p' <<<"$out" | sort -u | wc -l)" = 3 ] \
+  || fail "bootstrap-admin --count 3 printed an organization twice: $out"
+while read -r line; do
+  [ "$(status_with "$(key_of "$line")")" = 200 ] || fail "a key of --count 3 was refused: $line"
+done <<<"$out"
+env -u EDGERUNNER_STATE_DIR "$ROOT/scripts/bootstrap-admin" --org "batch" --count 51 >/dev/null 2>"$work/err" \
+  && fail "bootstrap-admin --count 51 was taken"
+grep -qF -- "--count N must be from 1 to 50" "$work/err" || fail "--count 51 was refused without saying why"
+echo "ok - --count 3 makes three organizations, each key of its own authenticating; --count 51 is refused"
+echo "3 passed, 0 failed"

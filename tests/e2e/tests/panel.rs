@@ -128,12 +128,12 @@ async fn the_panel_is_one_page_at_every_route_with_strict_security_headers() {
 
 #[tokio::test]
 async fn a_key_sees_its_own_organization_name_role_and_scopes() {
-    let org = bootstrap_org("Panel Self Org");
+    let org = bootstrap_named_org("Panel Self Org");
     let me = get("/api/developer/api-keys/self", &org.admin_key)
         .await
         .expect(200);
     assert_eq!(me["organization"]["id"], org.id.as_str());
-    // bootstrap_org makes the name unique by a suffix.
+    // bootstrap-admin makes the name unique by a suffix.
     let name = me["organization"]["name"].as_str().expect("name");
     assert!(name.starts_with("Panel Self Org"), "{me}");
     assert_eq!(me["apiKey"]["role"], "admin");
