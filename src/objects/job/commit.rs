@@ -164,15 +164,7 @@ pub(super) fn event<'a>(
     kind: EventKind,
 ) -> events::NewEvent<'a> {
     events::NewEvent {
-        organization_id: &job.organization_id,
         job_id: Some(&job.id),
-        runner_id: None,
-        claim_id: None,
-        actor,
-        kind,
-        attempt: None,
-        reason: None,
-        detail_json: None,
-        at: 0,
+        ..events::NewEvent::of_organization(&job.organization_id, actor, kind, None, 0)
     }
 }

@@ -358,6 +358,7 @@ async fn evidence_refusals() {
             "cost-records",
             json!({ "amountMicros": 10, "category": "food" }),
         ),
+        ("cost-records", json!({ "amountMicros": 10, "category": 3 })),
         ("model-calls", json!({ "model": "m", "inputTokens": -3 })),
     ];
     for (kind, body) in &invalid {
