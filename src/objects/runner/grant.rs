@@ -286,3 +286,49 @@ fn timestamp(ms: i64) -> ApiResult<Timestamp> {
         .map(Timestamp::from_instant)
         .map_err(ApiError::internal)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn met(name: &str) -> GrantRefusal {
+        ApiError::guarded(Guard::named(name).expect("a guard")).into()
+    }
+
+    #[test]
+    fn a_lost_race_is_taken_and_tries_the_next_candidate() {
+        for name in [
+            guards::JOB_MOVED,
+            guards::CLAIM_REQUIRES_QUEUED_JOB,
+            guards::UNIQUE_CLAIM_ATTEMPT,
+            guards::UNIQUE_ACTIVE_CLAIM,
+        ] {
+            assert!(matches!(met(name), GrantRefusal::Taken), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_runners_own_limits_are_refused_as_its_object_refuses_them() {
+        assert!(matches!(
+            met(guards::RUNNER_AT_CAPACITY),
+            GrantRefusal::Refused(RunnerRefusal::AtCapacity)
+        ));
+        assert!(matches!(
+            met(guards::CREDENTIAL_REVOKED),
+            GrantRefusal::Refused(RunnerRefusal::CredentialRevoked)
+        ));
+        // A runner that left `active` while its claim was decided: the table's answer, which
+        // is the runner object's own (answers::RUNNER_NOT_ACTIVE).
+        let GrantRefusal::Refused(refusal) = met(guards::CLAIM_REQUIRES_ACTIVE_RUNNER) else {
+            panic!("a runner no longer active is refused");
+        };
+        let answer = ApiError::from(refusal);
+        assert_eq!(
+            (answer.status(), answer.code()),
+            (
+                503,
+                edgerunner_protocol::error_code::ErrorCode::RunnerNotActive
+            )
+        );
+    }
+}
