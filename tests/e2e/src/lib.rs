@@ -3,9 +3,9 @@
 //! `scripts/test` starts the server on fresh state and sets `BASE_URL`.
 //!
 //! Besides HTTP, a few helpers reach the server's state the way an operator would:
-//! [`bootstrap_org`] runs `scripts/bootstrap-admin`, and [`d1`] runs `wrangler d1 execute`
-//! against the same local state directory (`EDGERUNNER_STATE_DIR`), which lets a test move an
-//! expiry into the past instead of sleeping. [`signing_secret`] reads the server's
+//! [`bootstrap_org`] runs `scripts/bootstrap-admin`, and [`d1`] runs SQL on the same local state
+//! directory's D1 file (`EDGERUNNER_STATE_DIR`; [`wrangler_d1`] as an operator would, through
+//! `wrangler d1 execute`), which lets a test move an expiry into the past instead of sleeping. [`signing_secret`] reads the server's
 //! `REMOTE_RUNNER_SIGNING_SECRET` from `EDGERUNNER_DEV_VARS`, so a test can mint a credential
 //! the server must refuse for one reason only (its expiry).
 //!
@@ -18,6 +18,7 @@ pub mod contract;
 mod env;
 mod http;
 pub mod jobs;
+mod local_d1;
 mod operator;
 pub mod recovery;
 mod runner;

@@ -1,5 +1,6 @@
 //! Operator tools: `scripts/bootstrap-admin`, `wrangler d1 execute` against the server's local
-//! state, and credentials minted with the server's own signing secret.
+//! state (and the same SQL straight on its SQLite file, [`d1`]), and credentials minted with the
+//! server's own signing secret.
 
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, PoisonError};
@@ -133,15 +134,23 @@ pub(crate) fn operator_tool(what: &str, make: impl Fn() -> Command) -> String {
     panic!("{last}");
 }
 
-/// Runs one SQL text against the server's local D1 (`EDGERUNNER_STATE_DIR`) and returns
-/// wrangler's `--json` answer (an array with one `{results, success, meta}` per statement).
-/// Local D1 reports no row counts: write `UPDATE … RETURNING id` and count [`d1_rows`].
+/// Runs one SQL text against the server's local D1 (`EDGERUNNER_STATE_DIR`) and returns an
+/// answer in `wrangler d1 execute --json`'s shape (an array with one `{results, success, meta}`
+/// per statement), straight on its SQLite file ([`crate::local_d1`]). Local D1 reports no row
+/// counts: write `UPDATE … RETURNING id` and count [`d1_rows`].
 pub fn d1(sql: &str) -> Value {
     d1_in(&state_dir(), sql)
 }
 
 pub fn d1_in(state: &str, sql: &str) -> Value {
+    crate::local_d1::execute(state, sql)
+}
+
+/// [`d1`] as an operator runs it: `wrangler d1 execute --local`, for the tests of what
+/// `docs/API.md` tells an operator to run that way.
+pub fn wrangler_d1(sql: &str) -> Value {
     let root = repo_root();
+    let state = state_dir();
     let stdout = operator_tool("wrangler d1 execute", || {
         let mut command = Command::new(root.join("node_modules/.bin/wrangler"));
         command.args([
@@ -150,7 +159,7 @@ pub fn d1_in(state: &str, sql: &str) -> Value {
             "DB",
             "--local",
             "--persist-to",
-            state,
+            &state,
             "--yes",
             "--json",
             "--command",

@@ -9,7 +9,7 @@
 //! `INSERT` of chained rows with made-up checksums, every running byte total exact), and the
 //! chunk at the limit is then sent over HTTP like any other; the bundle test streams its 64 MiB
 //! for real, since `edgerunner verify` re-checks every hash. The tests of this binary take turns
-//! ([`TURN`]): `wrangler d1 execute` locks local D1's one SQLite file while it writes (a harness
+//! ([`TURN`]): a harness write locks local D1's one SQLite file while it runs ([`d1`]; a harness
 //! artifact), and two 64 MiB streams at once would only measure the machine. No sleep stands in
 //! for synchronization: a lease is moved into the past through D1, where its alarm (a minute
 //! away) cannot act.

@@ -737,7 +737,7 @@ async fn enqueue_quota(f: &StagedPrompt, question: &str) -> Reply {
 
 /// An operator's quota for one organization (`wrangler d1 execute`, as `docs/API.md` says).
 fn set_quota(org: &Org, bytes: i64) {
-    d1(&format!(
+    wrangler_d1(&format!(
         "UPDATE organizations SET d1_quota_bytes = {bytes} WHERE id = {}",
         sql_text(&org.id)
     ));

@@ -18,8 +18,8 @@
 //! Two things the tests share. The cron trigger and `CRON_SECRET` recover *every* expired lease
 //! on the server, whichever test made it: [`SWEEPS`] keeps those global passes away from the
 //! two tests that must know who recovered their leases (the alarm test: `system:alarm`; the
-//! reap test: exact counts and `system:cron-secret`). And local D1 is one SQLite file that
-//! `wrangler d1 execute` locks while it writes: [`D1_WRITES`] keeps this suite's writes out of
+//! reap test: exact counts and `system:cron-secret`). And local D1 is one SQLite file that a
+//! harness write locks while it runs: [`D1_WRITES`] keeps this suite's writes out of
 //! the windows where a failed request would hide what the test is about.
 
 mod alarm;
@@ -50,8 +50,8 @@ const LOST_END_REASON: &str = "lease expired";
 /// guard. The lock is FIFO-fair, so neither side starves.
 static SWEEPS: RwLock<()> = RwLock::const_new(());
 
-/// A `wrangler d1 execute` (what [`bootstrap_org`] and [`set_leases`] run) locks local D1's one
-/// SQLite file for a moment, and a server request meeting that lock fails (`500`, workerd logs
+/// A harness write ([`bootstrap_org`]'s `wrangler d1 execute`, [`set_leases`]' SQL on the file)
+/// locks local D1's one SQLite file for a moment, and a server request meeting that lock fails (`500`, workerd logs
 /// `database is locked: SQLITE_BUSY`) — a harness artifact: deployed D1 has no second process
 /// writing its file. This suite's D1 writes take a read guard; the few windows whose requests
 /// must not meet one (a lease lapsing under the alarm, the recovery race) take the write guard.
@@ -89,7 +89,7 @@ async fn runner_of(f: &StagedPrompt, runner_id: &str) -> Value {
 }
 
 /// Whether `reply` is the `500` local D1 answers when it finds its SQLite file locked by a
-/// `wrangler d1 execute` of another test (workerd logs `database is locked: SQLITE_BUSY`). Only
+/// harness write of another test (workerd logs `database is locked: SQLITE_BUSY`). Only
 /// a harness artifact: deployed D1 has no second process writing its file.
 fn locked_by_harness(reply: &Reply) -> bool {
     reply.status == 500 && reply.text.contains("\"INTERNAL\"")
