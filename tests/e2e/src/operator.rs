@@ -47,7 +47,7 @@ pub fn bootstrap_org_in(state: &str, name: &str) -> Org {
 }
 
 /// Organizations made ahead in one call of `scripts/bootstrap-admin` ([`bootstrap_org_in`]).
-pub const ORGS_PER_BATCH: usize = 8;
+pub const ORGS_PER_BATCH: usize = 16;
 
 /// `scripts/bootstrap-admin --org NAME` alone, for a test that reads the name back.
 pub fn bootstrap_named_org(name: &str) -> Org {
