@@ -62,3 +62,33 @@ fn usage_errors_exit_2() {
     assert!(help.status.success());
     assert!(String::from_utf8_lossy(&help.stdout).contains("stable-json"));
 }
+
+/// A reader gone before the answer is written (`edgerunner verify b.json | head -0`): no panic,
+/// nothing said about the pipe, and the exit status is still the verdict.
+#[test]
+fn an_answer_nobody_reads_is_no_error_and_the_verdict_still_exits() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+        .args(["verify", "-"])
+        .stdin(Stdio::piped())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("edgerunner starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(b"{}")
+        .expect("stdin accepts the document");
+    let output = child.wait_with_output().expect("edgerunner exits");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "an empty bundle is invalid: {said}"
+    );
+    assert!(!said.contains("panicked"), "{said}");
+    assert!(!said.contains("Broken pipe"), "{said}");
+}

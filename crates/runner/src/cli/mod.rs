@@ -172,8 +172,19 @@ pub fn json_argument(text: &str, what: &str) -> Result<Value, CliError> {
 pub fn print_json(value: &Value) -> Result<(), CliError> {
     let text =
         serde_json::to_string_pretty(value).map_err(|error| CliError::Output(error.to_string()))?;
-    let mut stdout = io::stdout().lock();
-    writeln!(stdout, "{text}").map_err(|error| CliError::Output(error.to_string()))
+    say(text)
+}
+
+/// A command's answer on stdout, and a newline. A reader that closed its end of the pipe
+/// (`edgerunner admin jobs list | head -1`) took what it wanted: that is not an error, and the
+/// command still exits by its own result (`verify` by its verdict).
+pub fn say(text: impl fmt::Display) -> Result<(), CliError> {
+    match writeln!(io::stdout().lock(), "{text}") {
+        Err(error) if error.kind() != io::ErrorKind::BrokenPipe => {
+            Err(CliError::Output(error.to_string()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Why a command failed. Every variant but [`CliError::Usage`] exits 1.

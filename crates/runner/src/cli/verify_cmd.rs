@@ -9,7 +9,7 @@ use edgerunner_protocol::envelope::JobSigningSecret;
 use serde_json::Value;
 
 use super::secret_arg::Secret;
-use super::{print_json, CliError};
+use super::{print_json, say, CliError};
 
 /// A runner's job-signing secret, from the environment or files (never a flag's value).
 const SIGNING_SECRET: Secret = Secret {
@@ -77,7 +77,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, CliError> {
     if args.json {
         print_json(&report.to_json())?;
     } else {
-        println!("{}", render(&report));
+        say(render(&report))?;
     }
     if report.is_valid() {
         Ok(ExitCode::SUCCESS)

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use super::secret_arg::Secret;
-use super::{admin_logs, json_argument, print_json, CliError};
+use super::{admin_logs, json_argument, print_json, say, CliError};
 use crate::admin::AdminClient;
 use crate::clock::{Clock, SystemClock};
 use crate::http::Http;
@@ -49,7 +49,7 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
         if json {
             print_json(value)?;
         } else {
-            println!("{}", render(value));
+            say(render(value))?;
         }
         Ok(ExitCode::SUCCESS)
     };
@@ -151,7 +151,10 @@ pub async fn run(args: AdminArgs) -> Result<ExitCode, CliError> {
                             CliError::Output(format!("{}: {error}", path.display()))
                         })?;
                         if !json {
-                            println!("bundle of job {id} written to {}", path.display());
+                            say(format_args!(
+                                "bundle of job {id} written to {}",
+                                path.display()
+                            ))?;
                         }
                         Ok(ExitCode::SUCCESS)
                     }
@@ -272,7 +275,7 @@ async fn enrollment(
     if json {
         print_json(&answer)?;
     } else {
-        println!("{rendered}");
+        say(rendered)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -287,7 +290,7 @@ async fn releases(
             let artifact = admin.create_artifact(&kind, &name).await?;
             if !json {
                 // The id alone on stdout, for `ART=$(edgerunner admin releases create-artifact …)`.
-                println!("{}", text(&artifact, "id"));
+                say(text(&artifact, "id"))?;
                 return Ok(ExitCode::SUCCESS);
             }
             artifact
@@ -296,7 +299,7 @@ async fn releases(
             let content = json_argument(&content, "--content")?;
             let version = admin.add_version(&artifact, &content).await?;
             if !json {
-                println!("{}", text(&version, "id"));
+                say(text(&version, "id"))?;
                 eprintln!(
                     "version {} of {}, contentHash {}",
                     text(&version, "id"),
@@ -313,12 +316,12 @@ async fn releases(
         } => {
             let promotion = admin.promote(version, &environment).await?;
             if !json {
-                println!(
+                say(format_args!(
                     "version {} is promoted to {} (since {})",
                     text(&promotion, "versionId"),
                     text(&promotion, "environment"),
                     text(&promotion, "promotedAt")
-                );
+                ))?;
                 return Ok(ExitCode::SUCCESS);
             }
             promotion
@@ -335,7 +338,7 @@ async fn releases(
                 admin.version(version).await?
             };
             if !json {
-                println!("{}", render_release(&answer));
+                say(render_release(&answer))?;
                 return Ok(ExitCode::SUCCESS);
             }
             answer
@@ -343,7 +346,7 @@ async fn releases(
         ReleasesCommand::List { kind, limit } => {
             let answer = admin.list_artifacts(kind.as_deref(), limit).await?;
             if !json {
-                println!("{}", render_artifacts(&answer));
+                say(render_artifacts(&answer))?;
                 return Ok(ExitCode::SUCCESS);
             }
             answer
