@@ -75,7 +75,12 @@ pub fn age(now_ms: i64, at: Option<&str>) -> String {
 }
 
 pub(super) fn text(value: &Value, key: &str) -> String {
-    match &value[key] {
+    text_of(&value[key])
+}
+
+/// A JSON value as a word: a string without its quotes, `-` for null.
+fn text_of(value: &Value) -> String {
+    match value {
         Value::Null => "-".to_owned(),
         Value::String(text) => text.clone(),
         other => other.to_string(),
@@ -184,6 +189,30 @@ pub(super) fn render_runner(answer: &Value) -> String {
     ] {
         if !runner[key].is_null() {
             lines.push(format!("{label:<15} {}", text(runner, key)));
+        }
+    }
+    // What routes jobs to it, and whether it stays.
+    for (label, key) in [("tags", "tags"), ("problem types", "problemTypes")] {
+        if let Some(items) = runner[key].as_array() {
+            let names: Vec<String> = items.iter().map(text_of).collect();
+            let shown = if names.is_empty() {
+                "-".to_owned()
+            } else {
+                names.join(", ")
+            };
+            lines.push(format!("{label:<15} {shown}"));
+        }
+    }
+    for (label, key, yes) in [
+        ("external", "external", "yes: takes jobs marked external"),
+        (
+            "ephemeral",
+            "ephemeral",
+            "yes: one job, then drained and revoked",
+        ),
+    ] {
+        if let Some(flag) = runner[key].as_bool() {
+            lines.push(format!("{label:<15} {}", if flag { yes } else { "no" }));
         }
     }
     lines.join("\n")
@@ -485,6 +514,22 @@ mod tests {
                 "  EDGERUNNER_ENROLLMENT_TOKEN=ere_abc edgerunner runner enroll --server https://runners.example \\",
                 "      --organization <organization id> --execution-kind <kind> --runtime <runtime>",
             ]
+        );
+    }
+
+    #[test]
+    fn a_runner_shows_what_routes_jobs_to_it_and_whether_it_stays() {
+        let runner = json!({
+            "id": "run_1", "name": "gpu-1", "state": "draining",
+            "tags": ["gpu", "eu"], "problemTypes": [], "external": false, "ephemeral": true,
+        });
+        let shown = render_runner(&json!({ "runner": runner }));
+        assert!(shown.contains("tags            gpu, eu"), "{shown}");
+        assert!(shown.contains("problem types   -"), "{shown}");
+        assert!(shown.contains("external        no"), "{shown}");
+        assert!(
+            shown.contains("ephemeral       yes: one job, then drained and revoked"),
+            "{shown}"
         );
     }
 
