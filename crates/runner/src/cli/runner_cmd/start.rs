@@ -1,4 +1,4 @@
-//! `edgerunner runner enroll|start|whoami`.
+//! `edgerunner runner start`: claim jobs up to capacity and run each.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -6,234 +6,29 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::Args;
 use edgerunner_protocol::envelope::ServedTarget;
 use edgerunner_protocol::error_code::ErrorCode;
-use edgerunner_protocol::keypair::sign_enrollment;
 use edgerunner_protocol::stable_json::Sha256Hex;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::secret_arg::Secret;
-use super::{json_argument, print_json, CliError};
-use crate::client::{enroll, RunnerClient};
-use crate::config::{self, IdentityInputs, RunnerConfig};
+use super::{positive_seconds, seconds, IdentityArgs, Resolved, EVIDENCE_API_KEY};
+use crate::cli::CliError;
+use crate::client::RunnerClient;
 use crate::evidence::{EvidenceApi, EvidenceSource};
 use crate::exec::RunAs;
 use crate::heartbeat::HeartbeatConfig;
 use crate::http::{ClientError, Http};
 use crate::isolation;
 use crate::job_env::{self, JobEnvError, JobEnvironment, PassEnv};
-use crate::keyfile;
 use crate::report::{self, Format, LogLayer, Terminal};
-use crate::session::Credentials;
 use crate::stream::BatchLimits;
 use crate::workdir::RunnerWorkDir;
 use crate::worker::{Isolation, JobOutcome, Progress, ShutdownState, Worker, WorkerConfig};
-
-#[derive(Debug, Subcommand)]
-pub enum RunnerCommand {
-    /// Make this runner's ed25519 key (once, owner-only file) and enroll it; an admin then
-    /// approves its fingerprint
-    Enroll(EnrollArgs),
-    /// Claim jobs up to capacity and run a shell command for each
-    Start(Box<StartArgs>),
-    /// Show this runner's record as the server has it
-    Whoami(IdentityArgs),
-    /// Keep between --min and --max one-job runner processes alive on this machine, each
-    /// under a runner the pool registers for it, following the queue (an admin key)
-    Pool(Box<super::pool_cmd::PoolArgs>),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human lines on a terminal, JSON lines otherwise
-    Auto,
-    Human,
-    Json,
-}
-
-impl LogFormat {
-    fn resolve(self) -> Format {
-        match self {
-            Self::Auto => Format::detect(),
-            Self::Human => Format::Human,
-            Self::Json => Format::Json,
-        }
-    }
-}
-
-/// The secrets `runner` takes, from the environment or a file (never a flag's value).
-const BOOTSTRAP_TOKEN: Secret = Secret {
-    flag: "--bootstrap-token",
-    env: "EVALGATE_RUNNER_BOOTSTRAP_TOKEN",
-};
-const ENROLLMENT_TOKEN: Secret = Secret {
-    flag: "--enrollment-token",
-    env: "EDGERUNNER_ENROLLMENT_TOKEN",
-};
-const EVIDENCE_API_KEY: Secret = Secret {
-    flag: "--evidence-api-key",
-    env: "EDGERUNNER_EVIDENCE_API_KEY",
-};
-
-/// Who the runner is: the bootstrap-token model from the environment (as the seed names it) or
-/// flags, or the key-pair model from the config file `runner enroll` wrote.
-#[derive(Debug, Args)]
-pub struct IdentityArgs {
-    /// The control plane's URL
-    #[arg(long, env = "EVALGATE_BASE_URL")]
-    pub server: Option<String>,
-    /// The runner id (bootstrap-token model)
-    #[arg(long, env = "EVALGATE_RUNNER_ID")]
-    pub runner_id: Option<String>,
-    /// A file holding the bootstrap token (bootstrap-token model), `-` for standard input
-    /// [default: $EVALGATE_RUNNER_BOOTSTRAP_TOKEN]. Never on the command line, which every local
-    /// user and every job can read
-    #[arg(long, value_name = "FILE")]
-    pub bootstrap_token_file: Option<PathBuf>,
-    /// Refused: use EVALGATE_RUNNER_BOOTSTRAP_TOKEN or --bootstrap-token-file
-    #[arg(long, hide = true)]
-    pub bootstrap_token: Option<String>,
-    /// The config file [default: $XDG_CONFIG_HOME/edgerunner/runner.json]
-    #[arg(long, env = "EDGERUNNER_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// The private key file (key-pair model) [default: the config file's keyFile]
-    #[arg(long, env = "EDGERUNNER_KEY_FILE")]
-    pub key_file: Option<PathBuf>,
-    /// The organization this runner belongs to: a session bound to another is refused
-    /// [default: the config file's organizationId]
-    #[arg(long, env = "EVALGATE_ORGANIZATION_ID")]
-    pub organization: Option<String>,
-    /// How to write progress and logs (stderr); RUST_LOG filters them (default
-    /// `warn,edgerunner=info`). On a terminal `runner start` also keeps a status line
-    #[arg(long, value_enum, default_value = "auto")]
-    pub log_format: LogFormat,
-}
-
-impl IdentityArgs {
-    fn config_path(&self) -> PathBuf {
-        self.config
-            .clone()
-            .unwrap_or_else(config::default_config_path)
-    }
-
-    fn client(&self) -> Result<(RunnerClient, &'static str), CliError> {
-        let resolved = self.resolve()?;
-        Ok((resolved.client, resolved.model))
-    }
-
-    fn resolve(&self) -> Result<Resolved, CliError> {
-        let path = self.config_path();
-        let file = config::load(&path)?;
-        let pass_env = file
-            .as_ref()
-            .map(|f| f.pass_env.clone())
-            .unwrap_or_default();
-        let mut secrets: Vec<String> = file
-            .as_ref()
-            .and_then(|f| f.bootstrap_token.clone())
-            .into_iter()
-            .collect();
-        let identity = config::resolve(
-            IdentityInputs {
-                server: self.server.clone(),
-                runner_id: self.runner_id.clone(),
-                bootstrap_token: BOOTSTRAP_TOKEN.read(
-                    self.bootstrap_token_file.as_deref(),
-                    self.bootstrap_token.as_deref(),
-                )?,
-                key_file: self.key_file.clone(),
-                organization_id: self.organization.clone(),
-            },
-            &path,
-            file,
-        )?;
-        let model = identity.model();
-        secrets.push(match &identity.credentials {
-            Credentials::Bootstrap { token, .. } => token.expose().to_owned(),
-            Credentials::KeyPair(key) => STANDARD.encode(key.to_seed()),
-        });
-        let http = Http::new(&identity.server)?;
-        let client =
-            RunnerClient::new(http, identity.credentials).with_expected_binding(identity.expected);
-        Ok(Resolved {
-            client,
-            model,
-            config_path: path,
-            pass_env,
-            key_file: identity.key_file,
-            secrets,
-        })
-    }
-}
-
-/// The runner's identity, and what `runner start` must keep from its jobs.
-struct Resolved {
-    client: RunnerClient,
-    model: &'static str,
-    config_path: PathBuf,
-    /// The config file's `passEnv`.
-    pass_env: Vec<String>,
-    key_file: Option<PathBuf>,
-    /// The credentials as values: the bootstrap token (the config file's too) or the key.
-    secrets: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct EnrollArgs {
-    /// The control plane's URL
-    #[arg(long, env = "EVALGATE_BASE_URL")]
-    pub server: String,
-    /// The organization to enroll into
-    #[arg(long, env = "EVALGATE_ORGANIZATION_ID")]
-    pub organization: String,
-    /// Display name [default: this machine's host name]
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Where to write the runner config [default: $XDG_CONFIG_HOME/edgerunner/runner.json]
-    #[arg(long, env = "EDGERUNNER_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// The private key file, made if missing [default: runner.key beside the config]
-    #[arg(long, env = "EDGERUNNER_KEY_FILE")]
-    pub key_file: Option<PathBuf>,
-    /// The whole capability document (JSON, @FILE or -); overrides the flags below
-    #[arg(long)]
-    pub capabilities: Option<String>,
-    /// Execution kinds this runner supports (prompt, scorer, tool, workflow, agent)
-    #[arg(long = "execution-kind", value_name = "KIND")]
-    pub execution_kinds: Vec<String>,
-    /// Immutable runtime ids it provides (e.g. python3.12)
-    #[arg(long = "runtime", value_name = "RUNTIME")]
-    pub runtimes: Vec<String>,
-    /// Problem types it serves
-    #[arg(long = "problem-type", value_name = "TYPE")]
-    pub problem_types: Vec<String>,
-    /// It is an external runner
-    #[arg(long)]
-    pub external: bool,
-    #[arg(long)]
-    pub max_concurrent_jobs: Option<u32>,
-    /// Product name reported to the server
-    #[arg(long, default_value = "edgerunner")]
-    pub product: String,
-    /// A file holding an enrollment token from an admin (ere_…), for an organization whose
-    /// policy asks for one; `-` for standard input [default: $EDGERUNNER_ENROLLMENT_TOKEN].
-    /// Used for this enrollment only, never saved
-    #[arg(long, value_name = "FILE")]
-    pub enrollment_token_file: Option<PathBuf>,
-    /// Refused: use EDGERUNNER_ENROLLMENT_TOKEN or --enrollment-token-file
-    #[arg(long, hide = true)]
-    pub enrollment_token: Option<String>,
-    /// Print the result as JSON
-    #[arg(long)]
-    pub json: bool,
-}
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
@@ -407,6 +202,19 @@ async fn record_isolation(client: &RunnerClient, http: &Http, host: &isolation::
     }
 }
 
+fn parse_served_target(text: &str) -> Result<ServedTarget, CliError> {
+    let bad = || {
+        CliError::Input(format!(
+            "--served-target {text:?} is not VERSION_ID:CONTENT_HASH"
+        ))
+    };
+    let (version, hash) = text.split_once(':').ok_or_else(bad)?;
+    Ok(ServedTarget {
+        version_id: version.parse().map_err(|_| bad())?,
+        content_hash: Sha256Hex::parse(hash).map_err(|_| bad())?,
+    })
+}
+
 fn usage(error: JobEnvError) -> CliError {
     CliError::Usage(error.to_string())
 }
@@ -427,242 +235,7 @@ fn batch_bytes(text: &str) -> Result<usize, String> {
     }
 }
 
-pub(super) fn positive_seconds(text: &str) -> Result<Duration, String> {
-    let value = seconds(text)?;
-    if value.is_zero() {
-        return Err("must be above zero".into());
-    }
-    Ok(value)
-}
-
-fn seconds(text: &str) -> Result<Duration, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    Duration::try_from_secs_f64(value).map_err(|_| format!("{text:?} is not a duration"))
-}
-
-pub async fn run(command: RunnerCommand) -> Result<ExitCode, CliError> {
-    match command {
-        RunnerCommand::Enroll(args) => enroll_runner(args).await,
-        RunnerCommand::Start(args) => start(*args).await,
-        RunnerCommand::Whoami(args) => whoami(args).await,
-        RunnerCommand::Pool(args) => super::pool_cmd::run(*args).await,
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// enroll
-// ---------------------------------------------------------------------------------------------
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|name| name.trim().to_owned())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "edgerunner".to_owned())
-}
-
-async fn enroll_runner(args: EnrollArgs) -> Result<ExitCode, CliError> {
-    let enrollment_token = ENROLLMENT_TOKEN.read(
-        args.enrollment_token_file.as_deref(),
-        args.enrollment_token.as_deref(),
-    )?;
-    let config_path = args
-        .config
-        .clone()
-        .unwrap_or_else(config::default_config_path);
-    let existing = config::load(&config_path)?;
-    let key_path = args
-        .key_file
-        .clone()
-        .or_else(|| existing.as_ref().and_then(|c| c.key_file.clone()))
-        .unwrap_or_else(|| config::default_key_path(&config_path));
-    let key_path = absolute(&key_path);
-    let (key, created) = keyfile::load_or_generate(&key_path)?;
-    let public_key = key.public_key();
-    let fingerprint = public_key.fingerprint();
-
-    let mut capabilities = match &args.capabilities {
-        Some(text) => json_argument(text, "--capabilities")?,
-        None => {
-            if args.execution_kinds.is_empty() || args.runtimes.is_empty() {
-                return Err(CliError::Input(
-                    "say what this runner can run: --execution-kind KIND and --runtime RUNTIME \
-                     (repeatable), or --capabilities JSON"
-                        .into(),
-                ));
-            }
-            json!({ "executionKinds": args.execution_kinds, "runtimes": args.runtimes })
-        }
-    };
-    if let (Some(max), Value::Object(document)) = (args.max_concurrent_jobs, &mut capabilities) {
-        document.insert("maxConcurrentJobs".into(), max.into());
-    }
-    let mut body = json!({
-        "organizationId": args.organization,
-        "publicKey": public_key.to_base64(),
-        // Proof of possession: nobody enrolls a public key they saw but do not hold.
-        "signature": sign_enrollment(&key, &args.organization),
-        "name": args.name.clone().unwrap_or_else(host_name),
-        "product": args.product,
-        "version": env!("CARGO_PKG_VERSION"),
-        "capabilities": capabilities,
-        "machine": {
-            "os": std::env::consts::OS,
-            "arch": std::env::consts::ARCH,
-            "cpus": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
-            "hostname": host_name(),
-        },
-    });
-    if !args.problem_types.is_empty() {
-        body["problemTypes"] = json!(args.problem_types);
-    }
-    if args.external {
-        body["external"] = Value::Bool(true);
-    }
-    if let Some(token) = enrollment_token {
-        body["enrollmentToken"] = token.into();
-    }
-    let http = Http::new(&args.server)?;
-    let answer = match enroll(&http, &body).await {
-        Ok(answer) => answer,
-        Err(error) if error.code() == Some(ErrorCode::FingerprintTaken) => {
-            return Err(CliError::Failed(format!(
-                "the key in {} (fingerprint {fingerprint}) is already enrolled; an admin finds \
-                 it with `edgerunner admin runners list`",
-                key_path.display()
-            )))
-        }
-        Err(error) => {
-            let hint = match error.code() {
-                Some(ErrorCode::EnrollmentTokenRequired) => Some(
-                    "enrolling here takes an enrollment token (or the organization is closed, \
-                     or --organization names none: the server answers all three alike): check \
-                     the organization id, ask an admin for a token (edgerunner admin enrollment \
-                     tokens create) and set EDGERUNNER_ENROLLMENT_TOKEN or pass \
-                     --enrollment-token-file FILE",
-                ),
-                Some(ErrorCode::EnrollmentTokenInvalid) => Some(
-                    "the enrollment token does not admit this enrollment (unknown, expired, \
-                     revoked or used up, of another organization, or the organization is \
-                     closed): ask an admin for a new one",
-                ),
-                Some(ErrorCode::EnrollmentClosed) => Some(
-                    "this organization does not accept enrollments now: ask an admin \
-                     (edgerunner admin enrollment policy)",
-                ),
-                _ => None,
-            };
-            return Err(match hint {
-                Some(hint) => CliError::Failed(format!("{error}\n{hint}")),
-                None => error.into(),
-            });
-        }
-    };
-    let runner = &answer["runner"];
-    let runner_id = runner["id"].as_str().unwrap_or_default().to_owned();
-    let saved = RunnerConfig {
-        server: Some(http.base().to_owned()),
-        organization_id: Some(args.organization.clone()),
-        runner_id: Some(runner_id.clone()),
-        fingerprint: Some(fingerprint.as_str().to_owned()),
-        key_file: Some(key_path.clone()),
-        ..existing.unwrap_or_default()
-    };
-    config::save(&config_path, &saved)?;
-    if args.json {
-        print_json(&json!({
-            "runner": runner,
-            "fingerprint": fingerprint.as_str(),
-            "keyFile": key_path,
-            "keyCreated": created,
-            "config": absolute(&config_path),
-        }))?;
-    } else {
-        println!(
-            "enrolled runner {runner_id} ({})",
-            runner["state"].as_str().unwrap_or("pending_approval")
-        );
-        println!("fingerprint: {fingerprint}");
-        println!(
-            "key:         {} ({})",
-            key_path.display(),
-            if created { "made now" } else { "existing" }
-        );
-        println!("config:      {}", absolute(&config_path).display());
-        println!();
-        println!("An admin approves it after comparing the fingerprint above with the server's:");
-        println!("  edgerunner admin runners approve {runner_id} --fingerprint {fingerprint} --reason \"fingerprint checked\"");
-        println!("Then start it:");
-        println!(
-            "  edgerunner runner start --config {} --exec '<command>'",
-            absolute(&config_path).display()
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()
-            .map(|dir| dir.join(path))
-            .unwrap_or_else(|_| path.to_owned())
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// whoami
-// ---------------------------------------------------------------------------------------------
-
-async fn whoami(args: IdentityArgs) -> Result<ExitCode, CliError> {
-    let (client, model) = args.client()?;
-    let record = client.whoami().await?;
-    if args.log_format == LogFormat::Json {
-        print_json(&record)?;
-    } else {
-        let text = |key: &str| record[key].as_str().unwrap_or("-").to_owned();
-        println!(
-            "runner {} ({}) — {}",
-            text("id"),
-            text("name"),
-            text("state")
-        );
-        println!("identity:     {model}");
-        println!("organization: {}", text("organizationId"));
-        if record["fingerprint"].is_string() {
-            println!("fingerprint:  {}", text("fingerprint"));
-        }
-        println!(
-            "capacity:     {} active of {}",
-            record["activeClaims"], record["maxConcurrentJobs"]
-        );
-        println!("last seen:    {}", text("lastSeenAt"));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-// ---------------------------------------------------------------------------------------------
-// start
-// ---------------------------------------------------------------------------------------------
-
-fn parse_served_target(text: &str) -> Result<ServedTarget, CliError> {
-    let bad = || {
-        CliError::Input(format!(
-            "--served-target {text:?} is not VERSION_ID:CONTENT_HASH"
-        ))
-    };
-    let (version, hash) = text.split_once(':').ok_or_else(bad)?;
-    Ok(ServedTarget {
-        version_id: version.parse().map_err(|_| bad())?,
-        content_hash: Sha256Hex::parse(hash).map_err(|_| bad())?,
-    })
-}
-
-async fn start(args: StartArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: StartArgs) -> Result<ExitCode, CliError> {
     // A job runs as this user unless --run-as says otherwise, and a process may read its own
     // user's processes: the runner's environment (its bootstrap token) in /proc/<pid>/environ,
     // its memory (the session credential, the job-signing secret) through ptrace. A process
@@ -1015,12 +588,5 @@ mod tests {
         assert_eq!(target.version_id, 7);
         assert!(parse_served_target("7").is_err());
         assert!(parse_served_target("x:abc").is_err());
-    }
-
-    #[test]
-    fn durations_are_seconds_with_fractions() {
-        assert_eq!(seconds("0.25"), Ok(Duration::from_millis(250)));
-        assert!(seconds("-1").is_err());
-        assert!(seconds("soon").is_err());
     }
 }
