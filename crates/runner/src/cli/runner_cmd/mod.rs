@@ -16,7 +16,7 @@ use base64::Engine as _;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::secret_arg::Secret;
-use super::{print_json, CliError};
+use super::{print_json, say, CliError};
 use crate::client::RunnerClient;
 use crate::config::{self, IdentityInputs};
 use crate::http::Http;
@@ -203,22 +203,25 @@ async fn whoami(args: IdentityArgs) -> Result<ExitCode, CliError> {
         print_json(&record)?;
     } else {
         let text = |key: &str| record[key].as_str().unwrap_or("-").to_owned();
-        println!(
-            "runner {} ({}) — {}",
-            text("id"),
-            text("name"),
-            text("state")
-        );
-        println!("identity:     {model}");
-        println!("organization: {}", text("organizationId"));
+        let mut lines = vec![
+            format!(
+                "runner {} ({}) — {}",
+                text("id"),
+                text("name"),
+                text("state")
+            ),
+            format!("identity:     {model}"),
+            format!("organization: {}", text("organizationId")),
+        ];
         if record["fingerprint"].is_string() {
-            println!("fingerprint:  {}", text("fingerprint"));
+            lines.push(format!("fingerprint:  {}", text("fingerprint")));
         }
-        println!(
+        lines.push(format!(
             "capacity:     {} active of {}",
             record["activeClaims"], record["maxConcurrentJobs"]
-        );
-        println!("last seen:    {}", text("lastSeenAt"));
+        ));
+        lines.push(format!("last seen:    {}", text("lastSeenAt")));
+        say(lines.join("\n"))?;
     }
     Ok(ExitCode::SUCCESS)
 }
