@@ -4,10 +4,15 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 fn edgerunner(args: &[&str], stdin: &str) -> Output {
+    edgerunner_into(args, stdin, Stdio::piped())
+}
+
+/// [`edgerunner`] with its stdout going to `stdout`.
+fn edgerunner_into(args: &[&str], stdin: &str, stdout: impl Into<Stdio>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
         .args(args)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("edgerunner starts");
@@ -69,20 +74,7 @@ fn usage_errors_exit_2() {
 fn an_answer_nobody_reads_is_no_error_and_the_verdict_still_exits() {
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
-        .args(["verify", "-"])
-        .stdin(Stdio::piped())
-        .stdout(writer)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("edgerunner starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(b"{}")
-        .expect("stdin accepts the document");
-    let output = child.wait_with_output().expect("edgerunner exits");
+    let output = edgerunner_into(&["verify", "-"], "{}", writer);
     let said = String::from_utf8_lossy(&output.stderr);
     assert_eq!(
         output.status.code(),
