@@ -141,15 +141,9 @@ fn enroll_answer(request: &Received) -> (u16, Option<Value>) {
     }
 }
 
-#[test]
-fn runner_enroll_proves_possession_of_the_key_it_enrolls() {
-    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
-        "/api/remote-runners/enroll" => enroll_answer(request),
-        _ => (404, None),
-    }));
-    let dir = scratch();
-    let config = dir.join("runner.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_edgerunner"))
+/// `edgerunner runner enroll` against the double, its config at `config`, and `extra` flags.
+fn enroll_with(double: &Double, config: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_edgerunner"))
         .args([
             "runner",
             "enroll",
@@ -158,20 +152,26 @@ fn runner_enroll_proves_possession_of_the_key_it_enrolls() {
             "--organization",
             ORG,
         ])
-        .args([
-            "--execution-kind",
-            "prompt",
-            "--runtime",
-            "python3.12",
-            "--json",
-        ])
+        .args(["--execution-kind", "prompt", "--runtime", "python3.12"])
+        .args(extra)
         .arg("--config")
-        .arg(&config)
+        .arg(config)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .stdin(Stdio::null())
         .output()
-        .expect("edgerunner runs");
+        .expect("edgerunner runs")
+}
+
+#[test]
+fn runner_enroll_proves_possession_of_the_key_it_enrolls() {
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/enroll" => enroll_answer(request),
+        _ => (404, None),
+    }));
+    let dir = scratch();
+    let config = dir.join("runner.json");
+    let output = enroll_with(&double, &config, &["--json"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let printed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
@@ -281,4 +281,46 @@ async fn a_401_exchanges_a_new_session_and_repeats_the_request_once() {
             "/api/remote-runners/self"
         ]
     );
+}
+
+#[test]
+fn runner_enroll_tells_a_person_what_comes_next() {
+    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/enroll" => enroll_answer(request),
+        _ => (404, None),
+    }));
+    let dir = scratch();
+    let config = dir.join("runner.json");
+    let output = enroll_with(&double, &config, &[]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let key = edgerunner::keyfile::load(&dir.join("runner.key")).expect("the key it made");
+    let fingerprint = key.public_key().fingerprint();
+    let fingerprint = fingerprint.as_str();
+    let expected = [
+        "enrolled runner run_enrolled (pending_approval)".to_owned(),
+        format!("fingerprint: {fingerprint}"),
+        format!(
+            "key:         {} (made now)",
+            dir.join("runner.key").display()
+        ),
+        format!("config:      {}", config.display()),
+        String::new(),
+        "An admin approves it after comparing the fingerprint above with the server's:".to_owned(),
+        format!(
+            "  edgerunner admin runners approve run_enrolled --fingerprint {fingerprint} \
+             --reason \"fingerprint checked\""
+        ),
+        "Then start it:".to_owned(),
+        format!(
+            "  edgerunner runner start --config {} --exec '<command>'",
+            config.display()
+        ),
+    ];
+    assert_eq!(said.lines().collect::<Vec<_>>(), expected, "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

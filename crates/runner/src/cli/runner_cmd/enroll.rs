@@ -9,7 +9,7 @@ use edgerunner_protocol::keypair::sign_enrollment;
 use serde_json::{json, Value};
 
 use super::ENROLLMENT_TOKEN;
-use crate::cli::{json_argument, print_json, CliError};
+use crate::cli::{json_argument, print_json, say, CliError};
 use crate::client::enroll;
 use crate::config::{self, RunnerConfig};
 use crate::http::Http;
@@ -191,25 +191,24 @@ pub(super) async fn run(args: EnrollArgs) -> Result<ExitCode, CliError> {
             "config": absolute(&config_path),
         }))?;
     } else {
-        println!(
-            "enrolled runner {runner_id} ({})",
-            runner["state"].as_str().unwrap_or("pending_approval")
-        );
-        println!("fingerprint: {fingerprint}");
-        println!(
-            "key:         {} ({})",
+        let config = absolute(&config_path);
+        say(format_args!(
+            "enrolled runner {runner_id} ({})\n\
+             fingerprint: {fingerprint}\n\
+             key:         {} ({})\n\
+             config:      {}\n\
+             \n\
+             An admin approves it after comparing the fingerprint above with the server's:\n  \
+             edgerunner admin runners approve {runner_id} --fingerprint {fingerprint} \
+             --reason \"fingerprint checked\"\n\
+             Then start it:\n  \
+             edgerunner runner start --config {} --exec '<command>'",
+            runner["state"].as_str().unwrap_or("pending_approval"),
             key_path.display(),
-            if created { "made now" } else { "existing" }
-        );
-        println!("config:      {}", absolute(&config_path).display());
-        println!();
-        println!("An admin approves it after comparing the fingerprint above with the server's:");
-        println!("  edgerunner admin runners approve {runner_id} --fingerprint {fingerprint} --reason \"fingerprint checked\"");
-        println!("Then start it:");
-        println!(
-            "  edgerunner runner start --config {} --exec '<command>'",
-            absolute(&config_path).display()
-        );
+            if created { "made now" } else { "existing" },
+            config.display(),
+            config.display(),
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }
