@@ -364,6 +364,20 @@ wait_for_server() {
   die "wrangler dev did not answer /healthz within 120 s"
 }
 
+# A second server, on fresh state under DIR, whose signing secret is too short: sessions there
+# must answer 503 and a cron pass with its short CRON_SECRET is refused (the identity and
+# open_internet suites). Exports SHORT_SECRET_BASE_URL and SHORT_SECRET_STATE_DIR; sets
+# SERVER_PID (and BASE_URL) as start_local_server does.
+start_short_secret_server() {
+  local dir="$1"
+  mkdir -p "$dir"
+  printf 'REMOTE_RUNNER_SIGNING_SECRET=only-16-chars-xx\nCRON_SECRET=x\n' > "$dir/dev.vars"
+  EDGERUNNER_DEV_VARS="$dir/dev.vars" start_local_server "$dir" "$(free_port)"
+  # The suites talk to the Worker's own socket, not wrangler's dev proxy (see find_direct_url).
+  find_direct_url
+  export SHORT_SECRET_BASE_URL="${DIRECT_URL:-$BASE_URL}" SHORT_SECRET_STATE_DIR="$dir"
+}
+
 # The URL of the Worker itself inside a `start_local_server` (workerd's own socket, behind
 # wrangler's dev proxy), found by asking each port the server's workerd listens on for /healthz.
 # Sets DIRECT_URL (empty when none answers). The dev proxy on BASE_URL is a development aid:
