@@ -3,11 +3,12 @@
 //! `scripts/test` starts the server on fresh state and sets `BASE_URL`.
 //!
 //! Besides HTTP, a few helpers reach the server's state the way an operator would:
-//! [`bootstrap_org`] runs `scripts/bootstrap-admin`, and [`d1`] runs SQL on the same local state
-//! directory's D1 file (`EDGERUNNER_STATE_DIR`; [`wrangler_d1`] as an operator would, through
-//! `wrangler d1 execute`), which lets a test move an expiry into the past instead of sleeping. [`signing_secret`] reads the server's
-//! `REMOTE_RUNNER_SIGNING_SECRET` from `EDGERUNNER_DEV_VARS`, so a test can mint a credential
-//! the server must refuse for one reason only (its expiry).
+//! [`bootstrap_org`] runs `scripts/bootstrap-admin`, and [`d1`] runs SQL on the D1 file of the
+//! same local state directory (`EDGERUNNER_STATE_DIR`; [`wrangler_d1`] through `wrangler d1
+//! execute`, as an operator would), which lets a test move an expiry into the past instead of
+//! sleeping. [`signing_secret`] reads the server's `REMOTE_RUNNER_SIGNING_SECRET` from
+//! `EDGERUNNER_DEV_VARS`, so a test can mint a credential the server must refuse for one reason
+//! only (its expiry).
 //!
 //! Every helper that needs its environment panics when it is missing: a suite that silently
 //! passes without a server proves nothing.

@@ -139,11 +139,7 @@ pub(crate) fn operator_tool(what: &str, make: impl Fn() -> Command) -> String {
 /// per statement), straight on its SQLite file ([`crate::local_d1`]). Local D1 reports no row
 /// counts: write `UPDATE … RETURNING id` and count [`d1_rows`].
 pub fn d1(sql: &str) -> Value {
-    d1_in(&state_dir(), sql)
-}
-
-pub fn d1_in(state: &str, sql: &str) -> Value {
-    crate::local_d1::execute(state, sql)
+    crate::local_d1::execute(&state_dir(), sql)
 }
 
 /// [`d1`] as an operator runs it: `wrangler d1 execute --local`, for the tests of what

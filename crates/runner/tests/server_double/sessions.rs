@@ -141,6 +141,14 @@ fn enroll_answer(request: &Received) -> (u16, Option<Value>) {
     }
 }
 
+/// A double that answers only `POST /api/remote-runners/enroll` ([`enroll_answer`]).
+fn enroll_double() -> Double {
+    Double::start(Box::new(|request, _| match request.path.as_str() {
+        "/api/remote-runners/enroll" => enroll_answer(request),
+        _ => (404, None),
+    }))
+}
+
 /// `edgerunner runner enroll` against the double, its config at `config`, and `extra` flags.
 fn enroll_with(double: &Double, config: &std::path::Path, extra: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_edgerunner"))
@@ -165,10 +173,7 @@ fn enroll_with(double: &Double, config: &std::path::Path, extra: &[&str]) -> std
 
 #[test]
 fn runner_enroll_proves_possession_of_the_key_it_enrolls() {
-    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
-        "/api/remote-runners/enroll" => enroll_answer(request),
-        _ => (404, None),
-    }));
+    let double = enroll_double();
     let dir = scratch();
     let config = dir.join("runner.json");
     let output = enroll_with(&double, &config, &["--json"]);
@@ -285,10 +290,7 @@ async fn a_401_exchanges_a_new_session_and_repeats_the_request_once() {
 
 #[test]
 fn runner_enroll_tells_a_person_what_comes_next() {
-    let double = Double::start(Box::new(|request, _| match request.path.as_str() {
-        "/api/remote-runners/enroll" => enroll_answer(request),
-        _ => (404, None),
-    }));
+    let double = enroll_double();
     let dir = scratch();
     let config = dir.join("runner.json");
     let output = enroll_with(&double, &config, &[]);
