@@ -84,3 +84,31 @@ fn an_answer_nobody_reads_is_no_error_and_the_verdict_still_exits() {
     assert!(!said.contains("panicked"), "{said}");
     assert!(!said.contains("Broken pipe"), "{said}");
 }
+
+/// `runner enroll` that does not say what the runner can run is refused before it makes any
+/// file: no key is left behind, and no request is sent (the server named does not exist).
+#[test]
+fn an_enroll_without_capabilities_is_refused_and_leaves_no_key() {
+    let dir = std::env::temp_dir().join(format!("edgerunner-cli-enroll-{}", std::process::id()));
+    let config = dir.join("runner.json");
+    let config = config.to_str().expect("a UTF-8 path");
+    let args = [
+        "runner",
+        "enroll",
+        "--server",
+        "http://127.0.0.1:9",
+        "--organization",
+    ];
+    let output = edgerunner(&[&args[..], &["org_x", "--config", config]].concat(), "");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("say what the runner can run: --execution-kind KIND"),
+        "{said}"
+    );
+    assert!(
+        !dir.join("runner.key").exists(),
+        "a refused enroll made a key"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -187,6 +187,26 @@ pub fn say(text: impl fmt::Display) -> Result<(), CliError> {
     }
 }
 
+/// A runner's capability document from its flags: `--capabilities` (JSON, @FILE or -) as given,
+/// else the `--execution-kind`s and `--runtime`s it names, of which it needs one each at least.
+pub fn capabilities_from(
+    document: Option<&str>,
+    execution_kinds: &[String],
+    runtimes: &[String],
+) -> Result<Value, CliError> {
+    if let Some(text) = document {
+        return json_argument(text, "--capabilities");
+    }
+    if execution_kinds.is_empty() || runtimes.is_empty() {
+        return Err(CliError::Input(
+            "say what the runner can run: --execution-kind KIND and --runtime RUNTIME \
+             (repeatable), or --capabilities JSON"
+                .into(),
+        ));
+    }
+    Ok(serde_json::json!({ "executionKinds": execution_kinds, "runtimes": runtimes }))
+}
+
 /// Why a command failed. Every variant but [`CliError::Usage`] exits 1.
 #[derive(Debug)]
 pub enum CliError {

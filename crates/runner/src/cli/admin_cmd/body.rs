@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{RegisterArgs, RequirementFlags};
-use crate::cli::{json_argument, CliError};
+use crate::cli::{capabilities_from, CliError};
 
 /// The requirements document the flags state. All four limits and the runtime are needed (the
 /// server refuses a job without them); `--network` is `deny_all` or one or more origins.
@@ -60,19 +60,11 @@ pub(super) fn requirements_from_flags(
 
 pub(crate) fn registration(args: &RegisterArgs) -> Result<Value, CliError> {
     let flags = &args.runner;
-    let capabilities = match &flags.capabilities {
-        Some(text) => json_argument(text, "--capabilities")?,
-        None => {
-            if flags.execution_kinds.is_empty() || flags.runtimes.is_empty() {
-                return Err(CliError::Input(
-                    "say what the runner can run: --execution-kind KIND and --runtime RUNTIME \
-                     (repeatable), or --capabilities JSON"
-                        .into(),
-                ));
-            }
-            json!({ "executionKinds": flags.execution_kinds, "runtimes": flags.runtimes })
-        }
-    };
+    let capabilities = capabilities_from(
+        flags.capabilities.as_deref(),
+        &flags.execution_kinds,
+        &flags.runtimes,
+    )?;
     let mut body = json!({
         "name": args.name,
         "runnerKey": args.runner_key,

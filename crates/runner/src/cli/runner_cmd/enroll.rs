@@ -9,7 +9,7 @@ use edgerunner_protocol::keypair::sign_enrollment;
 use serde_json::{json, Value};
 
 use super::ENROLLMENT_TOKEN;
-use crate::cli::{json_argument, print_json, say, CliError};
+use crate::cli::{capabilities_from, print_json, say, CliError};
 use crate::client::enroll;
 use crate::config::{self, RunnerConfig};
 use crate::http::Http;
@@ -79,6 +79,15 @@ pub(super) async fn run(args: EnrollArgs) -> Result<ExitCode, CliError> {
         args.enrollment_token_file.as_deref(),
         args.enrollment_token.as_deref(),
     )?;
+    // What it can run is checked before any file is made: a refused enroll leaves no key behind.
+    let mut capabilities = capabilities_from(
+        args.capabilities.as_deref(),
+        &args.execution_kinds,
+        &args.runtimes,
+    )?;
+    if let (Some(max), Value::Object(document)) = (args.max_concurrent_jobs, &mut capabilities) {
+        document.insert("maxConcurrentJobs".into(), max.into());
+    }
     let config_path = args
         .config
         .clone()
@@ -94,22 +103,6 @@ pub(super) async fn run(args: EnrollArgs) -> Result<ExitCode, CliError> {
     let public_key = key.public_key();
     let fingerprint = public_key.fingerprint();
 
-    let mut capabilities = match &args.capabilities {
-        Some(text) => json_argument(text, "--capabilities")?,
-        None => {
-            if args.execution_kinds.is_empty() || args.runtimes.is_empty() {
-                return Err(CliError::Input(
-                    "say what this runner can run: --execution-kind KIND and --runtime RUNTIME \
-                     (repeatable), or --capabilities JSON"
-                        .into(),
-                ));
-            }
-            json!({ "executionKinds": args.execution_kinds, "runtimes": args.runtimes })
-        }
-    };
-    if let (Some(max), Value::Object(document)) = (args.max_concurrent_jobs, &mut capabilities) {
-        document.insert("maxConcurrentJobs".into(), max.into());
-    }
     let mut body = json!({
         "organizationId": args.organization,
         "publicKey": public_key.to_base64(),
